@@ -1,0 +1,227 @@
+//! Rendezvous: addresses in through a [`Store`], connected links out.
+//!
+//! 1. Each rank takes a generation number (a per-rank counter in the store),
+//!    so re-creating a group under the same store prefix never reads stale
+//!    keys of an earlier one.
+//! 2. Rank 0 draws a random 128-bit secret and publishes it; every
+//!    connection must present it (strangers on the port are dropped).
+//! 3. Each rank listens on one local address (never the wildcard), publishes
+//!    `addr|host identity|pid`, and reads everyone else's.
+//! 4. Rank r connects to every lower rank (two connections: collectives and
+//!    point-to-point) and accepts from every higher one, concurrently.
+#![forbid(unsafe_code)]
+
+pub mod addr;
+mod handshake;
+pub mod store;
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+pub use store::{MemStore, Store};
+
+use crate::error::{Error, Result};
+use crate::log_at;
+use crate::config::LogLevel;
+use crate::types::Rank;
+
+/// Connections are of two kinds, kept apart so that point-to-point traffic
+/// never interleaves with a collective's byte stream.
+pub const CHANNELS: usize = 2;
+pub const CHANNEL_COLLECTIVE: u8 = 0;
+pub const CHANNEL_P2P: u8 = 1;
+
+#[derive(Debug, Clone)]
+pub struct BootstrapOpts {
+    /// Group name, for logs and errors.
+    pub group: String,
+    pub timeout: Duration,
+    pub listen_ip: IpAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    pub rank: Rank,
+    pub addr: SocketAddr,
+    pub host: String,
+    pub pid: u32,
+}
+
+impl PeerInfo {
+    fn encode(&self) -> Vec<u8> {
+        format!("{}|{}|{}", self.addr, self.pid, self.host).into_bytes()
+    }
+
+    fn decode(rank: Rank, b: &[u8]) -> std::result::Result<PeerInfo, String> {
+        let s = String::from_utf8_lossy(b);
+        let mut it = s.splitn(3, '|');
+        let bad = || format!("malformed peer record for rank {rank}: {s:?}");
+        let addr = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+        let pid = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+        let host = it.next().ok_or_else(bad)?.to_string();
+        Ok(PeerInfo { rank, addr, host, pid })
+    }
+}
+
+/// A connected stream to a peer and the peer's address (for messages).
+pub type Conn = (TcpStream, String);
+
+pub struct Endpoints {
+    pub rank: Rank,
+    pub size: usize,
+    pub peers: Vec<PeerInfo>,
+    /// `conns[channel][peer]`; `None` at our own rank.
+    pub conns: [Vec<Option<Conn>>; CHANNELS],
+    pub generation: i64,
+}
+
+impl Endpoints {
+    pub fn take_channel(&mut self, channel: u8) -> Vec<Option<Conn>> {
+        std::mem::take(&mut self.conns[channel as usize])
+    }
+}
+
+fn berr(rank: Rank, detail: impl Into<String>) -> Error {
+    Error::Bootstrap { rank, detail: detail.into() }
+}
+
+fn random_secret() -> std::result::Result<[u8; 16], String> {
+    let mut s = [0u8; 16];
+    getrandom::fill(&mut s).map_err(|e| format!("no randomness for the rendezvous secret: {e}"))?;
+    Ok(s)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &[u8]) -> Option<[u8; 16]> {
+    let s = std::str::from_utf8(s).ok()?;
+    if s.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Runs the rendezvous for `rank` of `size` (see the module docs).
+pub fn rendezvous(store: &dyn Store, rank: Rank, size: usize, opts: &BootstrapOpts) -> Result<Endpoints> {
+    if size == 0 || rank >= size {
+        return Err(berr(rank, format!("rank {rank} is not in a group of size {size}")));
+    }
+    let deadline = Instant::now() + opts.timeout;
+    let generation = store.add(&format!("rustccl/gen/{rank}"), 1).map_err(|e| berr(rank, e))?;
+    let prefix = format!("rustccl/{generation}");
+
+    let listener = TcpListener::bind((opts.listen_ip, 0))
+        .map_err(|e| berr(rank, format!("cannot listen on {}: {e}", opts.listen_ip)))?;
+    let local = listener.local_addr().map_err(|e| berr(rank, e.to_string()))?;
+
+    let secret = if rank == 0 {
+        let s = random_secret().map_err(|e| berr(rank, e))?;
+        store.set(&format!("{prefix}/secret"), hex(&s).as_bytes()).map_err(|e| berr(rank, e))?;
+        s
+    } else {
+        let v = store.get(&format!("{prefix}/secret"), opts.timeout).map_err(|e| berr(rank, e))?;
+        unhex(&v).ok_or_else(|| berr(rank, "malformed rendezvous secret in the store"))?
+    };
+
+    let me = PeerInfo { rank, addr: local, host: addr::host_identity(), pid: std::process::id() };
+    store.set(&format!("{prefix}/peer/{rank}"), &me.encode()).map_err(|e| berr(rank, e))?;
+    let mut peers = Vec::with_capacity(size);
+    for p in 0..size {
+        let v = store.get(&format!("{prefix}/peer/{p}"), opts.timeout).map_err(|e| berr(rank, e))?;
+        peers.push(PeerInfo::decode(p, &v).map_err(|e| berr(rank, e))?);
+    }
+    log_at!(LogLevel::Info, "group '{}' rank {rank}/{size}: listening on {local}, generation {generation}", opts.group);
+
+    let hs = handshake::Handshake { rank, size, secret, deadline };
+    let (accepted, connected) = std::thread::scope(|s| {
+        let acceptor = s.spawn(|| hs.accept_all(&listener, &peers));
+        let connected = hs.connect_all(&peers);
+        let accepted = acceptor.join().unwrap_or_else(|_| Err("acceptor thread panicked".into()));
+        (accepted, connected)
+    });
+    let mut conns: [Vec<Option<Conn>>; CHANNELS] = std::array::from_fn(|_| (0..size).map(|_| None).collect());
+    for (peer, channel, stream) in connected.map_err(|e| berr(rank, e))?.into_iter().chain(accepted.map_err(|e| berr(rank, e))?) {
+        conns[channel as usize][peer] = Some((stream, peers[peer].addr.to_string()));
+    }
+    Ok(Endpoints { rank, size, peers, conns, generation })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+
+    fn opts() -> BootstrapOpts {
+        BootstrapOpts {
+            group: "t".into(),
+            timeout: Duration::from_secs(20),
+            listen_ip: "127.0.0.1".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn peer_info_round_trip() {
+        let p = PeerInfo { rank: 2, addr: "10.1.2.3:4567".parse().unwrap(), host: "h|x".into(), pid: 42 };
+        let q = PeerInfo::decode(2, &p.encode()).unwrap();
+        assert_eq!((q.addr, q.pid, q.host.as_str()), (p.addr, 42, "h|x"));
+        assert!(PeerInfo::decode(0, b"garbage").is_err());
+        assert_eq!(unhex(hex(&[1, 2, 255, 0, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9]).as_bytes()).unwrap()[2], 255);
+    }
+
+    #[test]
+    fn full_mesh_connects_and_carries_bytes() {
+        for n in 1..=4 {
+            let store = Arc::new(MemStore::new());
+            let eps: Vec<Endpoints> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..n)
+                    .map(|r| {
+                        let store = store.clone();
+                        s.spawn(move || rendezvous(store.as_ref(), r, n, &opts()).unwrap())
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let mut eps = eps;
+            for a in 0..n {
+                for b in 0..n {
+                    for c in 0..CHANNELS {
+                        assert_eq!(eps[a].conns[c][b].is_some(), a != b, "n={n} {a}->{b} ch{c}");
+                    }
+                }
+            }
+            // Bytes written on a's stream to b arrive on b's stream from a.
+            if n >= 2 {
+                let (s01, _) = eps[0].conns[0][1].take().unwrap();
+                let (s10, _) = eps[1].conns[0][0].take().unwrap();
+                (&s01).write_all(b"ping").unwrap();
+                let mut buf = [0u8; 4];
+                (&s10).read_exact(&mut buf).unwrap();
+                assert_eq!(&buf, b"ping");
+            }
+        }
+    }
+
+    #[test]
+    fn regroup_under_same_store_uses_fresh_keys() {
+        let store = Arc::new(MemStore::new());
+        for _ in 0..3 {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = (0..2)
+                    .map(|r| {
+                        let store = store.clone();
+                        s.spawn(move || rendezvous(store.as_ref(), r, 2, &opts()).unwrap().generation)
+                    })
+                    .collect();
+                let g: Vec<i64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+                assert_eq!(g[0], g[1]);
+            });
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Collective algorithms over a [`Transport`], one algorithm per file, and
+//! [`run`], which picks one for each operation by size and world:
+//!
+//! | collective      | small                         | large                       |
+//! |-----------------|-------------------------------|-----------------------------|
+//! | all_reduce      | recursive doubling            | ring (reduce-scatter + all-gather) |
+//! | broadcast       | binomial tree                 | pipelined chain             |
+//! | reduce          | binomial tree                 | ring reduce-scatter + gather to root |
+//! | all_gather      | ring                          | ring                        |
+//! | reduce_scatter  | ring                          | ring                        |
+//! | all_to_all, gather, scatter | direct            | direct                      |
+//! | barrier         | dissemination                 |                             |
+#![forbid(unsafe_code)]
+
+pub mod chain;
+pub mod direct;
+pub mod op;
+pub mod plan;
+pub mod recursive_doubling;
+pub mod reduce;
+pub mod ring;
+pub mod tree;
+
+pub use op::{into_host, Op, OpSpec, Parts};
+pub use reduce::Scratch;
+
+use crate::config::AlgoConfig;
+use crate::error::{Error, Result};
+use crate::tensor::{copy_region, overlaps, HostTensor, Tensor};
+use crate::transport::Transport;
+use crate::types::{DType, ReduceOp};
+
+/// Which algorithm ran (for stats and logs).
+pub type AlgoName = &'static str;
+
+fn all_reduce_bytes(
+    t: &mut dyn Transport,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    cfg: &AlgoConfig,
+    scratch: &mut Scratch,
+) -> Result<AlgoName> {
+    if t.size() == 1 {
+        return Ok("local");
+    }
+    if buf.len() <= cfg.small_allreduce_bytes {
+        recursive_doubling::all_reduce(t, buf, dtype, op, scratch)?;
+        Ok("recursive_doubling")
+    } else {
+        ring::all_reduce(t, buf, dtype, op, plan::seg_elems(cfg.segment_bytes, dtype.size()), scratch)?;
+        Ok("ring")
+    }
+}
+
+/// All-reduce of several tensors: packed into one buffer when they share a
+/// dtype, one after another otherwise.
+fn all_reduce_many(
+    t: &mut dyn Transport,
+    bufs: &mut [HostTensor],
+    op: ReduceOp,
+    cfg: &AlgoConfig,
+    scratch: &mut Scratch,
+) -> Result<AlgoName> {
+    if let [one] = bufs {
+        let dtype = one.dtype();
+        return all_reduce_bytes(t, one.bytes_mut(), dtype, op, cfg, scratch);
+    }
+    let dtype = bufs[0].dtype();
+    if bufs.iter().any(|b| b.dtype() != dtype) {
+        let mut name = "local";
+        for b in bufs.iter_mut() {
+            let d = b.dtype();
+            name = all_reduce_bytes(t, b.bytes_mut(), d, op, cfg, scratch)?;
+        }
+        return Ok(name);
+    }
+    let total: usize = bufs.iter().map(|b| b.nbytes()).sum();
+    let mut packed = HostTensor::new(Tensor::zeros(DType::U8, total)).map_err(Error::Internal)?;
+    let mut off = 0;
+    for b in bufs.iter() {
+        copy_region(&mut packed, off, b, 0, b.nbytes());
+        off += b.nbytes();
+    }
+    let name = all_reduce_bytes(t, packed.bytes_mut(), dtype, op, cfg, scratch)?;
+    let mut off = 0;
+    for b in bufs.iter_mut() {
+        let n = b.nbytes();
+        copy_region(b, 0, &packed, off, n);
+        off += n;
+    }
+    Ok(name)
+}
+
+/// Reduce of a large buffer: ring reduce-scatter on a copy, then every rank
+/// sends the chunk it finished to the root.
+fn reduce_ring(
+    t: &mut dyn Transport,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    root: usize,
+    cfg: &AlgoConfig,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let (n, r) = (t.size(), t.rank());
+    let e = dtype.size();
+    let chunks = plan::even_chunks(buf.len() / e, n);
+    let mut stage = HostTensor::new(Tensor::zeros(DType::U8, buf.len())).map_err(Error::Internal)?;
+    let stage = stage.bytes_mut();
+    stage.copy_from_slice(buf);
+    let seg = plan::seg_elems(cfg.segment_bytes, e);
+    ring::reduce_scatter_inplace(t, stage, dtype, op, &chunks, seg, scratch)?;
+    let owned = |p: usize| plan::bytes(&chunks[(p + 1) % n], e);
+    if r != root {
+        return t.send(root, &stage[owned(r)]);
+    }
+    buf[owned(r)].copy_from_slice(&stage[owned(r)]);
+    {
+        let mut parts = split_chunks_mut(buf, &chunks, e);
+        let mut x = Vec::with_capacity(n - 1);
+        for p in (0..n).filter(|&p| p != r) {
+            let c = (p + 1) % n;
+            x.push(crate::transport::Xfer::Recv { peer: p, data: std::mem::take(&mut parts[c]) });
+        }
+        t.exchange(&mut x)?;
+    }
+    if op == ReduceOp::Avg {
+        reduce::finish_avg(dtype, buf, n)?;
+    }
+    Ok(())
+}
+
+/// Splits `buf` into one mutable slice per chunk.
+fn split_chunks_mut<'a>(buf: &'a mut [u8], chunks: &[std::ops::Range<usize>], e: usize) -> Vec<&'a mut [u8]> {
+    let mut rest = buf;
+    chunks
+        .iter()
+        .map(|c| {
+            let (a, b) = std::mem::take(&mut rest).split_at_mut(c.len() * e);
+            rest = b;
+            a
+        })
+        .collect()
+}
+
+/// Where part `p` of `parts` lives: (tensor, byte offset, byte length).
+fn locate(parts: &Parts<HostTensor>, p: usize) -> (&HostTensor, usize, usize) {
+    match parts {
+        Parts::List(v) => (&v[p], 0, v[p].nbytes()),
+        Parts::Flat { t, lens } => {
+            let e = t.dtype().size();
+            (t, lens[..p].iter().sum::<usize>() * e, lens[p] * e)
+        }
+    }
+}
+
+fn locate_mut(parts: &mut Parts<HostTensor>, p: usize) -> (&mut HostTensor, usize, usize) {
+    match parts {
+        Parts::List(v) => {
+            let n = v[p].nbytes();
+            (&mut v[p], 0, n)
+        }
+        Parts::Flat { t, lens } => {
+            let e = t.dtype().size();
+            let off = lens[..p].iter().sum::<usize>() * e;
+            let len = lens[p] * e;
+            (t, off, len)
+        }
+    }
+}
+
+/// A private copy of `parts` (same layout), for inputs that overlap outputs.
+fn stage_parts(parts: &Parts<HostTensor>) -> Result<Parts<HostTensor>> {
+    let lens = parts.byte_lens();
+    let total: usize = lens.iter().sum();
+    let mut t = HostTensor::new(Tensor::zeros(DType::U8, total)).map_err(Error::Internal)?;
+    let mut off = 0;
+    for p in 0..lens.len() {
+        let (src, so, len) = locate(parts, p);
+        copy_region(&mut t, off, src, so, len);
+        off += len;
+    }
+    Ok(Parts::Flat { t, lens })
+}
+
+fn any_overlap(a: &[(usize, usize)], b: &[(usize, usize)]) -> bool {
+    a.iter().any(|x| b.iter().any(|y| overlaps(*x, *y)))
+}
+
+/// Runs one collective (not send / recv) over `t`.
+pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scratch: &mut Scratch) -> Result<AlgoName> {
+    let (n, r) = (t.size(), t.rank());
+    match op {
+        Op::AllReduce { bufs, op } => all_reduce_many(t, bufs, *op, cfg, scratch),
+        Op::Broadcast { buf, root } => {
+            if n == 1 {
+                Ok("local")
+            } else if buf.nbytes() <= cfg.small_broadcast_bytes {
+                tree::broadcast(t, buf.bytes_mut(), *root)?;
+                Ok("tree")
+            } else {
+                chain::broadcast(t, buf.bytes_mut(), *root, cfg.segment_bytes)?;
+                Ok("chain")
+            }
+        }
+        Op::Reduce { buf, op, root } => {
+            let dtype = buf.dtype();
+            if n == 1 {
+                Ok("local")
+            } else if buf.nbytes() <= cfg.small_allreduce_bytes {
+                tree::reduce(t, buf.bytes_mut(), dtype, *op, *root, scratch)?;
+                Ok("tree")
+            } else {
+                reduce_ring(t, buf.bytes_mut(), dtype, *op, *root, cfg, scratch)?;
+                Ok("ring")
+            }
+        }
+        Op::AllGather { input, outputs } => {
+            let (dst, off, len) = locate_mut(outputs, r);
+            copy_region(dst, off, input, 0, len);
+            if n > 1 {
+                ring::all_gather(t, &mut outputs.views_mut(), cfg.segment_bytes)?;
+            }
+            Ok("ring")
+        }
+        Op::ReduceScatter { inputs, output, op } => {
+            let dtype = output.dtype();
+            let seg = plan::seg_elems(cfg.segment_bytes, dtype.size());
+            if any_overlap(&inputs.spans(), &[output.span()]) {
+                let staged = stage_parts(inputs)?;
+                ring::reduce_scatter(t, &staged.views(), output.bytes_mut(), dtype, *op, seg, scratch)?;
+            } else {
+                ring::reduce_scatter(t, &inputs.views(), output.bytes_mut(), dtype, *op, seg, scratch)?;
+            }
+            Ok("ring")
+        }
+        Op::AllToAll { inputs, outputs } => {
+            let (in_lens, out_lens) = (inputs.byte_lens(), outputs.byte_lens());
+            if in_lens[r] != out_lens[r] {
+                return Err(Error::invalid(
+                    "all_to_all",
+                    format!("rank {r} sends itself {} bytes but expects {} from itself", in_lens[r], out_lens[r]),
+                ));
+            }
+            let staged;
+            let inputs: &Parts<HostTensor> = if any_overlap(&inputs.spans(), &outputs.spans()) {
+                staged = stage_parts(inputs)?;
+                &staged
+            } else {
+                inputs
+            };
+            {
+                let (src, so, len) = locate(inputs, r);
+                let (dst, d_off, _) = locate_mut(outputs, r);
+                copy_region(dst, d_off, src, so, len);
+            }
+            if n > 1 {
+                direct::all_to_all(t, &inputs.views(), &mut outputs.views_mut())?;
+            }
+            Ok("direct")
+        }
+        Op::Gather { input, outputs, root } => {
+            match outputs {
+                Some(outs) => {
+                    let (dst, off, len) = locate_mut(outs, r);
+                    copy_region(dst, off, input, 0, len);
+                    direct::gather(t, &[], Some(&mut outs.views_mut()), *root)?;
+                }
+                None => direct::gather(t, input.bytes(), None, *root)?,
+            }
+            Ok("direct")
+        }
+        Op::Scatter { inputs, output, root } => {
+            match inputs {
+                Some(ins) => {
+                    direct::scatter(t, Some(&ins.views()), &mut [], *root)?;
+                    let (src, so, len) = locate(ins, r);
+                    copy_region(output, 0, src, so, len);
+                }
+                None => direct::scatter(t, None, output.bytes_mut(), *root)?,
+            }
+            Ok("direct")
+        }
+        Op::Barrier => {
+            direct::barrier(t)?;
+            Ok("dissemination")
+        }
+        Op::Send { .. } | Op::Recv { .. } => Err(Error::Internal("point-to-point op reached the collective engine".into())),
+    }
+}

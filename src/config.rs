@@ -1,0 +1,185 @@
+//! Every `RUSTCCL_*` setting, declared once with its default and meaning,
+//! parsed once per process. `rustccl.config()` in Python shows this table.
+#![forbid(unsafe_code)]
+
+use std::sync::OnceLock;
+
+/// Tunables of the host (CPU) algorithms. Communicators copy them at
+/// creation; tests build their own to reach multi-segment paths with small
+/// inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlgoConfig {
+    /// all_reduce of at most this many bytes uses recursive doubling
+    /// (latency-optimal); larger ones use the pipelined ring.
+    pub small_allreduce_bytes: usize,
+    /// broadcast of at most this many bytes uses a binomial tree; larger ones
+    /// a pipelined chain.
+    pub small_broadcast_bytes: usize,
+    /// Largest unit in flight on a link during ring / chain steps.
+    pub segment_bytes: usize,
+}
+
+impl Default for AlgoConfig {
+    fn default() -> Self {
+        AlgoConfig {
+            small_allreduce_bytes: 64 << 10,
+            small_broadcast_bytes: 256 << 10,
+            segment_bytes: 512 << 10,
+        }
+    }
+}
+
+/// Log verbosity of `RUSTCCL_DEBUG`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Off = 0,
+    Warn = 1,
+    Info = 2,
+    Trace = 3,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub algo: AlgoConfig,
+    pub socket_ifname: Option<String>,
+    pub debug: LogLevel,
+}
+
+/// One documented setting: name, default, meaning.
+pub struct Setting {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: "RUSTCCL_SMALL_ALLREDUCE_BYTES",
+        default: "65536",
+        doc: "CPU all_reduce up to this size uses recursive doubling; larger ones the pipelined ring",
+    },
+    Setting {
+        name: "RUSTCCL_SMALL_BROADCAST_BYTES",
+        default: "262144",
+        doc: "CPU broadcast up to this size uses a binomial tree; larger ones a pipelined chain",
+    },
+    Setting {
+        name: "RUSTCCL_SEGMENT_BYTES",
+        default: "524288",
+        doc: "largest piece a ring or chain step puts on a link at once",
+    },
+    Setting {
+        name: "RUSTCCL_SOCKET_IFNAME",
+        default: "",
+        doc: "network interface whose address rustccl listens on; default: the interface that reaches the torch store's host",
+    },
+    Setting {
+        name: "RUSTCCL_DEBUG",
+        default: "OFF",
+        doc: "OFF, WARN, INFO or TRACE: logs to stderr (communicator creation, algorithms, errors)",
+    },
+];
+
+fn env_usize(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(v) => parse_size(&v).unwrap_or_else(|| {
+            eprintln!("rustccl: ignoring {name}={v:?}: not a byte count");
+            default
+        }),
+        Err(_) => default,
+    }
+}
+
+/// Parses "65536", "64K", "64KiB", "1M", "2MiB".
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().ok()?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+fn parse_level(s: &str) -> LogLevel {
+    match s.trim().to_ascii_uppercase().as_str() {
+        "" | "OFF" | "0" | "NONE" => LogLevel::Off,
+        "WARN" | "WARNING" => LogLevel::Warn,
+        "INFO" | "1" => LogLevel::Info,
+        "TRACE" | "DEBUG" | "2" => LogLevel::Trace,
+        other => {
+            eprintln!("rustccl: unknown RUSTCCL_DEBUG={other:?}, using INFO");
+            LogLevel::Info
+        }
+    }
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let d = AlgoConfig::default();
+        let algo = AlgoConfig {
+            small_allreduce_bytes: env_usize("RUSTCCL_SMALL_ALLREDUCE_BYTES", d.small_allreduce_bytes),
+            small_broadcast_bytes: env_usize("RUSTCCL_SMALL_BROADCAST_BYTES", d.small_broadcast_bytes),
+            segment_bytes: env_usize("RUSTCCL_SEGMENT_BYTES", d.segment_bytes).max(64),
+        };
+        Config {
+            algo,
+            socket_ifname: std::env::var("RUSTCCL_SOCKET_IFNAME").ok().filter(|s| !s.is_empty()),
+            debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
+        }
+    }
+
+    /// The process-wide configuration, read from the environment once.
+    pub fn get() -> &'static Config {
+        static CONFIG: OnceLock<Config> = OnceLock::new();
+        CONFIG.get_or_init(Config::from_env)
+    }
+
+    /// (name, effective value) pairs, for `rustccl.config()`.
+    pub fn effective(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("RUSTCCL_SMALL_ALLREDUCE_BYTES", self.algo.small_allreduce_bytes.to_string()),
+            ("RUSTCCL_SMALL_BROADCAST_BYTES", self.algo.small_broadcast_bytes.to_string()),
+            ("RUSTCCL_SEGMENT_BYTES", self.algo.segment_bytes.to_string()),
+            ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
+            ("RUSTCCL_DEBUG", format!("{:?}", self.debug).to_uppercase()),
+        ]
+    }
+}
+
+/// Logs to stderr when `RUSTCCL_DEBUG` is at least `level`; the format
+/// arguments are not evaluated otherwise.
+#[macro_export]
+macro_rules! log_at {
+    ($level:expr, $($arg:tt)*) => {
+        if $crate::config::Config::get().debug >= $level {
+            eprintln!("[rustccl {}] {}", std::process::id(), format_args!($($arg)*));
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("65536"), Some(65536));
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("2MiB"), Some(2 << 20));
+        assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn every_effective_setting_is_documented() {
+        let c = Config::from_env();
+        for (name, _) in c.effective() {
+            assert!(SETTINGS.iter().any(|s| s.name == name), "{name} undocumented");
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! rustccl: the engine of a `torch.distributed` backend.
+//!
+//! Layers, bottom up (each only uses the ones above it in this list):
+//!
+//! - [`error`], [`types`], [`config`]: vocabulary shared by everything.
+//! - [`tensor`]: borrowed views of caller memory (DLPack); the only place
+//!   DLPack pointers are dereferenced.
+//! - [`transport`]: moves bytes between ranks. A [`transport::Transport`]
+//!   drives sets of sends and receives ([`transport::Xfer`]) to completion;
+//!   `tcp` is the real one, `loopback` an in-process one for tests.
+//! - [`bootstrap`]: rendezvous through a key-value [`bootstrap::Store`],
+//!   hands back connected links.
+//! - [`collectives`]: algorithms (ring, recursive doubling, trees, pairwise)
+//!   written against `Transport`; `plan` holds the chunk arithmetic and
+//!   `reduce` the element-wise kernels.
+//! - [`work`]: the async handle returned for every submitted operation.
+//! - [`comm`]: the `Communicator` that owns a group's transport, worker
+//!   thread, point-to-point engine and sequence numbers.
+//! - `capi` (extern "C", used by the C++ c10d shim) and `py` (PyO3 module),
+//!   both only with the `python` feature.
+
+pub mod bootstrap;
+pub mod collectives;
+pub mod comm;
+pub mod config;
+pub mod error;
+pub mod tensor;
+pub mod transport;
+pub mod types;
+pub mod work;
+
+#[cfg(feature = "python")]
+mod capi;
+#[cfg(feature = "python")]
+mod py;
+
+pub use comm::Communicator;
+pub use error::{Error, Result};
+pub use types::{DType, Device, OpKind, Rank, ReduceOp};
+pub use work::Work;

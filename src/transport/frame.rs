@@ -1,0 +1,111 @@
+//! The 16-byte header in front of every message on a link:
+//! magic (u16) | flags (u16) | sequence number (u32) | payload length (u64),
+//! little endian.
+#![forbid(unsafe_code)]
+
+pub const HEADER_LEN: usize = 16;
+const MAGIC: u16 = 0x52cc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub flags: u16,
+    pub seq: u32,
+    pub len: u64,
+}
+
+impl Header {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+        b[2..4].copy_from_slice(&self.flags.to_le_bytes());
+        b[4..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, String> {
+        let magic = u16::from_le_bytes([b[0], b[1]]);
+        if magic != MAGIC {
+            return Err(format!("bad message header (magic {magic:#06x}); the byte stream is out of step"));
+        }
+        Ok(Header {
+            flags: u16::from_le_bytes([b[2], b[3]]),
+            seq: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
+            len: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+        })
+    }
+
+    /// Compares a received header with what the receiver expects; the
+    /// message says how they differ.
+    pub fn expect(&self, seq: u32, len: usize) -> Result<(), String> {
+        if self.seq != seq {
+            return Err(format!(
+                "peer is at operation seq {} but this rank is at seq {seq}: the ranks called a different number of collectives",
+                self.seq
+            ));
+        }
+        if self.len != len as u64 {
+            return Err(format!(
+                "peer sent {} bytes where this rank expects {len}: the ranks passed different tensor sizes or dtypes",
+                self.len
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Header of a point-to-point message (24 bytes):
+/// magic (u16) | flags (u16) | reserved (u32) | tag (i64) | length (u64).
+pub const P2P_HEADER_LEN: usize = 24;
+const P2P_MAGIC: u16 = 0x52dd;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct P2pHeader {
+    pub tag: i64,
+    pub len: u64,
+}
+
+impl P2pHeader {
+    pub fn encode(&self) -> [u8; P2P_HEADER_LEN] {
+        let mut b = [0u8; P2P_HEADER_LEN];
+        b[0..2].copy_from_slice(&P2P_MAGIC.to_le_bytes());
+        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; P2P_HEADER_LEN]) -> Result<P2pHeader, String> {
+        let magic = u16::from_le_bytes([b[0], b[1]]);
+        if magic != P2P_MAGIC {
+            return Err(format!("bad point-to-point header (magic {magic:#06x})"));
+        }
+        Ok(P2pHeader {
+            tag: i64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            len: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_mismatch() {
+        let h = Header { flags: 3, seq: 77, len: 1 << 40 };
+        assert_eq!(Header::decode(&h.encode()).unwrap(), h);
+        assert!(h.expect(77, 1 << 40).is_ok());
+        assert!(h.expect(76, 1 << 40).unwrap_err().contains("seq 77"));
+        assert!(h.expect(77, 4).unwrap_err().contains("different tensor sizes"));
+        let mut bad = h.encode();
+        bad[0] = 0;
+        assert!(Header::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn p2p_round_trip() {
+        let h = P2pHeader { tag: -5, len: 12345 };
+        assert_eq!(P2pHeader::decode(&h.encode()).unwrap(), h);
+        assert!(P2pHeader::decode(&[0; P2P_HEADER_LEN]).is_err());
+    }
+}

@@ -1,0 +1,145 @@
+//! Moving bytes between the ranks of one communicator.
+//!
+//! A [`Transport`] owns one [`Link`]-like connection per peer and drives a
+//! set of transfers ([`Xfer`]) to completion at once, so an algorithm can
+//! send to one neighbour while it receives from another without threads.
+//! Every message carries a small header (`frame`) with the operation's
+//! sequence number and its length, so ranks that disagree about the
+//! collective or its size get an error instead of garbage.
+//!
+//! Implementations: `tcp` (any hosts) and `loopback` (in-process, for tests).
+#![forbid(unsafe_code)]
+
+pub mod frame;
+pub mod loopback;
+pub mod tcp;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, OpSite, Result};
+use crate::types::Rank;
+
+/// One transfer of a step: a whole message to or from one peer.
+pub enum Xfer<'a> {
+    Send { peer: Rank, data: &'a [u8] },
+    Recv { peer: Rank, data: &'a mut [u8] },
+}
+
+impl Xfer<'_> {
+    pub fn peer(&self) -> Rank {
+        match self {
+            Xfer::Send { peer, .. } | Xfer::Recv { peer, .. } => *peer,
+        }
+    }
+}
+
+/// The operation a transport is working for: names it in errors and bounds
+/// it in time.
+#[derive(Debug, Clone)]
+pub struct OpCtx {
+    pub site: OpSite,
+    pub started: Instant,
+    pub deadline: Instant,
+}
+
+impl OpCtx {
+    pub fn new(site: OpSite, timeout: Duration) -> OpCtx {
+        let started = Instant::now();
+        OpCtx { site, started, deadline: started + timeout }
+    }
+
+    /// Sequence number as carried in message headers.
+    pub fn wire_seq(&self) -> u32 {
+        self.site.seq as u32
+    }
+}
+
+/// Lets another thread stop a transport that is blocked in `exchange`
+/// (shutdown, abort): the transport fails its current and later transfers
+/// with `Error::Closed`.
+#[derive(Clone, Default)]
+pub struct Interrupter {
+    flag: Arc<AtomicBool>,
+    waker: Option<Arc<mio::Waker>>,
+}
+
+impl Interrupter {
+    pub fn new(waker: Option<Arc<mio::Waker>>) -> Interrupter {
+        Interrupter { flag: Arc::new(AtomicBool::new(false)), waker }
+    }
+
+    pub fn interrupt(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        if let Some(w) = &self.waker {
+            let _ = w.wake();
+        }
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+}
+
+/// Byte transport of one communicator (see the module docs).
+pub trait Transport: Send {
+    fn rank(&self) -> Rank;
+    fn size(&self) -> usize;
+    /// Short name for logs and stats ("tcp", "loopback").
+    fn kind(&self) -> &'static str;
+    /// Address of a peer, for error messages.
+    fn peer_addr(&self, peer: Rank) -> String;
+
+    /// Starts work for a new operation; later errors name it.
+    fn begin(&mut self, ctx: OpCtx);
+    fn ctx(&self) -> &OpCtx;
+    /// A handle that interrupts this transport from another thread.
+    fn interrupter(&self) -> Interrupter;
+
+    /// Runs all transfers to completion. Transfers to the same peer in the
+    /// same direction complete in order; everything else overlaps.
+    fn exchange(&mut self, xfers: &mut [Xfer<'_>]) -> Result<()>;
+
+    fn send(&mut self, peer: Rank, data: &[u8]) -> Result<()> {
+        self.exchange(&mut [Xfer::Send { peer, data }])
+    }
+
+    fn recv(&mut self, peer: Rank, data: &mut [u8]) -> Result<()> {
+        self.exchange(&mut [Xfer::Recv { peer, data }])
+    }
+
+    /// Send to `to` while receiving from `from`.
+    fn sendrecv(&mut self, to: Rank, sdata: &[u8], from: Rank, rdata: &mut [u8]) -> Result<()> {
+        self.exchange(&mut [Xfer::Send { peer: to, data: sdata }, Xfer::Recv { peer: from, data: rdata }])
+    }
+}
+
+/// Checks that every transfer names a real peer other than ourselves.
+pub fn check_peers(t: &dyn Transport, xfers: &[Xfer<'_>]) -> Result<()> {
+    for x in xfers {
+        let p = x.peer();
+        if p >= t.size() || p == t.rank() {
+            return Err(Error::Internal(format!(
+                "{}: transfer with rank {p} from rank {} of {}",
+                t.ctx().site,
+                t.rank(),
+                t.size()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The error of an interrupted transport.
+pub fn interrupted_error(t: &dyn Transport) -> Error {
+    Error::Closed { op: t.ctx().site.op, how: "shut down or aborted while this operation was running" }
+}
+
+/// A timeout error for the current operation, waiting on `peers`.
+pub fn timeout_error(t: &dyn Transport, mut peers: Vec<Rank>) -> Error {
+    peers.sort_unstable();
+    peers.dedup();
+    let ctx = t.ctx();
+    Error::Timeout { site: ctx.site.clone(), rank: t.rank(), waiting: peers, elapsed: ctx.started.elapsed() }
+}

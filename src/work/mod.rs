@@ -1,0 +1,231 @@
+//! [`Work`]: the handle of one submitted operation.
+//!
+//! A work is pending until the engine finishes it with a result; then its
+//! waiters wake and its completion callbacks run (on the finishing thread,
+//! in registration order, after the state is visible to `is_completed` and
+//! `wait`, so a callback may itself wait on the work). The engine keeps the
+//! operation's tensors until it has finished with them, before it finishes
+//! the work.
+#![forbid(unsafe_code)]
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::types::Rank;
+
+pub type Callback = Box<dyn FnOnce(&Result<()>) + Send>;
+
+struct State {
+    result: Option<Result<()>>,
+    callbacks: Vec<Callback>,
+    /// For receives from any source: who sent.
+    source: Option<Rank>,
+    started: Option<Instant>,
+    finished: Option<Instant>,
+}
+
+struct Inner {
+    op: &'static str,
+    seq: u64,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+#[derive(Clone)]
+pub struct Work(Arc<Inner>);
+
+impl Work {
+    pub fn new(op: &'static str, seq: u64) -> Work {
+        Work(Arc::new(Inner {
+            op,
+            seq,
+            state: Mutex::new(State { result: None, callbacks: Vec::new(), source: None, started: None, finished: None }),
+            cv: Condvar::new(),
+        }))
+    }
+
+    /// A work that is already finished (e.g. an operation with nothing to do).
+    pub fn done(op: &'static str, seq: u64, result: Result<()>) -> Work {
+        let w = Work::new(op, seq);
+        w.finish(result);
+        w
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking callback never holds the lock (callbacks run outside
+        // it), so poisoning cannot hide state; recover the guard regardless.
+        self.0.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn op(&self) -> &'static str {
+        self.0.op
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.0.seq
+    }
+
+    /// Marks the start of execution (for durations and the flight recorder).
+    pub fn mark_started(&self) {
+        self.lock().started = Some(Instant::now());
+    }
+
+    pub fn set_source(&self, rank: Rank) {
+        self.lock().source = Some(rank);
+    }
+
+    pub fn source(&self) -> Option<Rank> {
+        self.lock().source
+    }
+
+    /// Time from start to finish, once finished.
+    pub fn duration(&self) -> Option<Duration> {
+        let s = self.lock();
+        Some(s.finished?.duration_since(s.started?))
+    }
+
+    /// Finishes the work. The first call wins; later ones are ignored.
+    pub fn finish(&self, result: Result<()>) {
+        let callbacks = {
+            let mut s = self.lock();
+            if s.result.is_some() {
+                return;
+            }
+            s.finished = Some(Instant::now());
+            s.result = Some(result.clone());
+            std::mem::take(&mut s.callbacks)
+        };
+        self.0.cv.notify_all();
+        for cb in callbacks {
+            cb(&result);
+        }
+    }
+
+    pub fn is_completed(&self) -> bool {
+        self.lock().result.is_some()
+    }
+
+    /// The result, if finished.
+    pub fn result(&self) -> Option<Result<()>> {
+        self.lock().result.clone()
+    }
+
+    /// Runs `cb` once the work finishes (at once, on this thread, if it
+    /// already has).
+    pub fn on_complete(&self, cb: Callback) {
+        let done = {
+            let mut s = self.lock();
+            match &s.result {
+                Some(r) => Some(r.clone()),
+                None => {
+                    s.callbacks.push(cb);
+                    return;
+                }
+            }
+        };
+        if let Some(r) = done {
+            cb(&r);
+        }
+    }
+
+    /// Blocks until the work finishes, or `timeout` passes
+    /// (`Error::WaitTimeout`; the operation goes on).
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        let start = Instant::now();
+        let mut s = self.lock();
+        loop {
+            if let Some(r) = &s.result {
+                return r.clone();
+            }
+            s = match timeout {
+                None => self.0.cv.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(t) => {
+                    let waited = start.elapsed();
+                    if waited >= t {
+                        return Err(Error::WaitTimeout { op: self.0.op, seq: self.0.seq, waited });
+                    }
+                    self.0.cv.wait_timeout(s, t - waited).unwrap_or_else(|p| p.into_inner()).0
+                }
+            };
+        }
+    }
+}
+
+/// A work that finishes when all of `parts` have, with the first error
+/// among them (coalesced point-to-point batches).
+pub fn join(op: &'static str, seq: u64, parts: Vec<Work>) -> Work {
+    let all = Work::new(op, seq);
+    if parts.is_empty() {
+        all.finish(Ok(()));
+        return all;
+    }
+    let left = Arc::new(Mutex::new((parts.len(), None::<Error>)));
+    for p in parts {
+        let all = all.clone();
+        let left = left.clone();
+        p.on_complete(Box::new(move |r| {
+            let done = {
+                let mut l = left.lock().unwrap_or_else(|p| p.into_inner());
+                l.0 -= 1;
+                if let Err(e) = r {
+                    l.1.get_or_insert_with(|| e.clone());
+                }
+                (l.0 == 0).then(|| l.1.take())
+            };
+            if let Some(err) = done {
+                all.finish(err.map_or(Ok(()), Err));
+            }
+        }));
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn wait_callbacks_and_timeout() {
+        let w = Work::new("all_reduce", 3);
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let w2 = w.clone();
+        w.on_complete(Box::new(move |r| {
+            assert!(r.is_ok());
+            // The state is visible to a callback, so waiting here returns.
+            assert!(w2.wait(None).is_ok());
+            h.fetch_add(1, Ordering::SeqCst);
+        }));
+        let e = w.wait(Some(Duration::from_millis(20))).unwrap_err();
+        assert!(matches!(e, Error::WaitTimeout { seq: 3, .. }), "{e}");
+        let w3 = w.clone();
+        let t = std::thread::spawn(move || w3.finish(Ok(())));
+        assert!(w.wait(None).is_ok());
+        t.join().unwrap();
+        assert!(w.is_completed());
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+        // late registration runs at once
+        let h = hits.clone();
+        w.on_complete(Box::new(move |_| {
+            h.fetch_add(1, Ordering::SeqCst);
+        }));
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
+        // finishing twice keeps the first result
+        w.finish(Err(Error::Internal("late".into())));
+        assert!(w.wait(None).is_ok());
+    }
+
+    #[test]
+    fn join_reports_first_error() {
+        let a = Work::new("send", 1);
+        let b = Work::new("recv", 2);
+        let j = join("batch", 0, vec![a.clone(), b.clone()]);
+        a.finish(Err(Error::Internal("boom".into())));
+        assert!(!j.is_completed());
+        b.finish(Ok(()));
+        assert!(j.wait(None).unwrap_err().to_string().contains("boom"));
+        assert!(join("empty", 0, vec![]).wait(None).is_ok());
+    }
+}
