@@ -1,0 +1,232 @@
+//! Test support: ranks as threads, typed values <-> tensors, and reference
+//! reductions computed independently of the engine (in f64 / i64).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use half::{bf16, f16};
+use rustccl::bootstrap::MemStore;
+use rustccl::collectives::OpSpec;
+use rustccl::comm::CommOptions;
+use rustccl::config::AlgoConfig;
+use rustccl::tensor::{SharedBuf, Tensor};
+use rustccl::transport::loopback;
+use rustccl::{Communicator, DType, OpKind, ReduceOp};
+
+pub const ALL_DTYPES: [DType; 9] = [
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::U8,
+    DType::I8,
+    DType::I32,
+    DType::I64,
+    DType::Bool,
+];
+
+pub const ALL_OPS: [ReduceOp; 8] = [
+    ReduceOp::Sum,
+    ReduceOp::Avg,
+    ReduceOp::Product,
+    ReduceOp::Min,
+    ReduceOp::Max,
+    ReduceOp::BAnd,
+    ReduceOp::BOr,
+    ReduceOp::BXor,
+];
+
+/// Small algorithm thresholds so that tiny inputs take every path:
+/// recursive doubling up to 256 bytes, ring above, 64-byte segments.
+pub fn tiny_algo() -> AlgoConfig {
+    AlgoConfig { small_allreduce_bytes: 256, small_broadcast_bytes: 256, segment_bytes: 64 }
+}
+
+pub fn opts(timeout: Duration, algo: AlgoConfig) -> CommOptions {
+    let mut o = CommOptions::new("test", timeout);
+    o.algo = algo;
+    o
+}
+
+pub fn loopback_comms(n: usize, algo: AlgoConfig) -> Vec<Communicator> {
+    loopback::mesh(n)
+        .into_iter()
+        .map(|t| Communicator::with_transport(Box::new(t), opts(Duration::from_secs(30), algo)).unwrap())
+        .collect()
+}
+
+pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
+    let store = Arc::new(MemStore::new());
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let store = store.clone();
+                s.spawn(move || {
+                    Communicator::bootstrap(
+                        store.as_ref(),
+                        r,
+                        n,
+                        opts(timeout, algo),
+                        "127.0.0.1".parse().unwrap(),
+                        None,
+                    )
+                    .unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Runs `f(rank, comm)` on one thread per rank and collects the results.
+pub fn on_ranks<R: Send>(comms: &[Communicator], f: impl Fn(usize, &Communicator) -> R + Sync) -> Vec<R> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms.iter().enumerate().map(|(r, c)| s.spawn(move || f(r, c))).collect();
+        hs.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+    })
+}
+
+/// A buffer of `dtype` holding `values` (converted the way torch would).
+pub fn buf(dtype: DType, values: &[f64]) -> Arc<SharedBuf> {
+    match dtype {
+        DType::F32 => SharedBuf::new(dtype, &values.iter().map(|&v| v as f32).collect::<Vec<_>>()),
+        DType::F64 => SharedBuf::new(dtype, values),
+        DType::F16 => SharedBuf::new(dtype, &values.iter().map(|&v| f16::from_f64(v)).collect::<Vec<_>>()),
+        DType::BF16 => SharedBuf::new(dtype, &values.iter().map(|&v| bf16::from_f64(v)).collect::<Vec<_>>()),
+        DType::U8 => SharedBuf::new(dtype, &values.iter().map(|&v| v as i64 as u8).collect::<Vec<_>>()),
+        DType::I8 => SharedBuf::new(dtype, &values.iter().map(|&v| v as i64 as i8).collect::<Vec<_>>()),
+        DType::I16 => SharedBuf::new(dtype, &values.iter().map(|&v| v as i64 as i16).collect::<Vec<_>>()),
+        DType::I32 => SharedBuf::new(dtype, &values.iter().map(|&v| v as i64 as i32).collect::<Vec<_>>()),
+        DType::I64 => SharedBuf::new(dtype, &values.iter().map(|&v| v as i64).collect::<Vec<_>>()),
+        DType::Bool => SharedBuf::new(dtype, &values.iter().map(|&v| (v != 0.0) as u8).collect::<Vec<_>>()),
+        DType::Other { .. } => panic!("no test values for {dtype}"),
+    }
+}
+
+/// The buffer's contents as f64 (panics if a tensor still holds it).
+pub fn read(dtype: DType, b: &SharedBuf) -> Vec<f64> {
+    let gone = "buffer still lent: the engine kept a tensor after finishing";
+    match dtype {
+        DType::F32 => b.to_vec::<f32>().expect(gone).into_iter().map(f64::from).collect(),
+        DType::F64 => b.to_vec::<f64>().expect(gone),
+        DType::F16 => b.to_vec::<f16>().expect(gone).into_iter().map(|v| v.to_f64()).collect(),
+        DType::BF16 => b.to_vec::<bf16>().expect(gone).into_iter().map(|v| v.to_f64()).collect(),
+        DType::U8 | DType::Bool => b.to_vec::<u8>().expect(gone).into_iter().map(f64::from).collect(),
+        DType::I8 => b.to_vec::<i8>().expect(gone).into_iter().map(f64::from).collect(),
+        DType::I16 => b.to_vec::<i16>().expect(gone).into_iter().map(f64::from).collect(),
+        DType::I32 => b.to_vec::<i32>().expect(gone).into_iter().map(f64::from).collect(),
+        DType::I64 => b.to_vec::<i64>().expect(gone).into_iter().map(|v| v as f64).collect(),
+        DType::Other { .. } => panic!("no test values for {dtype}"),
+    }
+}
+
+pub fn t(b: &Arc<SharedBuf>) -> Tensor {
+    b.tensor().expect("buffer already lent")
+}
+
+/// Values rank `r` contributes at index `i` for `op` on `dtype`: small
+/// integers, so every float type represents every partial result exactly.
+pub fn value(dtype: DType, op: ReduceOp, r: usize, i: usize) -> f64 {
+    if dtype == DType::Bool {
+        return (((r * 3 + i) % 4) != 0) as u8 as f64;
+    }
+    let unsigned = dtype == DType::U8;
+    match op {
+        ReduceOp::Product => (((r + 2 * i) % 3) + 1) as f64,
+        _ if unsigned => ((r * 7 + i * 3) % 13) as f64,
+        _ => (((r * 7 + i * 3) % 11) as i64 - 5) as f64,
+    }
+}
+
+pub fn values(dtype: DType, op: ReduceOp, r: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|i| value(dtype, op, r, i)).collect()
+}
+
+/// Wraps an exact integer result into the dtype's range, as the dtype's
+/// arithmetic would.
+fn wrap(dtype: DType, v: i64) -> f64 {
+    match dtype {
+        DType::U8 => v as u8 as f64,
+        DType::I8 => v as i8 as f64,
+        DType::I16 => v as i16 as f64,
+        DType::I32 => v as i32 as f64,
+        _ => v as f64,
+    }
+}
+
+/// Reference reduction of everyone's contribution.
+pub fn reference(dtype: DType, op: ReduceOp, contribs: &[Vec<f64>]) -> Vec<f64> {
+    let n = contribs.len();
+    let len = contribs[0].len();
+    (0..len)
+        .map(|i| {
+            let col: Vec<f64> = contribs.iter().map(|c| c[i]).collect();
+            if dtype == DType::Bool {
+                let b: Vec<bool> = col.iter().map(|&v| v != 0.0).collect();
+                let any = b.iter().any(|&x| x);
+                let all = b.iter().all(|&x| x);
+                let parity = b.iter().filter(|&&x| x).count() % 2 == 1;
+                return match op {
+                    ReduceOp::Sum | ReduceOp::Max | ReduceOp::BOr => any,
+                    ReduceOp::Product | ReduceOp::Min | ReduceOp::BAnd => all,
+                    ReduceOp::BXor => parity,
+                    ReduceOp::Avg => unreachable!(),
+                } as u8 as f64;
+            }
+            if dtype.is_float() {
+                return match op {
+                    ReduceOp::Sum => col.iter().sum(),
+                    ReduceOp::Avg => col.iter().sum::<f64>() / n as f64,
+                    ReduceOp::Product => col.iter().product(),
+                    ReduceOp::Min => col.iter().cloned().fold(f64::INFINITY, f64::min),
+                    ReduceOp::Max => col.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+                    _ => unreachable!(),
+                };
+            }
+            let ints: Vec<i64> = col.iter().map(|&v| v as i64).collect();
+            match op {
+                ReduceOp::Sum => wrap(dtype, ints.iter().sum()),
+                ReduceOp::Avg => {
+                    let s = wrap(dtype, ints.iter().sum()) as i64;
+                    (s / n as i64) as f64
+                }
+                ReduceOp::Product => wrap(dtype, ints.iter().fold(1i64, |a, &b| a.wrapping_mul(b))),
+                ReduceOp::Min => *ints.iter().min().unwrap() as f64,
+                ReduceOp::Max => *ints.iter().max().unwrap() as f64,
+                ReduceOp::BAnd => wrap(dtype, ints.iter().fold(-1i64, |a, &b| a & b)),
+                ReduceOp::BOr => wrap(dtype, ints.iter().fold(0i64, |a, &b| a | b)),
+                ReduceOp::BXor => wrap(dtype, ints.iter().fold(0i64, |a, &b| a ^ b)),
+            }
+        })
+        .collect()
+}
+
+/// Whether the engine supports `op` on `dtype` (bitwise ops need integers,
+/// AVG is not defined for bool).
+pub fn supported(dtype: DType, op: ReduceOp) -> bool {
+    rustccl::collectives::reduce::check(op, dtype).is_ok()
+}
+
+pub fn assert_close(dtype: DType, op: ReduceOp, got: &[f64], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let tol = match (op, dtype) {
+        (ReduceOp::Avg, DType::F16 | DType::BF16) => 0.02,
+        (ReduceOp::Avg, DType::F32) => 1e-5,
+        (ReduceOp::Avg, DType::F64) => 1e-12,
+        _ => 0.0,
+    };
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= tol * w.abs().max(1.0), "{what}: element {i}: got {g}, want {w}");
+    }
+}
+
+pub fn spec(kind: OpKind) -> OpSpec {
+    OpSpec::new(kind)
+}
+
+/// Submits one op and waits for it.
+pub fn run(c: &Communicator, s: OpSpec) {
+    c.submit(vec![s], None, None).unwrap().wait(None).unwrap();
+}

@@ -1,0 +1,193 @@
+//! Point-to-point matching over real sockets, and the failure paths:
+//! mismatched calls, timeouts and lost peers become errors that name the
+//! collective, the sequence number and the peer.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use rustccl::config::AlgoConfig;
+use rustccl::{DType, Error, OpKind, ReduceOp};
+
+fn send(c: &rustccl::Communicator, b: &std::sync::Arc<rustccl::tensor::SharedBuf>, to: usize, tag: i64) -> rustccl::Work {
+    let mut s = spec(OpKind::Send);
+    s.root = to as i64;
+    s.tag = tag;
+    s.inputs = vec![t(b)];
+    c.submit(vec![s], None, None).unwrap()
+}
+
+fn recv(c: &rustccl::Communicator, b: &std::sync::Arc<rustccl::tensor::SharedBuf>, from: Option<usize>, tag: i64) -> rustccl::Work {
+    let mut s = spec(OpKind::Recv);
+    s.root = from.map_or(-1, |f| f as i64);
+    s.tag = tag;
+    s.outputs = vec![t(b)];
+    c.submit(vec![s], None, None).unwrap()
+}
+
+#[test]
+fn tags_match_out_of_order_and_fifo_within_a_tag() {
+    let comms = tcp_comms(2, AlgoConfig::default(), Duration::from_secs(20));
+    on_ranks(&comms, |r, c| {
+        if r == 0 {
+            // tag 5 twice, then tag 3; plus a big message.
+            let a = buf(DType::I32, &[1.0, 2.0]);
+            let b = buf(DType::I32, &[3.0, 4.0]);
+            let d = buf(DType::I32, &[9.0]);
+            let big = buf(DType::F32, &(0..(3 << 20)).map(|i| i as f64).collect::<Vec<_>>());
+            for w in [send(c, &a, 1, 5), send(c, &b, 1, 5), send(c, &d, 1, 3), send(c, &big, 1, 7)] {
+                w.wait(None).unwrap();
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(50)); // let everything arrive unexpected
+            let d = buf(DType::I32, &[0.0]);
+            recv(c, &d, Some(0), 3).wait(None).unwrap();
+            assert_eq!(read(DType::I32, &d), vec![9.0]);
+            let first = buf(DType::I32, &[0.0, 0.0]);
+            let second = buf(DType::I32, &[0.0, 0.0]);
+            let w2 = recv(c, &first, Some(0), 5);
+            let w3 = recv(c, &second, None, 5);
+            w2.wait(None).unwrap();
+            w3.wait(None).unwrap();
+            assert_eq!(read(DType::I32, &first), vec![1.0, 2.0]);
+            assert_eq!(read(DType::I32, &second), vec![3.0, 4.0]);
+            assert_eq!(w3.source(), Some(0));
+            let big = buf(DType::F32, &vec![0.0; 3 << 20]);
+            recv(c, &big, Some(0), 7).wait(None).unwrap();
+            assert!(read(DType::F32, &big).iter().enumerate().all(|(i, &v)| v == i as f64));
+        }
+    });
+}
+
+#[test]
+fn simultaneous_large_exchange_does_not_deadlock() {
+    // Every rank posts big sends to every other rank before any receive.
+    let n = 3;
+    let len = 1 << 21;
+    let comms = tcp_comms(n, AlgoConfig::default(), Duration::from_secs(20));
+    on_ranks(&comms, |r, c| {
+        let srcs: Vec<_> = (0..n).map(|p| buf(DType::F32, &vec![(r * 10 + p) as f64; len])).collect();
+        let sends: Vec<_> = (0..n).filter(|&p| p != r).map(|p| send(c, &srcs[p], p, r as i64)).collect();
+        let dsts: Vec<_> = (0..n).map(|_| buf(DType::F32, &vec![0.0; len])).collect();
+        let recvs: Vec<_> = (0..n).filter(|&p| p != r).map(|p| (p, recv(c, &dsts[p], Some(p), p as i64))).collect();
+        for w in sends {
+            w.wait(None).unwrap();
+        }
+        for (p, w) in recvs {
+            w.wait(None).unwrap();
+            assert!(read(DType::F32, &dsts[p]).iter().all(|&v| v == (p * 10 + r) as f64), "from {p}");
+        }
+    });
+}
+
+#[test]
+fn recv_size_mismatch_is_an_error_and_the_link_keeps_working() {
+    let comms = tcp_comms(2, AlgoConfig::default(), Duration::from_secs(20));
+    on_ranks(&comms, |r, c| {
+        if r == 0 {
+            send(c, &buf(DType::I64, &[1.0, 2.0, 3.0]), 1, 0).wait(None).unwrap();
+            send(c, &buf(DType::I64, &[4.0]), 1, 0).wait(None).unwrap();
+        } else {
+            let small = buf(DType::I64, &[0.0]);
+            let e = recv(c, &small, Some(0), 0).wait(None).unwrap_err();
+            assert!(e.to_string().contains("rank 0 sent 24 bytes"), "{e}");
+            let ok = buf(DType::I64, &[0.0]);
+            recv(c, &ok, Some(0), 0).wait(None).unwrap();
+            assert_eq!(read(DType::I64, &ok), vec![4.0]);
+        }
+    });
+}
+
+#[test]
+fn mismatched_sizes_fail_and_poison_the_group() {
+    let comms = tcp_comms(2, AlgoConfig::default(), Duration::from_secs(10));
+    let errs = on_ranks(&comms, |r, c| {
+        let b = buf(DType::F32, &vec![1.0; 10 + r]);
+        let mut s = spec(OpKind::AllReduce);
+        s.inputs = vec![t(&b)];
+        let e = c.submit(vec![s], None, None).unwrap().wait(None).unwrap_err();
+        // a later collective fails fast with the same cause
+        let b2 = buf(DType::F32, &[1.0]);
+        let mut s = spec(OpKind::AllReduce);
+        s.inputs = vec![t(&b2)];
+        let t0 = Instant::now();
+        let e2 = c.submit(vec![s], None, None).unwrap().wait(None).unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(1));
+        assert!(matches!(e2, Error::Poisoned { .. }), "{e2}");
+        e
+    });
+    for e in errs {
+        let s = e.to_string();
+        assert!(matches!(e, Error::Protocol { .. }), "{s}");
+        assert!(s.contains("rustccl all_reduce (seq 0") && s.contains("different tensor sizes"), "{s}");
+    }
+}
+
+#[test]
+fn a_missing_rank_times_out_naming_it() {
+    let comms = tcp_comms(3, AlgoConfig::default(), Duration::from_millis(700));
+    let t0 = Instant::now();
+    let errs = on_ranks(&comms, |r, c| {
+        if r == 2 {
+            return None; // never joins
+        }
+        let b = buf(DType::F32, &[1.0; 4]);
+        let mut s = spec(OpKind::AllReduce);
+        s.inputs = vec![t(&b)];
+        Some(c.submit(vec![s], None, None).unwrap().wait(None).unwrap_err())
+    });
+    assert!(t0.elapsed() < Duration::from_secs(5), "timeout took {:?}", t0.elapsed());
+    for e in errs.into_iter().flatten() {
+        let s = e.to_string();
+        assert!(matches!(e, Error::Timeout { .. }), "{s}");
+        assert!(s.contains("timed out") && s.contains("rustccl all_reduce (seq 0"), "{s}");
+    }
+}
+
+#[test]
+fn a_dead_peer_fails_the_collective_promptly() {
+    let mut comms = tcp_comms(2, AlgoConfig::default(), Duration::from_secs(30));
+    let dead = comms.pop().unwrap();
+    let c = &comms[0];
+    let t0 = Instant::now();
+    let b = buf(DType::F32, &vec![1.0; 1 << 20]);
+    let mut s = spec(OpKind::AllReduce);
+    s.reduce_op = ReduceOp::Sum as i32;
+    s.inputs = vec![t(&b)];
+    let w = c.submit(vec![s], None, None).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    dead.shutdown(true);
+    drop(dead);
+    let e = w.wait(None).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+    assert!(matches!(e, Error::PeerLost { peer: 1, .. }), "{e}");
+    assert!(e.to_string().contains("rank 0 (this process) <-> rank 1"), "{e}");
+}
+
+#[test]
+fn bad_input_is_rejected_before_sending_and_the_group_keeps_working() {
+    let comms = tcp_comms(2, AlgoConfig::default(), Duration::from_secs(10));
+    on_ranks(&comms, |r, c| {
+        // root out of range
+        let b = buf(DType::F32, &[1.0]);
+        let mut s = spec(OpKind::Broadcast);
+        s.root = 7;
+        s.inputs = vec![t(&b)];
+        let e = c.submit(vec![s], None, None).err().unwrap();
+        assert!(e.to_string().contains("rustccl broadcast: root 7 is out of range"), "{e}");
+        // bitwise op on floats
+        let mut s = spec(OpKind::AllReduce);
+        s.reduce_op = ReduceOp::BAnd as i32;
+        s.inputs = vec![t(&b)];
+        let e = c.submit(vec![s], None, None).err().unwrap();
+        assert!(matches!(e, Error::Unsupported { .. }) && e.to_string().contains("BAND"), "{e}");
+        // the group still works, and no sequence number was used up
+        assert_eq!(c.seq(), 0);
+        let mut s = spec(OpKind::AllReduce);
+        s.inputs = vec![t(&b)];
+        run(c, s);
+        assert_eq!(read(DType::F32, &b), vec![2.0]);
+        let _ = r;
+    });
+}
