@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::types::Rank;
 
-pub type Callback = Box<dyn FnOnce(&Result<()>) + Send>;
+/// Runs once when the work finishes, with its result and, for receives,
+/// the rank the data came from.
+pub type Callback = Box<dyn FnOnce(&Result<()>, Option<Rank>) + Send>;
 
 struct State {
     result: Option<Result<()>>,
@@ -87,18 +89,18 @@ impl Work {
 
     /// Finishes the work. The first call wins; later ones are ignored.
     pub fn finish(&self, result: Result<()>) {
-        let callbacks = {
+        let (callbacks, source) = {
             let mut s = self.lock();
             if s.result.is_some() {
                 return;
             }
             s.finished = Some(Instant::now());
             s.result = Some(result.clone());
-            std::mem::take(&mut s.callbacks)
+            (std::mem::take(&mut s.callbacks), s.source)
         };
         self.0.cv.notify_all();
         for cb in callbacks {
-            cb(&result);
+            cb(&result, source);
         }
     }
 
@@ -114,19 +116,17 @@ impl Work {
     /// Runs `cb` once the work finishes (at once, on this thread, if it
     /// already has).
     pub fn on_complete(&self, cb: Callback) {
-        let done = {
+        let (r, source) = {
             let mut s = self.lock();
             match &s.result {
-                Some(r) => Some(r.clone()),
+                Some(r) => (r.clone(), s.source),
                 None => {
                     s.callbacks.push(cb);
                     return;
                 }
             }
         };
-        if let Some(r) = done {
-            cb(&r);
-        }
+        cb(&r, source);
     }
 
     /// Blocks until the work finishes, or `timeout` passes
@@ -164,7 +164,7 @@ pub fn join(op: &'static str, seq: u64, parts: Vec<Work>) -> Work {
     for p in parts {
         let all = all.clone();
         let left = left.clone();
-        p.on_complete(Box::new(move |r| {
+        p.on_complete(Box::new(move |r, _| {
             let done = {
                 let mut l = left.lock().unwrap_or_else(|p| p.into_inner());
                 l.0 -= 1;
@@ -192,7 +192,7 @@ mod tests {
         let hits = Arc::new(AtomicUsize::new(0));
         let h = hits.clone();
         let w2 = w.clone();
-        w.on_complete(Box::new(move |r| {
+        w.on_complete(Box::new(move |r, _| {
             assert!(r.is_ok());
             // The state is visible to a callback, so waiting here returns.
             assert!(w2.wait(None).is_ok());
@@ -208,7 +208,7 @@ mod tests {
         assert_eq!(hits.load(Ordering::SeqCst), 1);
         // late registration runs at once
         let h = hits.clone();
-        w.on_complete(Box::new(move |_| {
+        w.on_complete(Box::new(move |_, _| {
             h.fetch_add(1, Ordering::SeqCst);
         }));
         assert_eq!(hits.load(Ordering::SeqCst), 2);

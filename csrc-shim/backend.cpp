@@ -1,0 +1,609 @@
+// See backend.hpp. Every collective builds a Submission (DLPack exports +
+// descriptors), hands it to rustccl_submit, and returns a Work whose future
+// the engine completes through Work::onDone.
+#include "backend.hpp"
+
+#include <ATen/DLConvertor.h>
+#include <ATen/MemoryOverlap.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/library.h>
+
+namespace rustccl {
+namespace {
+
+[[noreturn]] void throwStatus(int32_t status, const std::string& msg) {
+  switch (status) {
+    case RUSTCCL_TIMEOUT:
+    case RUSTCCL_BACKEND:
+    case RUSTCCL_WAIT_TIMEOUT:
+      C10_THROW_ERROR(DistBackendError, msg);
+    case RUSTCCL_NETWORK:
+      C10_THROW_ERROR(DistNetworkError, msg);
+    default:
+      TORCH_CHECK(false, msg);
+  }
+}
+
+std::exception_ptr makeException(int32_t status, const std::string& msg) {
+  try {
+    throwStatus(status, msg);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+c10::TypePtr tensorListType() { return c10::ListType::create(c10::TensorType::get()); }
+
+bool isSupportedDtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong: case at::kBool:
+    case at::kUInt16: case at::kUInt32: case at::kUInt64:
+    case at::kComplexHalf: case at::kComplexFloat: case at::kComplexDouble:
+    case at::kFloat8_e5m2: case at::kFloat8_e4m3fn: case at::kFloat8_e5m2fnuz: case at::kFloat8_e4m3fnuz:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// What only torch can see: layout, device, dtype family.
+void checkTensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.defined(), "rustccl ", op, ": got an undefined tensor");
+  TORCH_CHECK(t.layout() == c10::kStrided, "rustccl ", op, ": ", t.layout(),
+              " tensors are not supported; only dense (strided) tensors are");
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "rustccl ", op, ": tensors on device ",
+              t.device(), " are not supported (cpu and cuda only)");
+  TORCH_CHECK(!t.is_quantized(), "rustccl ", op, ": quantized tensors are not supported");
+  TORCH_CHECK(isSupportedDtype(t.scalar_type()), "rustccl ", op, ": dtype ", t.scalar_type(),
+              " is not supported");
+}
+
+bool needsStaging(const at::Tensor& t) {
+  if (!t.is_contiguous()) return true;
+  if (t.numel() == 0) return false;
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % t.element_size() != 0;
+}
+
+void checkOne(const std::vector<at::Tensor>& v, const char* op) {
+  TORCH_CHECK(v.size() == 1, "rustccl ", op, ": expected exactly one tensor, got ", v.size(),
+              " (one tensor per process)");
+}
+
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& v) {
+  std::vector<at::Tensor> out;
+  for (const auto& l : v) out.insert(out.end(), l.begin(), l.end());
+  return out;
+}
+
+}  // namespace
+
+void Staging::finish() {
+  for (auto& [user, staged] : copy_back) user.copy_(staged);
+}
+
+// One call into the engine: any number of operations submitted as one work.
+class Submission {
+ public:
+  Submission(Backend& b, const char* op, c10d::OpType type, const char* title)
+      : b_(b), op_(op), type_(type), title_(title) {}
+
+  ~Submission() {
+    if (handed_) return;
+    for (auto& o : ops_) {
+      for (auto* t : o.ins) t->deleter(t);
+      for (auto* t : o.outs) t->deleter(t);
+    }
+  }
+
+  // Starts a new operation of this submission.
+  Submission& add(int32_t kind, int32_t reduce_op = 0, int64_t root = 0, int64_t tag = 0) {
+    ops_.push_back(Op{kind, reduce_op, root, tag, {}, {}, {}, {}});
+    return *this;
+  }
+  Submission& splits(std::vector<int64_t> in, std::vector<int64_t> out) {
+    ops_.back().in_splits = std::move(in);
+    ops_.back().out_splits = std::move(out);
+    return *this;
+  }
+
+  // A tensor the engine only reads.
+  Submission& in(const at::Tensor& t) {
+    checkTensor(t, op_);
+    profiled_.push_back(t);
+    ops_.back().ins.push_back(exportTensor(needsStaging(t) ? t.contiguous() : t));
+    return *this;
+  }
+
+  // A tensor the engine writes.
+  Submission& out(const at::Tensor& t) {
+    ops_.back().outs.push_back(exportTensor(writable(t, false)));
+    return *this;
+  }
+
+  // A tensor the engine reads and writes in place (all_reduce, broadcast).
+  Submission& inout(const at::Tensor& t) {
+    profiled_.push_back(t);
+    ops_.back().ins.push_back(exportTensor(writable(t, true)));
+    return *this;
+  }
+
+  Submission& ins(const std::vector<at::Tensor>& v) {
+    for (const auto& t : v) in(t);
+    return *this;
+  }
+  Submission& outs(const std::vector<at::Tensor>& v) {
+    for (const auto& t : v) out(t);
+    return *this;
+  }
+
+  // Hands everything to the engine; `result` is what the future yields.
+  c10::intrusive_ptr<c10d::Work> submit(std::vector<at::Tensor> result, std::chrono::milliseconds timeout) {
+    auto work = c10::make_intrusive<Work>(b_.getRank(), type_, title_, profiled_, std::move(result),
+                                          std::move(staging_));
+    std::vector<RustcclOpDesc> descs;
+    descs.reserve(ops_.size());
+    for (auto& o : ops_) {
+      RustcclOpDesc d{};
+      d.kind = o.kind;
+      d.reduce_op = o.reduce_op;
+      d.root = o.root;
+      d.tag = o.tag;
+      d.inputs = o.ins.data();
+      d.n_inputs = o.ins.size();
+      d.outputs = o.outs.data();
+      d.n_outputs = o.outs.size();
+      d.in_splits = o.in_splits.data();
+      d.n_in_splits = o.in_splits.size();
+      d.out_splits = o.out_splits.data();
+      d.n_out_splits = o.out_splits.size();
+      descs.push_back(d);
+    }
+    // The context keeps the work alive until the engine is done with it.
+    auto* ctx = new c10::intrusive_ptr<Work>(work);
+    ::RustcclWork* handle = nullptr;
+    handed_ = true;  // the engine owns every export from here on
+    int32_t rc = rustccl_submit(b_.comm_, descs.data(), descs.size(), b_.effective(timeout).count(),
+                                &Work::onDone, ctx, &handle);
+    if (rc != RUSTCCL_OK) {
+      delete ctx;
+      throwStatus(rc, rustccl_last_error());
+    }
+    work->setHandle(handle);
+    return b_.track(work);
+  }
+
+ private:
+  struct Op {
+    int32_t kind;
+    int32_t reduce_op;
+    int64_t root;
+    int64_t tag;
+    std::vector<DLManagedTensor*> ins;
+    std::vector<DLManagedTensor*> outs;
+    std::vector<int64_t> in_splits;
+    std::vector<int64_t> out_splits;
+  };
+
+  // The tensor the engine may write for `t`: `t` itself, or a contiguous
+  // copy (with `t`'s data if `keep`) copied back on completion.
+  at::Tensor writable(const at::Tensor& t, bool keep) {
+    checkTensor(t, op_);
+    TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, "rustccl ", op_,
+                ": an output tensor has elements that share memory (e.g. an expanded tensor)");
+    if (!needsStaging(t)) return t;
+    at::Tensor staged =
+        keep ? t.contiguous() : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+    staging_.copy_back.emplace_back(t, staged);
+    return staged;
+  }
+
+  DLManagedTensor* exportTensor(const at::Tensor& t) {
+    try {
+      return at::toDLPack(t);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "rustccl ", op_, ": cannot pass a ", t.scalar_type(), " tensor to the engine: ",
+                  e.what_without_backtrace());
+    }
+  }
+
+  Backend& b_;
+  const char* op_;
+  c10d::OpType type_;
+  const char* title_;
+  std::vector<Op> ops_;
+  std::vector<at::Tensor> profiled_;
+  Staging staging_;
+  bool handed_ = false;
+};
+
+// ------------------------------------------------------------------ Work
+
+Work::Work(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& profiled,
+           std::vector<at::Tensor> outputs, Staging staging)
+    : c10d::Work(rank, type, title, std::optional<std::vector<at::Tensor>>(profiled)),
+      outputs_(std::move(outputs)),
+      staging_(std::move(staging)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {}
+
+Work::~Work() {
+  if (handle_ != nullptr) rustccl_work_release(handle_);
+}
+
+void Work::setHandle(::RustcclWork* h) { handle_ = h; }
+
+void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source_rank) {
+  auto* holder = static_cast<c10::intrusive_ptr<Work>*>(ctx);
+  c10::intrusive_ptr<Work> self = std::move(*holder);
+  delete holder;
+  try {
+    self->source_rank_.store(source_rank);
+    if (status == RUSTCCL_OK) {
+      self->staging_.finish();
+    }
+    if (self->recordFunctionEndCallback_) {
+      self->recordFunctionEndCallback_();
+      self->recordFunctionEndCallback_ = nullptr;
+    }
+    self->staging_.copy_back.clear();
+    if (status == RUSTCCL_OK) {
+      self->future_->markCompleted(c10::IValue(self->outputs_));
+    } else {
+      self->future_->setError(makeException(status, message != nullptr ? message : "rustccl: unknown error"));
+    }
+  } catch (...) {
+    // Never let an exception reach the engine's thread.
+    try {
+      self->future_->setErrorIfNeeded(std::current_exception());
+    } catch (...) {
+    }
+  }
+}
+
+bool Work::isCompleted() { return future_->completed(); }
+
+bool Work::isSuccess() const { return future_->completed() && !future_->hasError(); }
+
+std::exception_ptr Work::exception() const {
+  return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+}
+
+int Work::sourceRank() const {
+  int r = source_rank_.load();
+  TORCH_CHECK(r >= 0, "rustccl: sourceRank() is only known for a finished recv");
+  return r;
+}
+
+std::vector<at::Tensor> Work::result() { return outputs_; }
+
+void Work::synchronize() {}
+
+bool Work::wait(std::chrono::milliseconds timeout) {
+  if (handle_ != nullptr) {
+    int64_t ms = timeout == kNoTimeout ? -1 : timeout.count();
+    int32_t rc = rustccl_work_wait(handle_, ms);
+    if (rc == RUSTCCL_WAIT_TIMEOUT) throwStatus(rc, rustccl_last_error());
+  }
+  // The engine completes the future right after its own state; wait for it
+  // so that copies back into the caller's tensors are visible.
+  future_->wait();
+  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() { return future_; }
+
+// ------------------------------------------------------------ CoalescedWork
+
+CoalescedWork::CoalescedWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works)
+    : c10d::Work(rank, c10d::OpType::COALESCED), works_(std::move(works)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {
+  auto remaining = std::make_shared<std::atomic<size_t>>(works_.size());
+  auto fut = future_;
+  auto all = works_;
+  if (works_.empty()) {
+    future_->markCompleted(c10::IValue(std::vector<at::Tensor>{}));
+    return;
+  }
+  for (auto& w : works_) {
+    w->getFuture()->addCallback([remaining, fut, all](c10::ivalue::Future& f) {
+      if (f.hasError()) {
+        fut->setErrorIfNeeded(f.exception_ptr());
+      }
+      if (remaining->fetch_sub(1) == 1 && !fut->completed()) {
+        std::vector<at::Tensor> outs;
+        for (auto& x : all) {
+          auto r = x->result();
+          outs.insert(outs.end(), r.begin(), r.end());
+        }
+        try {
+          fut->markCompleted(c10::IValue(outs));
+        } catch (...) {
+        }
+      }
+    });
+  }
+}
+
+bool CoalescedWork::isCompleted() { return future_->completed(); }
+bool CoalescedWork::isSuccess() const { return future_->completed() && !future_->hasError(); }
+std::exception_ptr CoalescedWork::exception() const {
+  return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+}
+std::vector<at::Tensor> CoalescedWork::result() {
+  std::vector<at::Tensor> outs;
+  for (auto& w : works_) {
+    auto r = w->result();
+    outs.insert(outs.end(), r.begin(), r.end());
+  }
+  return outs;
+}
+bool CoalescedWork::wait(std::chrono::milliseconds timeout) {
+  for (auto& w : works_) w->wait(timeout);
+  future_->wait();
+  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+  return true;
+}
+c10::intrusive_ptr<c10::ivalue::Future> CoalescedWork::getFuture() { return future_; }
+
+// ---------------------------------------------------------------- Backend
+
+Backend::Backend(const RustcclComm* comm, int rank, int size, std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size), comm_(comm), timeout_(timeout) {
+  init();
+}
+
+Backend::~Backend() { rustccl_comm_release(comm_); }
+
+std::chrono::milliseconds Backend::effective(std::chrono::milliseconds t) const {
+  return t == c10d::kUnsetTimeout ? timeout_ : t;
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::track(c10::intrusive_ptr<c10d::Work> w) {
+  std::lock_guard<std::mutex> g(coalescing_mu_);
+  if (coalescing_) coalesced_.push_back(w);
+  return w;
+}
+
+void Backend::startCoalescing() {
+  std::lock_guard<std::mutex> g(coalescing_mu_);
+  TORCH_CHECK(!coalescing_, "rustccl: startCoalescing called twice without endCoalescing");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::endCoalescing() {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  {
+    std::lock_guard<std::mutex> g(coalescing_mu_);
+    TORCH_CHECK(coalescing_, "rustccl: endCoalescing called without startCoalescing");
+    coalescing_ = false;
+    works.swap(coalesced_);
+  }
+  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+}
+
+uint64_t Backend::getSequenceNumberForGroup() { return rustccl_comm_seq(comm_); }
+
+void Backend::abort() { rustccl_comm_shutdown(comm_, 1); }
+
+void Backend::shutdown() { rustccl_comm_shutdown(comm_, 0); }
+
+c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
+                                                  const c10d::BroadcastOptions& opts) {
+  checkOne(tensors, "broadcast");
+  Submission s(*this, "broadcast", c10d::OpType::BROADCAST, "rustccl:broadcast");
+  s.add(RUSTCCL_BROADCAST, 0, opts.rootRank).inout(tensors[0]);
+  return s.submit(tensors, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) {
+  checkOne(tensors, "all_reduce");
+  Submission s(*this, "all_reduce", c10d::OpType::ALLREDUCE, "rustccl:all_reduce");
+  s.add(RUSTCCL_ALL_REDUCE, opts.reduceOp.op_).inout(tensors[0]);
+  return s.submit(tensors, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce_sparse(std::vector<at::Tensor>&, const c10d::AllreduceOptions&) {
+  TORCH_CHECK(false, "rustccl all_reduce: sparse tensors are not supported; only dense (strided) tensors are");
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                            const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "rustccl all_reduce_coalesced: no tensors given");
+  Submission s(*this, "all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, "rustccl:all_reduce_coalesced");
+  s.add(RUSTCCL_ALL_REDUCE, opts.reduceOp.op_);
+  for (auto& t : tensors) s.inout(t);
+  return s.submit(tensors, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  checkOne(tensors, "reduce");
+  Submission s(*this, "reduce", c10d::OpType::REDUCE, "rustccl:reduce");
+  s.add(RUSTCCL_REDUCE, opts.reduceOp.op_, opts.rootRank).inout(tensors[0]);
+  return s.submit(tensors, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                  std::vector<at::Tensor>& inputs,
+                                                  const c10d::AllgatherOptions& opts) {
+  checkOne(inputs, "all_gather");
+  TORCH_CHECK(outputs.size() == 1, "rustccl all_gather: expected one output list, got ", outputs.size());
+  Submission s(*this, "all_gather", c10d::OpType::ALLGATHER, "rustccl:all_gather");
+  s.add(RUSTCCL_ALL_GATHER).in(inputs[0]).outs(outputs[0]);
+  return s.submit(outputs[0], opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                        const c10d::AllgatherOptions& opts) {
+  Submission s(*this, "all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, "rustccl:all_gather_into_tensor");
+  s.add(RUSTCCL_ALL_GATHER).in(input).out(output);
+  return s.submit({output}, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllgatherOptions& opts) {
+  // outputs[r][i] receives input i of rank r.
+  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "rustccl all_gather_coalesced: expected ",
+              getSize(), " output lists (one per rank), got ", outputs.size());
+  for (const auto& l : outputs) {
+    TORCH_CHECK(l.size() == inputs.size(), "rustccl all_gather_coalesced: every output list needs ",
+                inputs.size(), " tensors, one per input");
+  }
+  Submission s(*this, "all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, "rustccl:all_gather_coalesced");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    s.add(RUSTCCL_ALL_GATHER).in(inputs[i]);
+    for (auto& l : outputs) s.out(l[i]);
+  }
+  return s.submit(flatten(outputs), opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                        std::vector<at::Tensor>& inputs,
+                                                                        const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "rustccl all_gather_into_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  Submission s(*this, "all_gather_into_tensor_coalesced", c10d::OpType::COALESCED,
+               "rustccl:all_gather_into_tensor_coalesced");
+  for (size_t i = 0; i < inputs.size(); ++i) s.add(RUSTCCL_ALL_GATHER).in(inputs[i]).out(outputs[i]);
+  return s.submit(outputs, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                               std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  checkOne(inputs, "gather");
+  Submission s(*this, "gather", c10d::OpType::GATHER, "rustccl:gather");
+  s.add(RUSTCCL_GATHER, 0, opts.rootRank).in(inputs[0]);
+  std::vector<at::Tensor> result;
+  if (getRank() == opts.rootRank) {
+    TORCH_CHECK(outputs.size() == 1, "rustccl gather: the root needs one output list, got ", outputs.size());
+    s.outs(outputs[0]);
+    result = outputs[0];
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "rustccl gather: only the root (rank ", opts.rootRank, ") passes a gather list");
+  }
+  return s.submit(result, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ScatterOptions& opts) {
+  checkOne(outputs, "scatter");
+  Submission s(*this, "scatter", c10d::OpType::SCATTER, "rustccl:scatter");
+  s.add(RUSTCCL_SCATTER, 0, opts.rootRank);
+  if (getRank() == opts.rootRank) {
+    TORCH_CHECK(inputs.size() == 1, "rustccl scatter: the root needs one scatter list, got ", inputs.size());
+    s.ins(inputs[0]);
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "rustccl scatter: only the root (rank ", opts.rootRank, ") passes a scatter list");
+  }
+  s.out(outputs[0]);
+  return s.submit(outputs, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                       std::vector<std::vector<at::Tensor>>& inputs,
+                                                       const c10d::ReduceScatterOptions& opts) {
+  checkOne(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1, "rustccl reduce_scatter: expected one input list, got ", inputs.size());
+  Submission s(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, "rustccl:reduce_scatter");
+  s.add(RUSTCCL_REDUCE_SCATTER, opts.reduceOp.op_).ins(inputs[0]).out(outputs[0]);
+  return s.submit(outputs, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                             const c10d::ReduceScatterOptions& opts) {
+  Submission s(*this, "reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, "rustccl:reduce_scatter_tensor");
+  s.add(RUSTCCL_REDUCE_SCATTER, opts.reduceOp.op_).in(input).out(output);
+  return s.submit({output}, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                        std::vector<at::Tensor>& inputs,
+                                                                        const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "rustccl reduce_scatter_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  Submission s(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED,
+               "rustccl:reduce_scatter_tensor_coalesced");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    s.add(RUSTCCL_REDUCE_SCATTER, opts.reduceOp.op_).in(inputs[i]).out(outputs[i]);
+  }
+  return s.submit(outputs, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                      std::vector<int64_t>& output_splits,
+                                                      std::vector<int64_t>& input_splits,
+                                                      const c10d::AllToAllOptions& opts) {
+  Submission s(*this, "all_to_all_single", c10d::OpType::ALLTOALL_BASE, "rustccl:all_to_all_single");
+  s.add(RUSTCCL_ALL_TO_ALL).splits(input_splits, output_splits).in(input).out(output);
+  return s.submit({output}, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                 const c10d::AllToAllOptions& opts) {
+  Submission s(*this, "all_to_all", c10d::OpType::ALLTOALL, "rustccl:all_to_all");
+  s.add(RUSTCCL_ALL_TO_ALL).ins(inputs).outs(outputs);
+  return s.submit(outputs, opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  checkOne(tensors, "send");
+  Submission s(*this, "send", c10d::OpType::SEND, "rustccl:send");
+  s.add(RUSTCCL_SEND, 0, dst, tag).in(tensors[0]);
+  return s.submit(tensors, c10d::kUnsetTimeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  checkOne(tensors, "recv");
+  Submission s(*this, "recv", c10d::OpType::RECV, "rustccl:recv");
+  s.add(RUSTCCL_RECV, 0, src, tag).out(tensors[0]);
+  return s.submit(tensors, c10d::kUnsetTimeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  checkOne(tensors, "recv");
+  Submission s(*this, "recv", c10d::OpType::RECVANYSOURCE, "rustccl:recv");
+  s.add(RUSTCCL_RECV, 0, -1, tag).out(tensors[0]);
+  return s.submit(tensors, c10d::kUnsetTimeout);
+}
+
+c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
+  Submission s(*this, "barrier", c10d::OpType::BARRIER, "rustccl:barrier");
+  s.add(RUSTCCL_BARRIER);
+  return s.submit({}, opts.timeout);
+}
+
+// ------------------------------------------------------------ registration
+
+namespace {
+
+// Wraps a communicator handle from Python (`Communicator._into_raw()`) in
+// a Backend, registered for CPU and CUDA in a ProcessGroup so that Python
+// can unbox it and take the Backend out.
+c10::intrusive_ptr<c10d::ProcessGroup> createProcessGroup(int64_t comm, int64_t rank, int64_t size,
+                                                          int64_t timeout_ms) {
+  TORCH_CHECK(comm != 0, "rustccl: null communicator handle");
+  auto backend = c10::make_intrusive<Backend>(reinterpret_cast<const RustcclComm*>(comm), static_cast<int>(rank),
+                                              static_cast<int>(size), std::chrono::milliseconds(timeout_ms));
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(static_cast<int>(rank), static_cast<int>(size));
+  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::CUSTOM, backend);
+  pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::CUSTOM, backend);
+  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::CUSTOM);
+  return pg;
+}
+
+}  // namespace
+}  // namespace rustccl
+
+TORCH_LIBRARY(rustccl, m) {
+  m.def(
+      "_create_process_group(int comm, int rank, int size, int timeout_ms) -> "
+      "__torch__.torch.classes.c10d.ProcessGroup",
+      &rustccl::createProcessGroup);
+}

@@ -1,0 +1,81 @@
+// The C ABI between the c10d shim and the Rust engine (src/capi/mod.rs).
+// Numeric values of kinds, reduce ops and status codes are shared with
+// src/types.rs and src/error.rs.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct DLManagedTensor;
+typedef struct RustcclComm RustcclComm;
+typedef struct RustcclWork RustcclWork;
+
+enum RustcclKind {
+  RUSTCCL_ALL_REDUCE = 0,
+  RUSTCCL_BROADCAST = 1,
+  RUSTCCL_REDUCE = 2,
+  RUSTCCL_ALL_GATHER = 3,
+  RUSTCCL_REDUCE_SCATTER = 4,
+  RUSTCCL_ALL_TO_ALL = 5,
+  RUSTCCL_GATHER = 6,
+  RUSTCCL_SCATTER = 7,
+  RUSTCCL_SEND = 8,
+  RUSTCCL_RECV = 9,
+  RUSTCCL_BARRIER = 10,
+};
+
+enum RustcclStatus {
+  RUSTCCL_OK = 0,
+  RUSTCCL_INVALID_ARGUMENT = 1,
+  RUSTCCL_UNSUPPORTED = 2,
+  RUSTCCL_TIMEOUT = 3,
+  RUSTCCL_NETWORK = 4,
+  RUSTCCL_BACKEND = 5,
+  RUSTCCL_WAIT_TIMEOUT = 6,
+  RUSTCCL_INTERNAL = 7,
+};
+
+typedef struct {
+  int32_t kind;       // RustcclKind
+  int32_t reduce_op;  // c10d::ReduceOp::RedOpType
+  int64_t root;       // root rank, or peer of send / recv (-1: any source)
+  int64_t tag;
+  DLManagedTensor* const* inputs;
+  size_t n_inputs;
+  DLManagedTensor* const* outputs;
+  size_t n_outputs;
+  const int64_t* in_splits;  // all_to_all split sizes (rows of dim 0)
+  size_t n_in_splits;
+  const int64_t* out_splits;
+  size_t n_out_splits;
+} RustcclOpDesc;
+
+typedef void (*RustcclDoneFn)(void* ctx, int32_t status, const char* message, int32_t source_rank);
+
+// Message of the last failed call on this thread; never NULL.
+const char* rustccl_last_error(void);
+
+void rustccl_comm_release(const RustcclComm* comm);
+void rustccl_comm_shutdown(const RustcclComm* comm, int32_t abort);
+uint64_t rustccl_comm_seq(const RustcclComm* comm);
+
+// Takes ownership of every tensor in `ops`, also on failure. On success
+// sets *out_work and calls done(ctx, ...) exactly once, possibly on another
+// thread and possibly before returning. On failure returns a status, sets
+// the last error and never calls `done`.
+int32_t rustccl_submit(const RustcclComm* comm, const RustcclOpDesc* ops, size_t n_ops,
+                       int64_t timeout_ms, RustcclDoneFn done, void* ctx, RustcclWork** out_work);
+
+// timeout_ms < 0: no bound.
+int32_t rustccl_work_wait(const RustcclWork* work, int64_t timeout_ms);
+int32_t rustccl_work_is_completed(const RustcclWork* work);
+int32_t rustccl_work_source_rank(const RustcclWork* work);
+void rustccl_work_release(RustcclWork* work);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,60 @@
+"""Registration of the ``rustccl`` backend with ``torch.distributed``.
+
+torch calls :func:`_create_backend` once per process group (the default
+group and every ``new_group``) with the group's store, rank, size and
+timeout. The Rust engine runs its rendezvous through that store, connects
+to every peer, and the C++ shim wraps the resulting communicator in a
+``c10d::Backend``; torch registers it for CPU and CUDA tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, ProcessGroup
+
+from ._rustccl import Communicator
+
+BACKEND_NAME = "rustccl"
+
+
+def _store_host(store) -> str | None:
+    """The host of the TCPStore behind ``store`` (through PrefixStores), or
+    MASTER_ADDR: rustccl listens on the interface that reaches it."""
+    s = store
+    for _ in range(16):
+        if isinstance(s, PrefixStore):
+            s = s.underlying_store
+        else:
+            break
+    host = getattr(s, "host", None)
+    if isinstance(host, str) and host:
+        return host
+    return os.environ.get("MASTER_ADDR") or None
+
+
+def _seconds(t) -> float:
+    if isinstance(t, timedelta):
+        return t.total_seconds()
+    return float(t)
+
+
+def _create_backend(opts, backend_options=None):
+    rank, size = opts.group_rank, opts.group_size
+    timeout_s = _seconds(opts.timeout)
+    group = str(opts.group_id) if opts.group_id is not None else "default"
+    comm = Communicator.bootstrap(opts.store, rank, size, timeout_s, group, _store_host(opts.store))
+    boxed = torch.ops.rustccl._create_process_group(comm._into_raw(), rank, size, int(timeout_s * 1000))
+    pg = ProcessGroup.unbox(boxed)
+    return pg._get_backend(torch.device("cpu"))
+
+
+def register() -> None:
+    """Registers the backend under the name ``"rustccl"`` (idempotent)."""
+    plugins = getattr(dist.Backend, "_plugins", {})
+    if BACKEND_NAME.upper() in plugins:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])

@@ -1,0 +1,292 @@
+//! The C ABI the C++ c10d shim calls (declared in `csrc-shim/rustccl.h`).
+//!
+//! Rules: every function catches panics and reports them as a status code;
+//! errors leave their message in a thread-local buffer read through
+//! `rustccl_last_error`; `rustccl_submit` owns every DLPack export handed to
+//! it from the moment it is called, also when it fails.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlpack_rs::ffi::DLManagedTensor;
+
+use crate::collectives::OpSpec;
+use crate::error::{Code, Error};
+use crate::tensor::Tensor;
+use crate::types::OpKind;
+use crate::work::Work;
+use crate::Communicator;
+
+/// Opaque to C: stands for a leaked `Arc<Communicator>`.
+pub struct RustcclComm {
+    _private: [u8; 0],
+}
+/// Opaque to C: a boxed `Work`.
+pub struct RustcclWork(Work);
+
+#[repr(C)]
+pub struct RustcclOpDesc {
+    pub kind: i32,
+    pub reduce_op: i32,
+    pub root: i64,
+    pub tag: i64,
+    pub inputs: *const *mut DLManagedTensor,
+    pub n_inputs: usize,
+    pub outputs: *const *mut DLManagedTensor,
+    pub n_outputs: usize,
+    pub in_splits: *const i64,
+    pub n_in_splits: usize,
+    pub out_splits: *const i64,
+    pub n_out_splits: usize,
+}
+
+/// Called once when a submitted work finishes: status 0 or an error code,
+/// the error message (valid during the call), and the source rank of a
+/// receive (-1 otherwise).
+pub type RustcclDoneFn = extern "C" fn(ctx: *mut c_void, status: i32, message: *const c_char, source_rank: i32);
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+fn fail(e: &Error) -> i32 {
+    set_last_error(&e.to_string());
+    e.code() as i32
+}
+
+fn guarded(what: &str, f: impl FnOnce() -> i32) -> i32 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(code) => code,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            set_last_error(&format!("rustccl internal error: {what} panicked: {msg}"));
+            Code::Internal as i32
+        }
+    }
+}
+
+/// The message of the last failed call on this thread (never null).
+#[no_mangle]
+pub extern "C" fn rustccl_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Wraps a communicator for the shim (called from `py`).
+pub(crate) fn comm_into_raw(c: Arc<Communicator>) -> usize {
+    // The shim receives an Arc<RustcclComm>-like pointer: store the Arc.
+    Arc::into_raw(c) as usize
+}
+
+fn comm<'a>(c: *const RustcclComm) -> &'a Communicator {
+    // SAFETY: `c` came from `comm_into_raw` (an `Arc<Communicator>` leaked
+    // for the shim) and is released only by `rustccl_comm_release`, after
+    // the last call that uses it.
+    unsafe { &*(c as *const Communicator) }
+}
+
+#[no_mangle]
+pub extern "C" fn rustccl_comm_release(c: *const RustcclComm) {
+    if c.is_null() {
+        return;
+    }
+    let _ = catch_unwind(|| {
+        // SAFETY: see `comm`; this is the shim's single release.
+        drop(unsafe { Arc::from_raw(c as *const Communicator) });
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn rustccl_comm_shutdown(c: *const RustcclComm, abort: i32) {
+    if c.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| comm(c).shutdown(abort != 0)));
+}
+
+#[no_mangle]
+pub extern "C" fn rustccl_comm_seq(c: *const RustcclComm) -> u64 {
+    if c.is_null() {
+        return 0;
+    }
+    catch_unwind(AssertUnwindSafe(|| comm(c).seq())).unwrap_or(0)
+}
+
+/// Takes ownership of `n` exports at `p` as tensors. Every pointer is
+/// consumed even if an earlier one is bad.
+///
+/// # Safety
+/// `p` points to `n` `DLManagedTensor*` that the caller hands over.
+unsafe fn take_tensors(op: &'static str, p: *const *mut DLManagedTensor, n: usize) -> Result<Vec<Tensor>, Error> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() {
+        return Err(Error::Internal(format!("{op}: null tensor array")));
+    }
+    let ptrs = std::slice::from_raw_parts(p, n);
+    let mut out = Vec::with_capacity(n);
+    let mut first_err = None;
+    for &t in ptrs {
+        match Tensor::from_managed(t) {
+            Ok(t) => out.push(t),
+            Err(why) => {
+                first_err.get_or_insert(Error::unsupported(op, why));
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// # Safety
+/// `p` points to `n` i64 (or is null when `n == 0`).
+unsafe fn i64s(p: *const i64, n: usize) -> Vec<i64> {
+    if n == 0 || p.is_null() {
+        Vec::new()
+    } else {
+        std::slice::from_raw_parts(p, n).to_vec()
+    }
+}
+
+struct DoneCtx(*mut c_void);
+// SAFETY: the shim's context is an opaque heap object that its callback
+// accepts from any thread.
+unsafe impl Send for DoneCtx {}
+
+/// Submits `n_ops` operations as one work. On success stores the work in
+/// `*out_work` and will call `done(ctx, ...)` exactly once (maybe before
+/// this returns, on another thread). On failure returns an error code,
+/// never calls `done`, and has released every tensor.
+///
+/// # Safety
+/// `comm` comes from the shim's communicator handle; `ops` points to
+/// `n_ops` descriptors whose arrays are valid for this call; the tensors
+/// become rustccl's.
+#[no_mangle]
+pub unsafe extern "C" fn rustccl_submit(
+    comm_ptr: *const RustcclComm,
+    ops: *const RustcclOpDesc,
+    n_ops: usize,
+    timeout_ms: i64,
+    done: Option<RustcclDoneFn>,
+    ctx: *mut c_void,
+    out_work: *mut *mut RustcclWork,
+) -> i32 {
+    guarded("submit", || {
+        // Take every tensor first, so that nothing leaks on any error path.
+        let descs = if n_ops == 0 || ops.is_null() { &[][..] } else { std::slice::from_raw_parts(ops, n_ops) };
+        let mut specs = Vec::with_capacity(descs.len());
+        let mut first_err: Option<Error> = None;
+        for d in descs {
+            let kind = OpKind::from_i32(d.kind);
+            let name = kind.map_or("collective", |k| k.name());
+            let inputs = take_tensors(name, d.inputs, d.n_inputs);
+            let outputs = take_tensors(name, d.outputs, d.n_outputs);
+            match (kind, inputs, outputs) {
+                (Some(kind), Ok(inputs), Ok(outputs)) => {
+                    let mut s = OpSpec::new(kind);
+                    s.reduce_op = d.reduce_op;
+                    s.root = d.root;
+                    s.tag = d.tag;
+                    s.inputs = inputs;
+                    s.outputs = outputs;
+                    s.in_splits = i64s(d.in_splits, d.n_in_splits);
+                    s.out_splits = i64s(d.out_splits, d.n_out_splits);
+                    specs.push(s);
+                }
+                (None, _, _) => {
+                    first_err.get_or_insert(Error::Internal(format!("unknown operation kind {}", d.kind)));
+                }
+                (_, Err(e), _) | (_, _, Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return fail(&e);
+        }
+        if comm_ptr.is_null() || out_work.is_null() {
+            return fail(&Error::Internal("submit: null communicator or result pointer".into()));
+        }
+        let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+        let callback = done.map(|f| {
+            let ctx = DoneCtx(ctx);
+            Box::new(move |r: &crate::Result<()>, source: Option<crate::types::Rank>| {
+                let ctx = ctx;
+                let (status, msg) = match r {
+                    Ok(()) => (0, CString::default()),
+                    Err(e) => (e.code() as i32, CString::new(e.to_string().replace('\0', " ")).unwrap_or_default()),
+                };
+                f(ctx.0, status, msg.as_ptr(), source.map_or(-1, |s| s as i32));
+            }) as crate::work::Callback
+        });
+        match comm(comm_ptr).submit(specs, timeout, callback) {
+            Ok(w) => {
+                *out_work = Box::into_raw(Box::new(RustcclWork(w)));
+                0
+            }
+            Err(e) => fail(&e),
+        }
+    })
+}
+
+/// Waits for a work; `timeout_ms < 0` waits without bound. Returns its
+/// status (error message in `rustccl_last_error`).
+#[no_mangle]
+pub extern "C" fn rustccl_work_wait(w: *const RustcclWork, timeout_ms: i64) -> i32 {
+    if w.is_null() {
+        return fail(&Error::Internal("wait: null work".into()));
+    }
+    guarded("wait", || {
+        // SAFETY: `w` came from `rustccl_submit` and is released only by
+        // `rustccl_work_release`.
+        let work = unsafe { &(*w).0 };
+        let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+        match work.wait(timeout) {
+            Ok(()) => 0,
+            Err(e) => fail(&e),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rustccl_work_is_completed(w: *const RustcclWork) -> i32 {
+    if w.is_null() {
+        return 1;
+    }
+    // SAFETY: as in `rustccl_work_wait`.
+    catch_unwind(AssertUnwindSafe(|| unsafe { (*w).0.is_completed() } as i32)).unwrap_or(1)
+}
+
+/// Source rank of a finished receive, -1 if unknown.
+#[no_mangle]
+pub extern "C" fn rustccl_work_source_rank(w: *const RustcclWork) -> i32 {
+    if w.is_null() {
+        return -1;
+    }
+    // SAFETY: as in `rustccl_work_wait`.
+    catch_unwind(AssertUnwindSafe(|| unsafe { (*w).0.source() }.map_or(-1, |r| r as i32))).unwrap_or(-1)
+}
+
+#[no_mangle]
+pub extern "C" fn rustccl_work_release(w: *mut RustcclWork) {
+    if !w.is_null() {
+        // SAFETY: `w` came from `Box::into_raw` in `rustccl_submit`; the
+        // shim releases it once.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(w) })));
+    }
+}

@@ -1,0 +1,309 @@
+//! The `rustccl._rustccl` Python module: the communicator for the
+//! torch backend (bootstrapped from torch's store, handed to the C++ shim),
+//! and a small torch-free API that runs the same collectives on any
+//! DLPack-capable CPU array (numpy at least).
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use crate::bootstrap::{addr, Store};
+use crate::collectives::OpSpec;
+use crate::comm::CommOptions;
+use crate::config::{Config, SETTINGS};
+use crate::error::{Code, Error};
+use crate::tensor::Tensor;
+use crate::types::{OpKind, ReduceOp};
+
+fn to_py(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e.code() {
+        Code::InvalidArgument | Code::Unsupported => PyValueError::new_err(msg),
+        Code::Timeout | Code::WaitTimeout => PyTimeoutError::new_err(msg),
+        Code::Network => PyConnectionError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
+    }
+}
+
+/// Any Python object with `set(key, value)`, `get(key) -> bytes` and
+/// `add(key, int) -> int` (torch's stores, `rustccl.FileStore`).
+struct PyStore(Py<PyAny>);
+
+impl Store for PyStore {
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), String> {
+        Python::attach(|py| {
+            self.0
+                .bind(py)
+                .call_method1("set", (key, PyBytes::new(py, value)))
+                .map(|_| ())
+                .map_err(|e| format!("store.set({key:?}): {e}"))
+        })
+    }
+
+    fn get(&self, key: &str, _timeout: Duration) -> Result<Vec<u8>, String> {
+        // torch stores block in get() up to their own timeout, which torch
+        // sets to the group's timeout.
+        Python::attach(|py| {
+            let v = self.0.bind(py).call_method1("get", (key,)).map_err(|e| format!("store.get({key:?}): {e}"))?;
+            v.extract::<Vec<u8>>().map_err(|e| format!("store.get({key:?}) returned a non-bytes value: {e}"))
+        })
+    }
+
+    fn add(&self, key: &str, delta: i64) -> Result<i64, String> {
+        Python::attach(|py| {
+            let v = self.0.bind(py).call_method1("add", (key, delta)).map_err(|e| format!("store.add({key:?}): {e}"))?;
+            v.extract::<i64>().map_err(|e| format!("store.add({key:?}): {e}"))
+        })
+    }
+}
+
+/// A rustccl communicator: one process group.
+#[pyclass(name = "Communicator", module = "rustccl._rustccl", frozen)]
+struct PyCommunicator {
+    inner: Arc<crate::Communicator>,
+}
+
+fn tensor(py: Python<'_>, op: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    Tensor::from_py(py, obj)?.map_err(|why| to_py(Error::unsupported(op, why)))
+}
+
+fn tensors(py: Python<'_>, op: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+    if let Ok(list) = obj.cast::<PyList>() {
+        list.iter().map(|o| tensor(py, op, &o)).collect()
+    } else {
+        Ok(vec![tensor(py, op, obj)?])
+    }
+}
+
+fn reduce_op(name: &str) -> PyResult<i32> {
+    ReduceOp::from_name(name)
+        .map(|o| o as i32)
+        .ok_or_else(|| PyValueError::new_err(format!("rustccl: unknown reduce op {name:?} (sum, avg, product, min, max, band, bor, bxor)")))
+}
+
+impl PyCommunicator {
+    /// Submits one operation and waits for it with the GIL released.
+    fn run(&self, py: Python<'_>, spec: OpSpec) -> PyResult<Option<usize>> {
+        let comm = self.inner.clone();
+        let source = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let s2 = source.clone();
+        let cb: crate::work::Callback = Box::new(move |_, src| {
+            *s2.lock().unwrap_or_else(|p| p.into_inner()) = src;
+        });
+        let r = py.detach(move || comm.submit(vec![spec], None, Some(cb)).and_then(|w| w.wait(None)));
+        r.map_err(to_py)?;
+        let src = *source.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(src)
+    }
+}
+
+#[pymethods]
+impl PyCommunicator {
+    /// Rendezvous through `store` (an object with set / get / add) and
+    /// connect to every peer.
+    #[staticmethod]
+    #[pyo3(signature = (store, rank, size, timeout_s=1800.0, group="default", host_hint=None))]
+    fn bootstrap(
+        py: Python<'_>,
+        store: Py<PyAny>,
+        rank: usize,
+        size: usize,
+        timeout_s: f64,
+        group: &str,
+        host_hint: Option<String>,
+    ) -> PyResult<PyCommunicator> {
+        let cfg = Config::get();
+        let listen = addr::listen_ip(cfg.socket_ifname.as_deref(), host_hint.as_deref())
+            .map_err(|e| to_py(Error::Bootstrap { rank, detail: e }))?;
+        let opts = CommOptions::new(group, Duration::from_secs_f64(timeout_s.max(0.001)));
+        let store = PyStore(store);
+        let comm = py
+            .detach(|| crate::Communicator::bootstrap(&store, rank, size, opts, listen, None))
+            .map_err(to_py)?;
+        Ok(PyCommunicator { inner: Arc::new(comm) })
+    }
+
+    #[getter]
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    #[getter]
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+
+    #[getter]
+    fn group(&self) -> String {
+        self.inner.group().to_string()
+    }
+
+    /// A new reference to the communicator as an integer handle, owned by
+    /// whoever receives it (the C++ shim releases it).
+    fn _into_raw(&self) -> usize {
+        crate::capi::comm_into_raw(self.inner.clone())
+    }
+
+    /// Stops the engines (`abort=True` interrupts a running collective).
+    #[pyo3(signature = (abort=false))]
+    fn shutdown(&self, py: Python<'_>, abort: bool) {
+        let c = self.inner.clone();
+        py.detach(move || c.shutdown(abort));
+    }
+
+    #[pyo3(signature = (array, op="sum"))]
+    fn all_reduce(&self, py: Python<'_>, array: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
+        let mut s = OpSpec::new(OpKind::AllReduce);
+        s.reduce_op = reduce_op(op)?;
+        s.inputs = tensors(py, "all_reduce", array)?;
+        self.run(py, s).map(|_| ())
+    }
+
+    #[pyo3(signature = (array, root=0))]
+    fn broadcast(&self, py: Python<'_>, array: &Bound<'_, PyAny>, root: i64) -> PyResult<()> {
+        let mut s = OpSpec::new(OpKind::Broadcast);
+        s.root = root;
+        s.inputs = vec![tensor(py, "broadcast", array)?];
+        self.run(py, s).map(|_| ())
+    }
+
+    #[pyo3(signature = (array, root=0, op="sum"))]
+    fn reduce(&self, py: Python<'_>, array: &Bound<'_, PyAny>, root: i64, op: &str) -> PyResult<()> {
+        let mut s = OpSpec::new(OpKind::Reduce);
+        s.root = root;
+        s.reduce_op = reduce_op(op)?;
+        s.inputs = vec![tensor(py, "reduce", array)?];
+        self.run(py, s).map(|_| ())
+    }
+
+    /// `output`: one array of world size x len(input), or a list of arrays.
+    fn all_gather(&self, py: Python<'_>, output: &Bound<'_, PyAny>, input: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut s = OpSpec::new(OpKind::AllGather);
+        s.inputs = vec![tensor(py, "all_gather", input)?];
+        s.outputs = tensors(py, "all_gather", output)?;
+        self.run(py, s).map(|_| ())
+    }
+
+    /// `input`: one array of world size x len(output), or a list of arrays.
+    #[pyo3(signature = (output, input, op="sum"))]
+    fn reduce_scatter(&self, py: Python<'_>, output: &Bound<'_, PyAny>, input: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
+        let mut s = OpSpec::new(OpKind::ReduceScatter);
+        s.reduce_op = reduce_op(op)?;
+        s.inputs = tensors(py, "reduce_scatter", input)?;
+        s.outputs = vec![tensor(py, "reduce_scatter", output)?];
+        self.run(py, s).map(|_| ())
+    }
+
+    /// Arrays split along dimension 0 (evenly, or by the split sizes), or
+    /// lists of one array per rank.
+    #[pyo3(signature = (output, input, output_splits=None, input_splits=None))]
+    fn all_to_all(
+        &self,
+        py: Python<'_>,
+        output: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        output_splits: Option<Vec<i64>>,
+        input_splits: Option<Vec<i64>>,
+    ) -> PyResult<()> {
+        let mut s = OpSpec::new(OpKind::AllToAll);
+        s.inputs = tensors(py, "all_to_all", input)?;
+        s.outputs = tensors(py, "all_to_all", output)?;
+        s.in_splits = input_splits.unwrap_or_default();
+        s.out_splits = output_splits.unwrap_or_default();
+        self.run(py, s).map(|_| ())
+    }
+
+    /// `outputs` (a list, one per rank) only at the root.
+    #[pyo3(signature = (input, outputs=None, root=0))]
+    fn gather(&self, py: Python<'_>, input: &Bound<'_, PyAny>, outputs: Option<&Bound<'_, PyAny>>, root: i64) -> PyResult<()> {
+        let mut s = OpSpec::new(OpKind::Gather);
+        s.root = root;
+        s.inputs = vec![tensor(py, "gather", input)?];
+        if let Some(o) = outputs {
+            s.outputs = tensors(py, "gather", o)?;
+        }
+        self.run(py, s).map(|_| ())
+    }
+
+    /// `inputs` (a list, one per rank) only at the root.
+    #[pyo3(signature = (output, inputs=None, root=0))]
+    fn scatter(&self, py: Python<'_>, output: &Bound<'_, PyAny>, inputs: Option<&Bound<'_, PyAny>>, root: i64) -> PyResult<()> {
+        let mut s = OpSpec::new(OpKind::Scatter);
+        s.root = root;
+        s.outputs = vec![tensor(py, "scatter", output)?];
+        if let Some(i) = inputs {
+            s.inputs = tensors(py, "scatter", i)?;
+        }
+        self.run(py, s).map(|_| ())
+    }
+
+    #[pyo3(signature = (array, dst, tag=0))]
+    fn send(&self, py: Python<'_>, array: &Bound<'_, PyAny>, dst: i64, tag: i64) -> PyResult<()> {
+        let mut s = OpSpec::new(OpKind::Send);
+        s.root = dst;
+        s.tag = tag;
+        s.inputs = vec![tensor(py, "send", array)?];
+        self.run(py, s).map(|_| ())
+    }
+
+    /// Receives into `array`; `src=None` takes any sender. Returns the
+    /// sender's rank.
+    #[pyo3(signature = (array, src=None, tag=0))]
+    fn recv(&self, py: Python<'_>, array: &Bound<'_, PyAny>, src: Option<i64>, tag: i64) -> PyResult<Option<usize>> {
+        let mut s = OpSpec::new(OpKind::Recv);
+        s.root = src.unwrap_or(-1);
+        s.tag = tag;
+        s.outputs = vec![tensor(py, "recv", array)?];
+        self.run(py, s)
+    }
+
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, OpSpec::new(OpKind::Barrier)).map(|_| ())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Communicator(group={:?}, rank={}, size={}, transport={})",
+            self.inner.group(),
+            self.inner.rank(),
+            self.inner.size(),
+            self.inner.transport_kind()
+        )
+    }
+}
+
+/// The effective `RUSTCCL_*` settings: {name: {"value", "default", "doc"}}.
+#[pyfunction]
+fn config(py: Python<'_>) -> PyResult<Py<PyDict>> {
+    let out = PyDict::new(py);
+    let cfg = Config::get();
+    for (name, value) in cfg.effective() {
+        let d = PyDict::new(py);
+        d.set_item("value", value)?;
+        if let Some(s) = SETTINGS.iter().find(|s| s.name == name) {
+            d.set_item("default", s.default)?;
+            d.set_item("doc", s.doc)?;
+        }
+        out.set_item(name, d)?;
+    }
+    Ok(out.unbind())
+}
+
+/// This host's identity as rustccl sees it (for debugging placement).
+#[pyfunction]
+fn host_identity() -> String {
+    addr::host_identity()
+}
+
+#[pymodule]
+fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<PyCommunicator>()?;
+    m.add_function(wrap_pyfunction!(config, m)?)?;
+    m.add_function(wrap_pyfunction!(host_identity, m)?)?;
+    Ok(())
+}
