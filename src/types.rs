@@ -78,17 +78,21 @@ impl DType {
             DType::I64 => "int64".into(),
             DType::Bool => "bool".into(),
             DType::Other { code, bits } => {
-                let kind = match code as u32 {
-                    dlpack_rs::ffi::DLDataTypeCode::kDLComplex => "complex",
-                    dlpack_rs::ffi::DLDataTypeCode::kDLUInt => "uint",
-                    dlpack_rs::ffi::DLDataTypeCode::kDLInt => "int",
-                    dlpack_rs::ffi::DLDataTypeCode::kDLFloat => "float",
-                    _ => "dlpack-code-",
-                };
-                if kind == "dlpack-code-" {
-                    format!("dlpack-code-{code}/{bits}bit")
-                } else {
-                    format!("{kind}{bits}")
+                use dlpack_rs::ffi::DLDataTypeCode as C;
+                match code as u32 {
+                    C::kDLComplex => format!("complex{bits}"),
+                    C::kDLUInt => format!("uint{bits}"),
+                    C::kDLInt => format!("int{bits}"),
+                    C::kDLFloat => format!("float{bits}"),
+                    C::kDLFloat8_e3m4 => "float8_e3m4".into(),
+                    C::kDLFloat8_e4m3 => "float8_e4m3".into(),
+                    C::kDLFloat8_e4m3b11fnuz => "float8_e4m3b11fnuz".into(),
+                    C::kDLFloat8_e4m3fn => "float8_e4m3fn".into(),
+                    C::kDLFloat8_e4m3fnuz => "float8_e4m3fnuz".into(),
+                    C::kDLFloat8_e5m2 => "float8_e5m2".into(),
+                    C::kDLFloat8_e5m2fnuz => "float8_e5m2fnuz".into(),
+                    C::kDLFloat8_e8m0fnu => "float8_e8m0fnu".into(),
+                    _ => format!("dlpack-type-{code}/{bits}bit"),
                 }
             }
         }

@@ -1,0 +1,42 @@
+# The README's two commands:
+#   make demo   set up, build, and train the seeds' toy model over rustccl (2 ranks, torchrun, CPU)
+#   make test   set up, build, and run every test (cargo + pytest)
+# Everything installs into .venv (torch==2.11.0 from PyPI, ~5 GB on first run).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_VERSION := 2.11.0
+NPROC ?= 2
+
+.PHONY: setup build test test-rust test-python demo bench clean
+
+$(VENV)/.deps-$(TORCH_VERSION): pyproject.toml
+	@command -v cargo >/dev/null || { echo "rustccl: cargo (Rust) is needed to build the engine: https://rustup.rs"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==$(TORCH_VERSION) numpy pytest "maturin>=1.7,<2" matplotlib
+	touch $@
+
+setup: $(VENV)/.deps-$(TORCH_VERSION)
+
+# Builds the abi3 extension (engine + C++ shim) against the venv's torch and
+# installs it into the venv; cargo's cache makes re-runs quick.
+build: setup
+	$(PIP) install -q --no-build-isolation --no-deps --force-reinstall .
+
+test-rust:
+	cargo test --quiet
+
+test-python: build
+	$(PY) -m pytest -q tests/python
+
+test: test-rust test-python
+
+demo: build
+	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --nproc_per_node=$(NPROC) examples/train_ddp.py
+
+clean:
+	cargo clean
+	rm -rf $(VENV) dist

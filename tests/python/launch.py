@@ -1,0 +1,107 @@
+"""Runs a function on N spawned ranks and collects what each returns.
+
+    results = launch.run("w_collectives:matrix", world=3, init="env")
+
+The function (given as "module:name", importable from tests/python) is
+called as fn(rank, world, *args) after the process group is initialised;
+its return value comes back per rank. An exception on any rank, or a rank
+that does not report within `timeout`, fails the caller with every rank's
+traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import queue
+import socket
+import tempfile
+import time
+import traceback
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(fn_path, rank, world, init, backend, port, initfile, env, q, args, pg_timeout):
+    try:
+        os.environ.update(env)
+        os.environ.update(
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        )
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        import rustccl  # noqa: F401
+
+        mod, name = fn_path.split(":")
+        fn = getattr(importlib.import_module(mod), name)
+        kw = dict(timeout=timedelta(seconds=pg_timeout))
+        if init == "env":
+            dist.init_process_group(backend, **kw)
+        elif init == "tcp":
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, **kw)
+        elif init == "file":
+            dist.init_process_group(backend, init_method=f"file://{initfile}", rank=rank, world_size=world, **kw)
+        result = fn(rank, world, *args)
+        if init != "none" and dist.is_initialized():
+            dist.destroy_process_group()
+        q.put((rank, "ok", result))
+    except BaseException:  # noqa: BLE001 - report everything to the parent
+        q.put((rank, "error", traceback.format_exc()))
+
+
+def run(fn_path, world, *args, init="env", backend="rustccl", timeout=180, env=None, pg_timeout=60):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    initfile = os.path.join(tempfile.mkdtemp(prefix="rustccl-init-"), "store")
+    procs = [
+        ctx.Process(
+            target=_entry,
+            args=(fn_path, r, world, init, backend, port, initfile, dict(env or {}), q, args, pg_timeout),
+            daemon=True,
+        )
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    results, errors = {}, {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) + len(errors) < world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(world)) - set(results) - set(errors))
+                raise AssertionError(
+                    f"{fn_path}: ranks {missing} did not finish within {timeout}s"
+                    + "".join(f"\n--- rank {r} failed:\n{e}" for r, e in sorted(errors.items()))
+                )
+            try:
+                rank, status, payload = q.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                dead = [i for i, p in enumerate(procs) if p.exitcode not in (None, 0) and i not in results and i not in errors]
+                if dead:
+                    # give the queue a moment: a crashed rank may still have reported
+                    time.sleep(0.5)
+                    if q.empty():
+                        raise AssertionError(f"{fn_path}: ranks {dead} died (exit codes {[procs[i].exitcode for i in dead]})")
+                continue
+            (results if status == "ok" else errors)[rank] = payload
+            if errors and status == "error":
+                # give the others a few seconds to report their side too
+                deadline = min(deadline, time.monotonic() + 15)
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    if errors:
+        raise AssertionError("\n".join(f"--- rank {r} failed:\n{e}" for r, e in sorted(errors.items())))
+    return [results[r] for r in range(world)]

@@ -1,0 +1,284 @@
+"""Rank-side bodies of the collective tests: every collective torch routes to
+a backend, on CPU tensors, against references computed locally."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from refs import DTYPES, OPS, Checker, reference, supported, values
+
+# 0 and 1 elements, a size not divisible by any world size > 1, one above the
+# recursive-doubling threshold (ring path), one spanning many segments.
+SIZES = [0, 1, 7, 1000, 20_011]
+
+
+def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
+    c = Checker(rank)
+    for dtype in DTYPES:
+        for opname, op in OPS.items():
+            if not supported(dtype, opname):
+                continue
+            for n in SIZES:
+                x = values(dtype, opname, rank, n)
+                dist.all_reduce(x, op=op)
+                want = reference(dtype, opname, [values(dtype, opname, r, n) for r in range(world)])
+                c.eq(f"all_reduce {dtype} {opname} n={n}", x, want, opname)
+    return c.count, c.failures
+
+
+def _ref_sum(dtype, n, world, salt=0):
+    return reference(dtype, "SUM", [values(dtype, "SUM", r, n, salt) for r in range(world)])
+
+
+def async_and_layouts(rank: int, world: int) -> tuple[int, list[str]]:
+    c = Checker(rank)
+    f32 = torch.float32
+    # async + wait / is_completed / future
+    xs = [values(f32, "SUM", rank, 100, salt=k) for k in range(12)]
+    works = [dist.all_reduce(x, async_op=True) for x in xs]
+    futs = [w.get_future() for w in works]
+    for k, (w, f) in enumerate(zip(works, futs)):
+        w.wait()
+        c.true(f"work {k} completed after wait", w.is_completed())
+        c.true(f"work {k} success", w.is_success())
+        c.eq(f"async all_reduce {k}", xs[k], _ref_sum(f32, 100, world, salt=k))
+        v = f.wait()
+        c.true(f"future {k} yields the output tensor", isinstance(v, list) and v[0] is not None and torch.equal(v[0], xs[k]))
+    # many in flight complete in order: a later work done implies earlier ones done
+    xs = [torch.full((50,), float(rank + k)) for k in range(20)]
+    works = [dist.all_reduce(x, async_op=True) for x in xs]
+    works[-1].wait()
+    c.true("earlier works complete before the last", all(w.is_completed() for w in works))
+    for k, x in enumerate(xs):
+        c.eq(f"in-flight {k}", x, torch.full((50,), float(sum(r + k for r in range(world)))))
+    # future chaining as DDP comm hooks do
+    x = values(f32, "SUM", rank, 64)
+    fut = dist.all_reduce(x, async_op=True).get_future().then(lambda f: f.value()[0] / world)
+    c.eq("future.then", fut.wait(), _ref_sum(f32, 64, world) / world)
+    # non-contiguous in-place buffer: the result lands in the caller's tensor
+    base = torch.zeros(40, 3)
+    view = base[:, 1]
+    view.copy_(values(f32, "SUM", rank, 40))
+    dist.all_reduce(view)
+    c.eq("non-contiguous all_reduce", view, _ref_sum(f32, 40, world))
+    c.true("non-contiguous all_reduce leaves other columns", bool((base[:, 0] == 0).all()) and bool((base[:, 2] == 0).all()))
+    t2 = values(f32, "SUM", rank, 12).reshape(3, 4).t()  # transposed
+    dist.all_reduce(t2)
+    c.eq("transposed all_reduce", t2, _ref_sum(f32, 12, world).reshape(3, 4).t())
+    # non-contiguous all_gather outputs
+    out = torch.zeros(world, 8, 2)
+    outs = [out[r, :, 0] for r in range(world)]
+    dist.all_gather(outs, values(f32, "SUM", rank, 8))
+    for r in range(world):
+        c.eq(f"non-contiguous all_gather out {r}", out[r, :, 0], values(f32, "SUM", r, 8))
+    # complex tensors: torch views them as real pairs
+    z = torch.complex(values(f32, "SUM", rank, 10), values(f32, "SUM", rank, 10, salt=3))
+    dist.all_reduce(z)
+    want = torch.complex(_ref_sum(f32, 10, world), _ref_sum(f32, 10, world, salt=3))
+    c.eq("complex64 all_reduce", z, want)
+    # barrier
+    dist.barrier()
+    return c.count, c.failures
+
+
+def rooted_and_gathers(rank: int, world: int) -> tuple[int, list[str]]:
+    c = Checker(rank)
+    for root in range(world):
+        for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
+            for n in (0, 1, 7, 5000):
+                x = values(dtype, "SUM", rank, n)
+                dist.broadcast(x, src=root)
+                c.eq(f"broadcast {dtype} root={root} n={n}", x, values(dtype, "SUM", root, n))
+                for opname in ("SUM", "MAX", "AVG"):
+                    if not supported(dtype, opname):
+                        continue
+                    x = values(dtype, opname, rank, n)
+                    mine = x.clone()
+                    dist.reduce(x, dst=root, op=OPS[opname])
+                    if rank == root:
+                        want = reference(dtype, opname, [values(dtype, opname, r, n) for r in range(world)])
+                        c.eq(f"reduce {dtype} {opname} root={root} n={n}", x, want, opname)
+                    else:
+                        c.eq(f"reduce leaves non-root buffers (root={root})", x, mine)
+        # gather / scatter
+        for n in (0, 3, 1001):
+            x = values(torch.int32, "SUM", rank, n)
+            gl = [torch.zeros(n, dtype=torch.int32) for _ in range(world)] if rank == root else None
+            dist.gather(x, gather_list=gl, dst=root)
+            if rank == root:
+                for r in range(world):
+                    c.eq(f"gather root={root} from {r} n={n}", gl[r], values(torch.int32, "SUM", r, n))
+            out = torch.zeros(n, dtype=torch.float64)
+            sl = [values(torch.float64, "SUM", r, n, salt=9) for r in range(world)] if rank == root else None
+            dist.scatter(out, scatter_list=sl, src=root)
+            c.eq(f"scatter root={root} n={n}", out, values(torch.float64, "SUM", rank, n, salt=9))
+    # all_gather (list and into_tensor), sizes not divisible by the world
+    for dtype in (torch.float16, torch.int8, torch.bool, torch.float64):
+        for n in (0, 1, 7, 3000):
+            mine = values(dtype, "SUM", rank, n)
+            outs = [torch.empty(n, dtype=dtype) for _ in range(world)]
+            dist.all_gather(outs, mine)
+            for r in range(world):
+                c.eq(f"all_gather {dtype} n={n} part {r}", outs[r], values(dtype, "SUM", r, n))
+            out = torch.empty(world * n, dtype=dtype)
+            dist.all_gather_into_tensor(out, mine)
+            c.eq(f"all_gather_into_tensor {dtype} n={n}", out, torch.cat([values(dtype, "SUM", r, n) for r in range(world)]))
+    # all_gather_into_tensor in place (input is this rank's slice of the output)
+    out = torch.zeros(world * 5)
+    out[rank * 5:(rank + 1) * 5] = values(torch.float32, "SUM", rank, 5)
+    dist.all_gather_into_tensor(out, out[rank * 5:(rank + 1) * 5])
+    c.eq("in-place all_gather_into_tensor", out, torch.cat([values(torch.float32, "SUM", r, 5) for r in range(world)]))
+    # reduce_scatter (list and tensor)
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        for opname in ("SUM", "AVG", "MAX", "PRODUCT"):
+            for n in (0, 1, 9, 2001):
+                part = lambda src, dst: values(dtype, opname, src * world + dst, n)  # noqa: E731
+                want = reference(dtype, opname, [part(src, rank) for src in range(world)])
+                ins = [part(rank, dst) for dst in range(world)]
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter(out, ins, op=OPS[opname])
+                c.eq(f"reduce_scatter {dtype} {opname} n={n}", out, want, opname)
+                for dst in range(world):
+                    c.eq("reduce_scatter leaves inputs", ins[dst], part(rank, dst))
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter_tensor(out, torch.cat(ins), op=OPS[opname])
+                c.eq(f"reduce_scatter_tensor {dtype} {opname} n={n}", out, want, opname)
+    # all_to_all: list, single even, single uneven (some splits empty), 2-D rows
+    blk = lambda s, d, rows, cols=1: (torch.arange(rows * cols, dtype=torch.float32) + 1000 * s + 100 * d).reshape(rows, cols)  # noqa: E731
+    rows = lambda s, d: (s + 1) * (d + 1) % 4  # noqa: E731
+    ins = [blk(rank, d, rows(rank, d), 3) for d in range(world)]
+    outs = [torch.empty(rows(s, rank), 3) for s in range(world)]
+    dist.all_to_all(outs, ins)
+    for s in range(world):
+        c.eq(f"all_to_all list from {s}", outs[s], blk(s, rank, rows(s, rank), 3))
+    inp = torch.cat(ins)
+    out = torch.empty(sum(rows(s, rank) for s in range(world)), 3)
+    dist.all_to_all_single(out, inp, output_split_sizes=[rows(s, rank) for s in range(world)],
+                           input_split_sizes=[rows(rank, d) for d in range(world)])
+    c.eq("all_to_all_single uneven", out, torch.cat([blk(s, rank, rows(s, rank), 3) for s in range(world)]))
+    inp = torch.cat([blk(rank, d, 2) for d in range(world)]).flatten()
+    out = torch.empty_like(inp)
+    dist.all_to_all_single(out, inp)
+    c.eq("all_to_all_single even", out, torch.cat([blk(s, rank, 2) for s in range(world)]).flatten())
+    return c.count, c.failures
+
+
+def coalesced_and_async_variants(rank: int, world: int) -> tuple[int, list[str]]:
+    c = Checker(rank)
+    f32 = torch.float32
+    # all_reduce_coalesced (torch requires one dtype; the engine packs them)
+    ts = [values(f32, "SUM", rank, n, salt=n) for n in (3, 0, 1000)]
+    dist.all_reduce_coalesced(ts)
+    for t, n in zip(ts, (3, 0, 1000)):
+        c.eq(f"all_reduce_coalesced n={n}", t, _ref_sum(f32, n, world, salt=n))
+    ts = [values(torch.int8, "MAX", rank, 5), values(torch.int8, "MAX", rank, 6, salt=1)]
+    dist.all_reduce_coalesced(ts, op=dist.ReduceOp.MAX)
+    c.eq("all_reduce_coalesced int8 MAX", ts[0], reference(torch.int8, "MAX", [values(torch.int8, "MAX", r, 5) for r in range(world)]))
+    # _coalescing_manager: all_reduce, all_gather_into_tensor, reduce_scatter_tensor
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    xs = [values(f32, "SUM", rank, n, salt=1) for n in (4, 9)]
+    with _coalescing_manager(async_ops=True) as cm:
+        for x in xs:
+            dist.all_reduce(x)
+    cm.wait()
+    for x, n in zip(xs, (4, 9)):
+        c.eq(f"coalescing manager all_reduce n={n}", x, _ref_sum(f32, n, world, salt=1))
+    outs = [torch.empty(world * n) for n in (2, 5)]
+    with _coalescing_manager():
+        for o, n in zip(outs, (2, 5)):
+            dist.all_gather_into_tensor(o, values(f32, "SUM", rank, n))
+    for o, n in zip(outs, (2, 5)):
+        c.eq(f"coalescing manager all_gather n={n}", o, torch.cat([values(f32, "SUM", r, n) for r in range(world)]))
+    outs = [torch.empty(n) for n in (2, 5)]
+    with _coalescing_manager():
+        for o, n in zip(outs, (2, 5)):
+            dist.reduce_scatter_tensor(o, torch.cat([values(f32, "SUM", rank * world + d, n) for d in range(world)]))
+    for o, n in zip(outs, (2, 5)):
+        want = reference(f32, "SUM", [values(f32, "SUM", s * world + rank, n) for s in range(world)])
+        c.eq(f"coalescing manager reduce_scatter n={n}", o, want)
+    # all_gather_coalesced (deprecated API): outputs[r][i] is input i of rank r
+    ins = [values(f32, "SUM", rank, 3), values(f32, "SUM", rank, 4, salt=2)]
+    outs = [[torch.empty(3), torch.empty(4)] for _ in range(world)]
+    dist.all_gather_coalesced(outs, ins)
+    for r in range(world):
+        c.eq(f"all_gather_coalesced rank {r} t0", outs[r][0], values(f32, "SUM", r, 3))
+        c.eq(f"all_gather_coalesced rank {r} t1", outs[r][1], values(f32, "SUM", r, 4, salt=2))
+    # async variants of everything else, waited in reverse order
+    x = values(f32, "SUM", rank, 10)
+    b = values(f32, "SUM", rank, 10, salt=4)
+    outs = [torch.empty(10) for _ in range(world)]
+    rs_out = torch.empty(10)
+    a2a_out = torch.empty(world * 2)
+    works = [
+        dist.all_reduce(x, async_op=True),
+        dist.broadcast(b, src=world - 1, async_op=True),
+        dist.all_gather(outs, values(f32, "SUM", rank, 10), async_op=True),
+        dist.reduce_scatter(rs_out, [values(f32, "SUM", rank * world + d, 10) for d in range(world)], async_op=True),
+        dist.all_to_all_single(a2a_out, torch.arange(world * 2, dtype=f32) + 100 * rank, async_op=True),
+        dist.barrier(async_op=True),
+    ]
+    for w in reversed(works):
+        w.wait()
+    c.eq("async all_reduce", x, _ref_sum(f32, 10, world))
+    c.eq("async broadcast", b, values(f32, "SUM", world - 1, 10, salt=4))
+    for r in range(world):
+        c.eq(f"async all_gather {r}", outs[r], values(f32, "SUM", r, 10))
+    c.eq("async reduce_scatter", rs_out, reference(f32, "SUM", [values(f32, "SUM", s * world + rank, 10) for s in range(world)]))
+    c.eq("async all_to_all_single", a2a_out, torch.cat([torch.arange(2, dtype=f32) + 2 * rank + 100 * s for s in range(world)]))
+    return c.count, c.failures
+
+
+def p2p(rank: int, world: int) -> tuple[int, list[str]]:
+    c = Checker(rank)
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    # blocking send / recv around a ring, with tags
+    for tag in (0, 7):
+        out = torch.full((100,), float(rank * 10 + tag))
+        inp = torch.empty(100)
+        if rank % 2 == 0:
+            dist.send(out, nxt, tag=tag)
+            dist.recv(inp, prv, tag=tag)
+        else:
+            dist.recv(inp, prv, tag=tag)
+            dist.send(out, nxt, tag=tag)
+        c.eq(f"send/recv tag {tag}", inp, torch.full((100,), float(prv * 10 + tag)))
+    # isend / irecv with tags received out of order
+    big = torch.arange(1 << 18, dtype=torch.float64) + rank
+    reqs = [dist.isend(torch.tensor([rank, 1]), nxt, tag=1), dist.isend(torch.tensor([rank, 2]), nxt, tag=2),
+            dist.isend(big, nxt, tag=3)]
+    a, b2, big_in = torch.empty(2, dtype=torch.long), torch.empty(2, dtype=torch.long), torch.empty(1 << 18, dtype=torch.float64)
+    r3 = dist.irecv(big_in, prv, tag=3)
+    r2 = dist.irecv(b2, prv, tag=2)
+    r1 = dist.irecv(a, prv, tag=1)
+    for r in (r1, r2, r3, *reqs):
+        r.wait()
+    c.eq("irecv tag 1", a, torch.tensor([prv, 1]))
+    c.eq("irecv tag 2", b2, torch.tensor([prv, 2]))
+    c.eq("irecv big", big_in, torch.arange(1 << 18, dtype=torch.float64) + prv)
+    # batch_isend_irecv: exchange with both neighbours
+    s1, s2 = torch.full((5,), float(rank)), torch.full((6,), float(rank) + 0.5)
+    r_from_prv, r_from_nxt = torch.empty(5), torch.empty(6)
+    ops = [dist.P2POp(dist.isend, s1, nxt), dist.P2POp(dist.isend, s2, prv),
+           dist.P2POp(dist.irecv, r_from_prv, prv), dist.P2POp(dist.irecv, r_from_nxt, nxt)]
+    if world == 2:  # both messages to the one peer: give them distinct sizes, tags keep order
+        ops = [dist.P2POp(dist.isend, s1, nxt, tag=1), dist.P2POp(dist.isend, s2, prv, tag=2),
+               dist.P2POp(dist.irecv, r_from_prv, prv, tag=1), dist.P2POp(dist.irecv, r_from_nxt, nxt, tag=2)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    c.eq("batch_isend_irecv from prev", r_from_prv, torch.full((5,), float(prv)))
+    c.eq("batch_isend_irecv from next", r_from_nxt, torch.full((6,), float(nxt) + 0.5))
+    # recv from any source: rank 0 collects one message from everyone else
+    if rank == 0:
+        seen = []
+        for _ in range(world - 1):
+            t = torch.empty(1)
+            src = dist.recv(t, tag=5)
+            c.true(f"any-source recv reports sender {src}", float(t.item()) == float(src) * 3)
+            seen.append(src)
+        c.true(f"any-source recv saw every rank once: {sorted(seen)}", sorted(seen) == list(range(1, world)))
+    else:
+        dist.send(torch.tensor([rank * 3.0]), 0, tag=5)
+    dist.barrier()
+    return c.count, c.failures

@@ -1,0 +1,233 @@
+"""Rank-side bodies: init methods and groups, DDP parity with gloo, error
+handling, and the torch-free numpy communicator."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from refs import Checker, reference, values
+
+
+def basic(rank: int, world: int) -> tuple[int, list[str]]:
+    c = Checker(rank)
+    c.true("backend name", dist.get_backend() == "rustccl")
+    c.true("rank/size", dist.get_rank() == rank and dist.get_world_size() == world)
+    x = values(torch.float32, "SUM", rank, 33)
+    dist.all_reduce(x)
+    c.eq("all_reduce", x, reference(torch.float32, "SUM", [values(torch.float32, "SUM", r, 33) for r in range(world)]))
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank})
+    c.true(f"all_gather_object {objs}", objs == [{"rank": r} for r in range(world)])
+    dist.barrier()
+    return c.count, c.failures
+
+
+def groups(rank: int, world: int) -> tuple[int, list[str]]:
+    """Several groups alive at once, each its own communicator."""
+    c = Checker(rank)
+    evens = list(range(0, world, 2))
+    odds = list(range(1, world, 2))
+    g_even = dist.new_group(evens)
+    g_odd = dist.new_group(odds)
+    g_rev = dist.new_group(list(reversed(range(world))))
+    g_all = dist.new_group()
+    mine = g_even if rank in evens else g_odd
+    members = evens if rank in evens else odds
+    for k in range(3):  # interleave groups
+        x = torch.full((10,), float(rank + k))
+        dist.all_reduce(x, group=mine)
+        c.eq(f"subgroup all_reduce {k}", x, torch.full((10,), float(sum(r + k for r in members))))
+        y = torch.full((4,), float(rank))
+        dist.all_reduce(y, group=g_all)
+        c.eq(f"second full group {k}", y, torch.full((4,), float(sum(range(world)))))
+        z = torch.full((3,), float(rank))
+        dist.broadcast(z, src=world - 1, group=g_rev)
+        c.eq(f"reversed group broadcast {k}", z, torch.full((3,), float(world - 1)))
+    # group ranks vs global ranks in rooted ops and p2p
+    if len(members) > 1:
+        t = torch.full((2,), float(rank))
+        dist.broadcast(t, src=members[-1], group=mine)
+        c.eq("subgroup broadcast from global rank", t, torch.full((2,), float(members[-1])))
+        gl = [torch.empty(1) for _ in members] if rank == members[0] else None
+        dist.gather(torch.tensor([float(rank)]), gather_list=gl, dst=members[0], group=mine)
+        if gl is not None:
+            c.eq("subgroup gather", torch.cat(gl), torch.tensor([float(m) for m in members]))
+    dist.barrier(group=mine)
+    for g in (g_even, g_odd, g_rev, g_all):
+        if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
+            dist.destroy_process_group(g)
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    c.eq("default group after destroying subgroups", x, torch.full((1,), float(world)))
+    return c.count, c.failures
+
+
+def reinit(rank: int, world: int, cycles: int) -> tuple[int, list[str]]:
+    """init / destroy cycles in one process (launched with init="none")."""
+    from datetime import timedelta
+
+    c = Checker(rank)
+    port = int(os.environ["MASTER_PORT"])
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=(rank == 0), timeout=timedelta(seconds=30))
+    for k in range(cycles):
+        dist.init_process_group("rustccl", store=store, rank=rank, world_size=world)
+        x = torch.full((5,), float(rank + k))
+        dist.all_reduce(x)
+        c.eq(f"cycle {k}", x, torch.full((5,), float(sum(r + k for r in range(world)))))
+        dist.destroy_process_group()
+    return c.count, c.failures
+
+
+SIZE = 48
+
+
+def toy_model() -> nn.Module:
+    """The seeds' toy model: three Linear(SIZE, SIZE) with ReLU."""
+    return nn.Sequential(nn.Linear(SIZE, SIZE), nn.ReLU(), nn.Linear(SIZE, SIZE), nn.ReLU(), nn.Linear(SIZE, SIZE))
+
+
+def ddp_parity(rank: int, world: int, steps: int) -> tuple[int, list[str]]:
+    """The same model, data and seeds under DDP over rustccl and over gloo:
+    gradients and parameters must match at every step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    c = Checker(rank)
+    gloo = dist.new_group(backend="gloo")
+    torch.manual_seed(0)
+    base = toy_model()
+    m_r, m_g = copy.deepcopy(base), copy.deepcopy(base)
+    # Different initial weights per rank: DDP must broadcast rank 0's.
+    with torch.no_grad():
+        for p in list(m_r.parameters()) + list(m_g.parameters()):
+            p.add_(rank)
+    d_r = DDP(m_r, bucket_cap_mb=0.01)  # tiny buckets: several all_reduces per step
+    d_g = DDP(m_g, process_group=gloo, bucket_cap_mb=0.01)
+    o_r = torch.optim.SGD(d_r.parameters(), lr=0.01)
+    o_g = torch.optim.SGD(d_g.parameters(), lr=0.01)
+    loss_fn = nn.MSELoss()
+    for step in range(steps):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(16, SIZE, generator=g)
+        y = torch.randn(16, SIZE, generator=g)
+        for d, o in ((d_r, o_r), (d_g, o_g)):
+            o.zero_grad()
+            loss_fn(d(x), y).backward()
+        for (n, p_r), p_g in zip(d_r.module.named_parameters(), d_g.module.parameters()):
+            c.true(f"step {step} grad {n} allclose (max diff {(p_r.grad - p_g.grad).abs().max().item():.3g})",
+                   torch.allclose(p_r.grad, p_g.grad, rtol=1e-5, atol=1e-6))
+        o_r.step()
+        o_g.step()
+    for (n, p_r), p_g in zip(d_r.module.named_parameters(), d_g.module.parameters()):
+        c.true(f"final param {n} allclose", torch.allclose(p_r, p_g, rtol=1e-5, atol=1e-6))
+    # parameters are identical on every rank
+    flat = torch.cat([p.detach().flatten() for p in d_r.module.parameters()])
+    everyone = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(everyone, flat)
+    c.true("replicas identical across ranks", all(torch.equal(everyone[0], e) for e in everyone))
+    return c.count, c.failures
+
+
+def _expect_error(c: Checker, what: str, fn, *needles: str) -> None:
+    try:
+        fn()
+    except RuntimeError as e:
+        msg = str(e)
+        ok = all(n in msg for n in needles)
+        c.true(f"{what}: message {msg[:300]!r} should contain {needles}", ok)
+        return
+    except Exception as e:  # noqa: BLE001
+        c.true(f"{what}: expected RuntimeError, got {type(e).__name__}: {e}", False)
+        return
+    c.true(f"{what}: no error raised", False)
+
+
+def errors(rank: int, world: int) -> tuple[int, list[str]]:
+    """Unsupported input raises a RuntimeError naming rustccl, the
+    collective and the cause; the group keeps working after each."""
+    c = Checker(rank)
+
+    def still_works(k):
+        x = torch.full((3,), float(rank + k))
+        dist.all_reduce(x)
+        c.eq(f"group works after error {k}", x, torch.full((3,), float(sum(r + k for r in range(world)))))
+
+    _expect_error(c, "sparse", lambda: dist.all_reduce(torch.ones(4).to_sparse()), "rustccl", "all_reduce", "Sparse")
+    still_works(0)
+    f8 = torch.ones(4).to(torch.float8_e4m3fn)
+    _expect_error(c, "float8 reduction", lambda: dist.all_reduce(f8), "rustccl", "all_reduce", "float8_e4m3fn")
+    still_works(1)
+    _expect_error(c, "bitwise op on float", lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND), "rustccl", "all_reduce", "BAND")
+    still_works(2)
+    _expect_error(c, "AVG on bool", lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool), op=dist.ReduceOp.AVG),
+                  "rustccl", "all_reduce", "AVG")
+    still_works(3)
+    _expect_error(c, "reduction of uint32", lambda: dist.all_reduce(torch.ones(4, dtype=torch.uint32)),
+                  "rustccl", "all_reduce", "uint32")
+    still_works(4)
+    outs = [torch.empty(4) for _ in range(world)]
+    outs[-1] = torch.empty(3)
+    _expect_error(c, "wrong output size", lambda: dist.all_gather(outs, torch.ones(4)), "rustccl", "all_gather", "elements")
+    still_works(5)
+    _expect_error(c, "premul sum", lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0)),
+                  "rustccl", "all_reduce", "PREMUL_SUM")
+    still_works(6)
+    _expect_error(c, "all_to_all_single bad splits",
+                  lambda: dist.all_to_all_single(torch.empty(world), torch.ones(world), input_split_sizes=[5] * world),
+                  "rustccl", "all_to_all", "split")
+    still_works(7)
+    # uint32 / complex move as bytes where nothing is reduced
+    u = (torch.arange(6) + rank).to(torch.uint32)
+    dist.broadcast(u, src=0)
+    c.true("uint32 broadcast", torch.equal(u.long(), torch.arange(6)))
+    f8 = (torch.arange(4) + rank).to(torch.float8_e4m3fn)
+    dist.broadcast(f8, src=world - 1)
+    c.true("float8 broadcast", torch.equal(f8.float(), (torch.arange(4) + world - 1).float()))
+    return c.count, c.failures
+
+
+def numpy_api(rank: int, world: int, store_dir: str) -> tuple[int, list[str]]:
+    """The torch-free communicator on numpy arrays (launched with init="none")."""
+    import rustccl
+
+    c = Checker(rank)
+    comm = rustccl.Communicator.bootstrap(rustccl.FileStore(store_dir), rank, world, 60.0, "numpy")
+    c.true("repr", "rank=" in repr(comm))
+    x = np.arange(10, dtype=np.float32) + rank
+    comm.all_reduce(x)
+    c.true(f"all_reduce {x}", np.array_equal(x, sum(np.arange(10, dtype=np.float32) + r for r in range(world))))
+    m = np.array([rank, -rank], dtype=np.int64)
+    comm.all_reduce(m, op="max")
+    c.true("all_reduce max", np.array_equal(m, np.array([world - 1, 0])))
+    b = np.full(5, rank, dtype=np.float64)
+    comm.broadcast(b, root=world - 1)
+    c.true("broadcast", np.array_equal(b, np.full(5, world - 1.0)))
+    out = np.empty(3 * world, dtype=np.int32)
+    comm.all_gather(out, np.full(3, rank, dtype=np.int32))
+    c.true("all_gather", np.array_equal(out, np.repeat(np.arange(world, dtype=np.int32), 3)))
+    rs = np.empty(2, dtype=np.float32)
+    comm.reduce_scatter(rs, np.ones(2 * world, dtype=np.float32) * (rank + 1))
+    c.true("reduce_scatter", np.array_equal(rs, np.full(2, sum(range(1, world + 1)), dtype=np.float32)))
+    a2a = np.empty(world, dtype=np.int64)
+    comm.all_to_all(a2a, np.arange(world, dtype=np.int64) + 10 * rank)
+    c.true("all_to_all", np.array_equal(a2a, np.array([10 * s + rank for s in range(world)])))
+    if world > 1:
+        if rank == 0:
+            comm.send(np.array([7.0, 8.0]), dst=1, tag=4)
+        elif rank == 1:
+            got = np.empty(2)
+            src = comm.recv(got, src=None, tag=4)
+            c.true("recv any source", src == 0 and np.array_equal(got, [7.0, 8.0]))
+    try:
+        comm.all_reduce(np.ones(2, dtype=np.complex64))
+        c.true("complex reduction rejected", False)
+    except ValueError as e:
+        c.true(f"error names rustccl: {e}", "rustccl all_reduce" in str(e))
+    comm.barrier()
+    comm.shutdown()
+    return c.count, c.failures
