@@ -42,6 +42,7 @@ pub enum LogLevel {
 pub struct Config {
     pub algo: AlgoConfig,
     pub socket_ifname: Option<String>,
+    pub host_id: Option<String>,
     pub debug: LogLevel,
 }
 
@@ -72,6 +73,11 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_SOCKET_IFNAME",
         default: "",
         doc: "network interface whose address rustccl listens on; default: the interface that reaches the torch store's host",
+    },
+    Setting {
+        name: "RUSTCCL_HOST_ID",
+        default: "",
+        doc: "overrides the host identity used to find ranks that share a host",
     },
     Setting {
         name: "RUSTCCL_DEBUG",
@@ -130,6 +136,7 @@ impl Config {
         Config {
             algo,
             socket_ifname: std::env::var("RUSTCCL_SOCKET_IFNAME").ok().filter(|s| !s.is_empty()),
+            host_id: std::env::var("RUSTCCL_HOST_ID").ok().filter(|s| !s.is_empty()),
             debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
         }
     }
@@ -147,6 +154,7 @@ impl Config {
             ("RUSTCCL_SMALL_BROADCAST_BYTES", self.algo.small_broadcast_bytes.to_string()),
             ("RUSTCCL_SEGMENT_BYTES", self.algo.segment_bytes.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
+            ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_DEBUG", format!("{:?}", self.debug).to_uppercase()),
         ]
     }

@@ -59,8 +59,8 @@ pub fn hostname() -> String {
 /// and the same network namespace, so that simulated hosts in separate
 /// namespaces count as different hosts. `RUSTCCL_HOST_ID` overrides it.
 pub fn host_identity() -> String {
-    if let Ok(id) = std::env::var("RUSTCCL_HOST_ID") {
-        return id;
+    if let Some(id) = &crate::config::Config::get().host_id {
+        return id.clone();
     }
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let netns = std::fs::read_link("/proc/self/ns/net")
