@@ -5,6 +5,7 @@
 
 #include <ATen/DLConvertor.h>
 #include <ATen/MemoryOverlap.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/library.h>
@@ -77,6 +78,19 @@ std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& v) {
   return out;
 }
 
+// The caller's current stream on `d`, as a raw handle (CUDA only).
+uint64_t currentStream(const c10::Device& d) {
+  c10::impl::VirtualGuardImpl impl(d.type());
+  return reinterpret_cast<uint64_t>(impl.getStream(d).native_handle());
+}
+
+// c10::Stream for a stream rustccl created. For CUDA, c10 identifies an
+// external stream by its handle ("StreamId is the cudaStream_t pointer"),
+// which is how torch wraps foreign streams too.
+c10::Stream externalStream(const c10::Device& d, uint64_t handle) {
+  return c10::Stream(c10::Stream::UNSAFE, d, static_cast<c10::StreamId>(handle));
+}
+
 }  // namespace
 
 void Staging::finish() {
@@ -88,6 +102,8 @@ class Submission {
  public:
   Submission(Backend& b, const char* op, c10d::OpType type, const char* title)
       : b_(b), op_(op), type_(type), title_(title) {}
+  Submission(const Submission&) = delete;
+  Submission& operator=(const Submission&) = delete;
 
   ~Submission() {
     if (handed_) return;
@@ -111,6 +127,7 @@ class Submission {
   // A tensor the engine only reads.
   Submission& in(const at::Tensor& t) {
     checkTensor(t, op_);
+    noteDevice(t);
     profiled_.push_back(t);
     ops_.back().ins.push_back(exportTensor(needsStaging(t) ? t.contiguous() : t));
     return *this;
@@ -138,10 +155,30 @@ class Submission {
     return *this;
   }
 
+  // Takes over the operations of `o` (a coalescing batch).
+  void absorb(Submission& o) {
+    for (auto& op : o.ops_) ops_.push_back(std::move(op));
+    o.ops_.clear();
+    profiled_.insert(profiled_.end(), o.profiled_.begin(), o.profiled_.end());
+    for (auto& p : o.staging_.copy_back) staging_.copy_back.push_back(std::move(p));
+    o.staging_.copy_back.clear();
+    if (!device_) {
+      device_ = o.device_;
+      stream_ = o.stream_;
+    }
+  }
+
+  c10::intrusive_ptr<Work> makeWork() const {
+    std::optional<c10::Device> cuda;
+    if (device_ && device_->is_cuda()) cuda = device_;
+    return c10::make_intrusive<Work>(b_.getRank(), type_, title_, profiled_, cuda);
+  }
+
   // Hands everything to the engine; `result` is what the future yields.
-  c10::intrusive_ptr<c10d::Work> submit(std::vector<at::Tensor> result, std::chrono::milliseconds timeout) {
-    auto work = c10::make_intrusive<Work>(b_.getRank(), type_, title_, profiled_, std::move(result),
-                                          std::move(staging_));
+  c10::intrusive_ptr<c10d::Work> submit(std::vector<at::Tensor> result, std::chrono::milliseconds timeout,
+                                        c10::intrusive_ptr<Work> work = {}) {
+    if (!work) work = makeWork();
+    work->adopt(std::move(result), std::move(staging_));
     std::vector<RustcclOpDesc> descs;
     descs.reserve(ops_.size());
     for (auto& o : ops_) {
@@ -158,20 +195,21 @@ class Submission {
       d.n_in_splits = o.in_splits.size();
       d.out_splits = o.out_splits.data();
       d.n_out_splits = o.out_splits.size();
+      d.stream = stream_;
       descs.push_back(d);
     }
     // The context keeps the work alive until the engine is done with it.
     auto* ctx = new c10::intrusive_ptr<Work>(work);
     ::RustcclWork* handle = nullptr;
     handed_ = true;  // the engine owns every export from here on
-    int32_t rc = rustccl_submit(b_.comm_, descs.data(), descs.size(), b_.effective(timeout).count(),
+    int32_t rc = rustccl_submit(b_.comm(), descs.data(), descs.size(), b_.effective(timeout).count(),
                                 &Work::onDone, ctx, &handle);
     if (rc != RUSTCCL_OK) {
       delete ctx;
       throwStatus(rc, rustccl_last_error());
     }
-    work->setHandle(handle);
-    return b_.track(work);
+    work->submitted(handle);
+    return work;
   }
 
  private:
@@ -186,10 +224,17 @@ class Submission {
     std::vector<int64_t> out_splits;
   };
 
+  void noteDevice(const at::Tensor& t) {
+    if (device_) return;
+    device_ = t.device();
+    if (t.is_cuda()) stream_ = currentStream(t.device());
+  }
+
   // The tensor the engine may write for `t`: `t` itself, or a contiguous
   // copy (with `t`'s data if `keep`) copied back on completion.
   at::Tensor writable(const at::Tensor& t, bool keep) {
     checkTensor(t, op_);
+    noteDevice(t);
     TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, "rustccl ", op_,
                 ": an output tensor has elements that share memory (e.g. an expanded tensor)");
     if (!needsStaging(t)) return t;
@@ -215,23 +260,55 @@ class Submission {
   std::vector<Op> ops_;
   std::vector<at::Tensor> profiled_;
   Staging staging_;
+  std::optional<c10::Device> device_;
+  uint64_t stream_ = 0;
   bool handed_ = false;
 };
 
 // ------------------------------------------------------------------ Work
 
 Work::Work(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& profiled,
-           std::vector<at::Tensor> outputs, Staging staging)
+           std::optional<c10::Device> device)
     : c10d::Work(rank, type, title, std::optional<std::vector<at::Tensor>>(profiled)),
-      outputs_(std::move(outputs)),
-      staging_(std::move(staging)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {}
+      device_(device),
+      future_(device ? c10::make_intrusive<c10::ivalue::Future>(tensorListType(), std::vector<c10::Device>{*device})
+                     : c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {}
 
 Work::~Work() {
   if (handle_ != nullptr) rustccl_work_release(handle_);
 }
 
-void Work::setHandle(::RustcclWork* h) { handle_ = h; }
+void Work::adopt(std::vector<at::Tensor> outputs, Staging staging) {
+  outputs_.insert(outputs_.end(), outputs.begin(), outputs.end());
+  for (auto& p : staging.copy_back) staging_.copy_back.push_back(std::move(p));
+}
+
+void Work::submitted(::RustcclWork* h) {
+  handle_ = h;
+  if (!device_) return;
+  // CUDA: the collective is enqueued on rustccl's stream. Complete the
+  // future now with that stream current, so that its events (and any copy
+  // back into non-contiguous outputs) are ordered after the collective,
+  // exactly as torch's NCCL backend does.
+  uint64_t stream = 0;
+  int dev = rustccl_work_device(h, &stream);
+  TORCH_CHECK(dev == device_->index(), "rustccl: engine ran CUDA work on device ", dev, ", expected ", *device_);
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  c10::Stream comm = externalStream(*device_, stream);
+  c10::Stream prev = impl.exchangeStream(comm);
+  try {
+    staging_.finish();
+    for (auto& [user, staged] : staging_.copy_back) {
+      impl.recordDataPtrOnStream(staged.storage().data_ptr(), comm);
+      impl.recordDataPtrOnStream(user.storage().data_ptr(), comm);
+    }
+    future_->markCompleted(c10::IValue(outputs_));
+  } catch (...) {
+    impl.exchangeStream(prev);
+    throw;
+  }
+  impl.exchangeStream(prev);
+}
 
 void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source_rank) {
   auto* holder = static_cast<c10::intrusive_ptr<Work>*>(ctx);
@@ -239,7 +316,14 @@ void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source
   delete holder;
   try {
     self->source_rank_.store(source_rank);
-    if (status == RUSTCCL_OK) {
+    std::string msg = message != nullptr ? message : "rustccl: unknown error";
+    if (self->device_) {
+      // The future completed at submission; record a late failure for wait().
+      if (status != RUSTCCL_OK) {
+        std::lock_guard<std::mutex> g(self->error_mu_);
+        self->device_error_ = makeException(status, msg);
+      }
+    } else if (status == RUSTCCL_OK) {
       self->staging_.finish();
     }
     if (self->recordFunctionEndCallback_) {
@@ -247,10 +331,12 @@ void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source
       self->recordFunctionEndCallback_ = nullptr;
     }
     self->staging_.copy_back.clear();
-    if (status == RUSTCCL_OK) {
-      self->future_->markCompleted(c10::IValue(self->outputs_));
-    } else {
-      self->future_->setError(makeException(status, message != nullptr ? message : "rustccl: unknown error"));
+    if (!self->device_) {
+      if (status == RUSTCCL_OK) {
+        self->future_->markCompleted(c10::IValue(self->outputs_));
+      } else {
+        self->future_->setError(makeException(status, msg));
+      }
     }
   } catch (...) {
     // Never let an exception reach the engine's thread.
@@ -261,11 +347,25 @@ void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source
   }
 }
 
-bool Work::isCompleted() { return future_->completed(); }
+bool Work::isCompleted() {
+  if (device_) return handle_ != nullptr && rustccl_work_is_completed(handle_) != 0;
+  return future_->completed();
+}
 
-bool Work::isSuccess() const { return future_->completed() && !future_->hasError(); }
+bool Work::isSuccess() const {
+  if (device_) {
+    std::lock_guard<std::mutex> g(error_mu_);
+    return handle_ != nullptr && rustccl_work_is_completed(handle_) != 0 && !device_error_ &&
+           rustccl_work_error(handle_) == RUSTCCL_OK;
+  }
+  return future_->completed() && !future_->hasError();
+}
 
 std::exception_ptr Work::exception() const {
+  if (device_) {
+    std::lock_guard<std::mutex> g(error_mu_);
+    return device_error_;
+  }
   return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
 }
 
@@ -277,9 +377,33 @@ int Work::sourceRank() const {
 
 std::vector<at::Tensor> Work::result() { return outputs_; }
 
-void Work::synchronize() {}
+void Work::throwIfDeviceError() {
+  {
+    std::lock_guard<std::mutex> g(error_mu_);
+    if (device_error_) std::rethrow_exception(device_error_);
+  }
+  int32_t rc = rustccl_work_error(handle_);
+  if (rc != RUSTCCL_OK) throwStatus(rc, rustccl_last_error());
+}
+
+void Work::synchronize() {
+  // CUDA: the caller's current stream waits for the collective (no host
+  // blocking). CPU: nothing to order.
+  if (device_) future_->wait();
+}
 
 bool Work::wait(std::chrono::milliseconds timeout) {
+  if (device_) {
+    // With a timeout, block the host until the device finished (as NCCL's
+    // blocking wait does); always order the current stream after the work.
+    if (timeout != kNoTimeout && handle_ != nullptr) {
+      int32_t rc = rustccl_work_wait(handle_, timeout.count());
+      if (rc != RUSTCCL_OK) throwStatus(rc, rustccl_last_error());
+    }
+    future_->wait();
+    throwIfDeviceError();
+    return true;
+  }
   if (handle_ != nullptr) {
     int64_t ms = timeout == kNoTimeout ? -1 : timeout.count();
     int32_t rc = rustccl_work_wait(handle_, ms);
@@ -360,28 +484,47 @@ std::chrono::milliseconds Backend::effective(std::chrono::milliseconds t) const 
   return t == c10d::kUnsetTimeout ? timeout_ : t;
 }
 
-c10::intrusive_ptr<c10d::Work> Backend::track(c10::intrusive_ptr<c10d::Work> w) {
-  std::lock_guard<std::mutex> g(coalescing_mu_);
-  if (coalescing_) coalesced_.push_back(w);
-  return w;
+c10::intrusive_ptr<c10d::Work> Backend::finish(Submission& s, std::vector<at::Tensor> result,
+                                               std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> g(coalescing_mu_);
+  if (!coalescing_) {
+    g.unlock();
+    return s.submit(std::move(result), timeout);
+  }
+  // Coalescing (batch_isend_irecv, _coalescing_manager): keep the operation
+  // for endCoalescing, which submits the whole batch as one unit (one NCCL
+  // group for CUDA tensors, without which paired sends and receives could
+  // deadlock). Every operation of the batch returns the batch's work.
+  if (!batch_) batch_ = std::make_unique<Submission>(*this, "coalesced", c10d::OpType::COALESCED, "rustccl:coalesced");
+  batch_->absorb(s);
+  batch_result_.insert(batch_result_.end(), result.begin(), result.end());
+  if (timeout != c10d::kUnsetTimeout) batch_timeout_ = std::max(batch_timeout_, timeout);
+  if (!batch_work_) batch_work_ = batch_->makeWork();
+  return batch_work_;
 }
 
 void Backend::startCoalescing() {
   std::lock_guard<std::mutex> g(coalescing_mu_);
   TORCH_CHECK(!coalescing_, "rustccl: startCoalescing called twice without endCoalescing");
   coalescing_ = true;
-  coalesced_.clear();
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::endCoalescing() {
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::unique_ptr<Submission> batch;
+  c10::intrusive_ptr<Work> work;
+  std::vector<at::Tensor> result;
+  std::chrono::milliseconds timeout{c10d::kUnsetTimeout};
   {
     std::lock_guard<std::mutex> g(coalescing_mu_);
     TORCH_CHECK(coalescing_, "rustccl: endCoalescing called without startCoalescing");
     coalescing_ = false;
-    works.swap(coalesced_);
+    batch.swap(batch_);
+    std::swap(work, batch_work_);
+    result.swap(batch_result_);
+    std::swap(timeout, batch_timeout_);
   }
-  return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
+  if (!batch) return c10::make_intrusive<CoalescedWork>(getRank(), std::vector<c10::intrusive_ptr<c10d::Work>>{});
+  return batch->submit(std::move(result), timeout, work);
 }
 
 uint64_t Backend::getSequenceNumberForGroup() { return rustccl_comm_seq(comm_); }
@@ -395,7 +538,7 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
   checkOne(tensors, "broadcast");
   Submission s(*this, "broadcast", c10d::OpType::BROADCAST, "rustccl:broadcast");
   s.add(RUSTCCL_BROADCAST, 0, opts.rootRank).inout(tensors[0]);
-  return s.submit(tensors, opts.timeout);
+  return finish(s, tensors, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
@@ -403,7 +546,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
   checkOne(tensors, "all_reduce");
   Submission s(*this, "all_reduce", c10d::OpType::ALLREDUCE, "rustccl:all_reduce");
   s.add(RUSTCCL_ALL_REDUCE, opts.reduceOp.op_).inout(tensors[0]);
-  return s.submit(tensors, opts.timeout);
+  return finish(s, tensors, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce_sparse(std::vector<at::Tensor>&, const c10d::AllreduceOptions&) {
@@ -416,14 +559,14 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tens
   Submission s(*this, "all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, "rustccl:all_reduce_coalesced");
   s.add(RUSTCCL_ALL_REDUCE, opts.reduceOp.op_);
   for (auto& t : tensors) s.inout(t);
-  return s.submit(tensors, opts.timeout);
+  return finish(s, tensors, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   checkOne(tensors, "reduce");
   Submission s(*this, "reduce", c10d::OpType::REDUCE, "rustccl:reduce");
   s.add(RUSTCCL_REDUCE, opts.reduceOp.op_, opts.rootRank).inout(tensors[0]);
-  return s.submit(tensors, opts.timeout);
+  return finish(s, tensors, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -433,14 +576,14 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
   TORCH_CHECK(outputs.size() == 1, "rustccl all_gather: expected one output list, got ", outputs.size());
   Submission s(*this, "all_gather", c10d::OpType::ALLGATHER, "rustccl:all_gather");
   s.add(RUSTCCL_ALL_GATHER).in(inputs[0]).outs(outputs[0]);
-  return s.submit(outputs[0], opts.timeout);
+  return finish(s, outputs[0], opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                         const c10d::AllgatherOptions& opts) {
   Submission s(*this, "all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, "rustccl:all_gather_into_tensor");
   s.add(RUSTCCL_ALL_GATHER).in(input).out(output);
-  return s.submit({output}, opts.timeout);
+  return finish(s, {output}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -458,7 +601,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(std::vector<std::vec
     s.add(RUSTCCL_ALL_GATHER).in(inputs[i]);
     for (auto& l : outputs) s.out(l[i]);
   }
-  return s.submit(flatten(outputs), opts.timeout);
+  return finish(s, flatten(outputs), opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -469,7 +612,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(std::vec
   Submission s(*this, "all_gather_into_tensor_coalesced", c10d::OpType::COALESCED,
                "rustccl:all_gather_into_tensor_coalesced");
   for (size_t i = 0; i < inputs.size(); ++i) s.add(RUSTCCL_ALL_GATHER).in(inputs[i]).out(outputs[i]);
-  return s.submit(outputs, opts.timeout);
+  return finish(s, outputs, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -486,7 +629,7 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "rustccl gather: only the root (rank ", opts.rootRank, ") passes a gather list");
   }
-  return s.submit(result, opts.timeout);
+  return finish(s, result, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
@@ -503,7 +646,7 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
                 "rustccl scatter: only the root (rank ", opts.rootRank, ") passes a scatter list");
   }
   s.out(outputs[0]);
-  return s.submit(outputs, opts.timeout);
+  return finish(s, outputs, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -513,14 +656,14 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
   TORCH_CHECK(inputs.size() == 1, "rustccl reduce_scatter: expected one input list, got ", inputs.size());
   Submission s(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, "rustccl:reduce_scatter");
   s.add(RUSTCCL_REDUCE_SCATTER, opts.reduceOp.op_).ins(inputs[0]).out(outputs[0]);
-  return s.submit(outputs, opts.timeout);
+  return finish(s, outputs, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::ReduceScatterOptions& opts) {
   Submission s(*this, "reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, "rustccl:reduce_scatter_tensor");
   s.add(RUSTCCL_REDUCE_SCATTER, opts.reduceOp.op_).in(input).out(output);
-  return s.submit({output}, opts.timeout);
+  return finish(s, {output}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -533,7 +676,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(std::vec
   for (size_t i = 0; i < inputs.size(); ++i) {
     s.add(RUSTCCL_REDUCE_SCATTER, opts.reduceOp.op_).in(inputs[i]).out(outputs[i]);
   }
-  return s.submit(outputs, opts.timeout);
+  return finish(s, outputs, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -542,41 +685,41 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
                                                       const c10d::AllToAllOptions& opts) {
   Submission s(*this, "all_to_all_single", c10d::OpType::ALLTOALL_BASE, "rustccl:all_to_all_single");
   s.add(RUSTCCL_ALL_TO_ALL).splits(input_splits, output_splits).in(input).out(output);
-  return s.submit({output}, opts.timeout);
+  return finish(s, {output}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                                  const c10d::AllToAllOptions& opts) {
   Submission s(*this, "all_to_all", c10d::OpType::ALLTOALL, "rustccl:all_to_all");
   s.add(RUSTCCL_ALL_TO_ALL).ins(inputs).outs(outputs);
-  return s.submit(outputs, opts.timeout);
+  return finish(s, outputs, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   checkOne(tensors, "send");
   Submission s(*this, "send", c10d::OpType::SEND, "rustccl:send");
   s.add(RUSTCCL_SEND, 0, dst, tag).in(tensors[0]);
-  return s.submit(tensors, c10d::kUnsetTimeout);
+  return finish(s, tensors, c10d::kUnsetTimeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   checkOne(tensors, "recv");
   Submission s(*this, "recv", c10d::OpType::RECV, "rustccl:recv");
   s.add(RUSTCCL_RECV, 0, src, tag).out(tensors[0]);
-  return s.submit(tensors, c10d::kUnsetTimeout);
+  return finish(s, tensors, c10d::kUnsetTimeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   checkOne(tensors, "recv");
   Submission s(*this, "recv", c10d::OpType::RECVANYSOURCE, "rustccl:recv");
   s.add(RUSTCCL_RECV, 0, -1, tag).out(tensors[0]);
-  return s.submit(tensors, c10d::kUnsetTimeout);
+  return finish(s, tensors, c10d::kUnsetTimeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
   Submission s(*this, "barrier", c10d::OpType::BARRIER, "rustccl:barrier");
   s.add(RUSTCCL_BARRIER);
-  return s.submit({}, opts.timeout);
+  return finish(s, {}, opts.timeout);
 }
 
 // ------------------------------------------------------------ registration

@@ -2,6 +2,9 @@
 // torch.distributed. They hold no algorithm: they check what only torch can
 // see (layouts, devices), hand tensors to the Rust engine as DLPack, and turn
 // its completions into c10 futures and exceptions.
+//
+// Device-generic: CUDA streams are reached through c10's DeviceGuardImpl
+// interface, so this file links only c10 and torch_cpu.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -9,7 +12,9 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,9 +22,13 @@
 
 namespace rustccl {
 
+class Backend;
+class Submission;
+
 // Tensors rustccl could not use in place (non-contiguous, misaligned): the
 // engine works on a contiguous copy, copied back into the caller's tensor
-// before the work completes.
+// before the work completes (for CUDA: on the comm stream, right after the
+// collective).
 struct Staging {
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;  // (caller's, staged)
   void finish();
@@ -28,7 +37,7 @@ struct Staging {
 class Work : public c10d::Work {
  public:
   Work(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& profiled,
-              std::vector<at::Tensor> outputs, Staging staging);
+       std::optional<c10::Device> device);
   ~Work() override;
 
   bool isCompleted() override;
@@ -40,19 +49,27 @@ class Work : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
-  void setHandle(::RustcclWork* h);
+  // What the future yields, and what to copy back; set before submission.
+  void adopt(std::vector<at::Tensor> outputs, Staging staging);
+  // After a successful submission.
+  void submitted(::RustcclWork* handle);
   // Called by the engine, once, on its thread.
   static void onDone(void* ctx, int32_t status, const char* message, int32_t source_rank);
 
  private:
+  void throwIfDeviceError();
+
   ::RustcclWork* handle_ = nullptr;
+  std::optional<c10::Device> device_;  // set for CUDA work
   std::vector<at::Tensor> outputs_;
   Staging staging_;
   std::atomic<int> source_rank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  mutable std::mutex error_mu_;
+  std::exception_ptr device_error_;  // CUDA work that failed after its future completed
 };
 
-// Several works (a coalesced batch) as one.
+// Several works as one (kept for batches torch hands us already split).
 class CoalescedWork : public c10d::Work {
  public:
   CoalescedWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works);
@@ -127,16 +144,22 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
- private:
-  friend class Submission;
+  const RustcclComm* comm() const { return comm_; }
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
-  c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> w);
+
+ private:
+  // Submits `s`, or adds it to the open coalescing batch.
+  c10::intrusive_ptr<c10d::Work> finish(Submission& s, std::vector<at::Tensor> result,
+                                        std::chrono::milliseconds timeout);
 
   const RustcclComm* comm_;
   std::chrono::milliseconds timeout_;
   std::mutex coalescing_mu_;
   bool coalescing_ = false;
-  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  std::unique_ptr<Submission> batch_;
+  c10::intrusive_ptr<Work> batch_work_;
+  std::vector<at::Tensor> batch_result_;
+  std::chrono::milliseconds batch_timeout_{c10d::kUnsetTimeout};
 };
 
 }  // namespace rustccl

@@ -52,6 +52,7 @@ typedef struct {
   size_t n_in_splits;
   const int64_t* out_splits;
   size_t n_out_splits;
+  uint64_t stream;  // CUDA: the caller's current stream on the tensors' device
 } RustcclOpDesc;
 
 typedef void (*RustcclDoneFn)(void* ctx, int32_t status, const char* message, int32_t source_rank);
@@ -60,6 +61,8 @@ typedef void (*RustcclDoneFn)(void* ctx, int32_t status, const char* message, in
 const char* rustccl_last_error(void);
 
 void rustccl_comm_release(const RustcclComm* comm);
+// Creates the group's NCCL communicator on `device` now (every rank calls it).
+int32_t rustccl_comm_connect_cuda(const RustcclComm* comm, int32_t device);
 void rustccl_comm_shutdown(const RustcclComm* comm, int32_t abort);
 uint64_t rustccl_comm_seq(const RustcclComm* comm);
 
@@ -74,6 +77,10 @@ int32_t rustccl_submit(const RustcclComm* comm, const RustcclOpDesc* ops, size_t
 int32_t rustccl_work_wait(const RustcclWork* work, int64_t timeout_ms);
 int32_t rustccl_work_is_completed(const RustcclWork* work);
 int32_t rustccl_work_source_rank(const RustcclWork* work);
+// CUDA work: its device (and the stream it runs on in *stream); -1 for host work.
+int32_t rustccl_work_device(const RustcclWork* work, uint64_t* stream);
+// 0 while pending or after success; else the error status (see rustccl_last_error).
+int32_t rustccl_work_error(const RustcclWork* work);
 void rustccl_work_release(RustcclWork* work);
 
 #ifdef __cplusplus

@@ -43,6 +43,7 @@ pub struct Config {
     pub algo: AlgoConfig,
     pub socket_ifname: Option<String>,
     pub host_id: Option<String>,
+    pub nccl_library: Option<String>,
     pub debug: LogLevel,
 }
 
@@ -78,6 +79,11 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_HOST_ID",
         default: "",
         doc: "overrides the host identity used to find ranks that share a host",
+    },
+    Setting {
+        name: "RUSTCCL_NCCL_LIBRARY",
+        default: "",
+        doc: "path of the libnccl to load; default: libnccl.so.2 (the one torch loaded)",
     },
     Setting {
         name: "RUSTCCL_DEBUG",
@@ -137,6 +143,7 @@ impl Config {
             algo,
             socket_ifname: std::env::var("RUSTCCL_SOCKET_IFNAME").ok().filter(|s| !s.is_empty()),
             host_id: std::env::var("RUSTCCL_HOST_ID").ok().filter(|s| !s.is_empty()),
+            nccl_library: std::env::var("RUSTCCL_NCCL_LIBRARY").ok().filter(|s| !s.is_empty()),
             debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
         }
     }
@@ -155,6 +162,7 @@ impl Config {
             ("RUSTCCL_SEGMENT_BYTES", self.algo.segment_bytes.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
+            ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),
             ("RUSTCCL_DEBUG", format!("{:?}", self.debug).to_uppercase()),
         ]
     }

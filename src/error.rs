@@ -50,6 +50,10 @@ pub enum Error {
     #[error("rustccl {site}: rank {rank} (this process) <-> rank {peer} {addr}: {detail}")]
     Protocol { site: OpSite, rank: Rank, peer: Rank, addr: String, detail: String },
 
+    /// A CUDA or NCCL call failed.
+    #[error("rustccl {site}: rank {rank} (this process), cuda:{device}: {detail}")]
+    Device { site: OpSite, rank: Rank, device: i32, detail: String },
+
     /// An earlier failure left the communicator unusable; later operations
     /// fail fast with its cause.
     #[error("rustccl {op}: the communicator is unusable after an earlier error: {cause}")]
@@ -100,7 +104,7 @@ impl Error {
             Error::Unsupported { .. } => Code::Unsupported,
             Error::Timeout { .. } => Code::Timeout,
             Error::PeerLost { .. } | Error::Bootstrap { .. } => Code::Network,
-            Error::Protocol { .. } | Error::Closed { .. } => Code::Backend,
+            Error::Protocol { .. } | Error::Closed { .. } | Error::Device { .. } => Code::Backend,
             Error::Poisoned { cause, .. } => match cause.code() {
                 Code::Timeout => Code::Timeout,
                 Code::Network => Code::Network,
@@ -124,7 +128,7 @@ impl Error {
     pub fn poisons(&self) -> bool {
         matches!(
             self,
-            Error::Timeout { .. } | Error::PeerLost { .. } | Error::Protocol { .. } | Error::Internal(_)
+            Error::Timeout { .. } | Error::PeerLost { .. } | Error::Protocol { .. } | Error::Device { .. } | Error::Internal(_)
         )
     }
 }

@@ -14,6 +14,8 @@
 //!   written against `Transport`; `plan` holds the chunk arithmetic and
 //!   `reduce` the element-wise kernels.
 //! - [`work`]: the async handle returned for every submitted operation.
+//! - [`cuda`]: the CUDA driver (streams, events, contexts), loaded at run
+//!   time; `comm::nccl` runs CUDA collectives through NCCL on top of it.
 //! - [`comm`]: the `Communicator` that owns a group's transport, worker
 //!   thread, point-to-point engine and sequence numbers.
 //! - `capi` (extern "C", used by the C++ c10d shim) and `py` (PyO3 module),
@@ -23,6 +25,7 @@ pub mod bootstrap;
 pub mod collectives;
 pub mod comm;
 pub mod config;
+pub mod cuda;
 pub mod error;
 pub mod tensor;
 pub mod transport;

@@ -41,6 +41,8 @@ pub struct RustcclOpDesc {
     pub n_in_splits: usize,
     pub out_splits: *const i64,
     pub n_out_splits: usize,
+    /// CUDA: the caller's current stream on the tensors' device.
+    pub stream: u64,
 }
 
 /// Called once when a submitted work finishes: status 0 or an error code,
@@ -206,6 +208,7 @@ pub unsafe extern "C" fn rustccl_submit(
                     s.outputs = outputs;
                     s.in_splits = i64s(d.in_splits, d.n_in_splits);
                     s.out_splits = i64s(d.out_splits, d.n_out_splits);
+                    s.stream = d.stream;
                     specs.push(s);
                 }
                 (None, _, _) => {
@@ -280,6 +283,54 @@ pub extern "C" fn rustccl_work_source_rank(w: *const RustcclWork) -> i32 {
     }
     // SAFETY: as in `rustccl_work_wait`.
     catch_unwind(AssertUnwindSafe(|| unsafe { (*w).0.source() }.map_or(-1, |r| r as i32))).unwrap_or(-1)
+}
+
+/// For work on a GPU: returns its CUDA device and stores the stream it runs
+/// on in `*stream`; -1 for host work.
+#[no_mangle]
+pub extern "C" fn rustccl_work_device(w: *const RustcclWork, stream: *mut u64) -> i32 {
+    if w.is_null() {
+        return -1;
+    }
+    // SAFETY: as in `rustccl_work_wait`; `stream` is null or writable.
+    catch_unwind(AssertUnwindSafe(|| match unsafe { (*w).0.mark() } {
+        Some(m) => {
+            if !stream.is_null() {
+                unsafe { *stream = m.stream() };
+            }
+            m.device()
+        }
+        None => -1,
+    }))
+    .unwrap_or(-1)
+}
+
+/// 0 while a work is pending or if it succeeded; otherwise its error code
+/// (message in `rustccl_last_error`). Never blocks.
+#[no_mangle]
+pub extern "C" fn rustccl_work_error(w: *const RustcclWork) -> i32 {
+    if w.is_null() {
+        return 0;
+    }
+    guarded("work_error", || {
+        // SAFETY: as in `rustccl_work_wait`.
+        match unsafe { (*w).0.result() } {
+            Some(Err(e)) => fail(&e),
+            _ => 0,
+        }
+    })
+}
+
+/// Creates the group's NCCL communicator on `device` now (collective).
+#[no_mangle]
+pub extern "C" fn rustccl_comm_connect_cuda(c: *const RustcclComm, device: i32) -> i32 {
+    if c.is_null() {
+        return fail(&Error::Internal("connect: null communicator".into()));
+    }
+    guarded("connect_cuda", || match comm(c).connect_cuda(device) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
+    })
 }
 
 #[no_mangle]

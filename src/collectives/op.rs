@@ -21,6 +21,8 @@ pub struct OpSpec {
     /// all_to_all_single split sizes, in rows of dimension 0 (empty: even).
     pub in_splits: Vec<i64>,
     pub out_splits: Vec<i64>,
+    /// CUDA: the caller's current stream on the tensors' device (0: default).
+    pub stream: u64,
 }
 
 impl OpSpec {
@@ -34,6 +36,7 @@ impl OpSpec {
             outputs: Vec::new(),
             in_splits: Vec::new(),
             out_splits: Vec::new(),
+            stream: 0,
         }
     }
 }
@@ -375,7 +378,7 @@ impl Op<Tensor> {
                 }
             }
         }
-        let OpSpec { kind, reduce_op, root, tag, inputs, outputs, in_splits, out_splits } = spec;
+        let OpSpec { kind, reduce_op, root, tag, inputs, outputs, in_splits, out_splits, stream: _ } = spec;
         let op = match kind {
             OpKind::AllReduce => {
                 if inputs.is_empty() {

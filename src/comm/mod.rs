@@ -1,11 +1,14 @@
 //! The [`Communicator`]: one process group's view of its peers. It checks
 //! requests, routes collectives to the host engine (CPU tensors) and sends /
 //! receives to the point-to-point engine, and hands back a [`Work`].
-#![forbid(unsafe_code)]
+// `unsafe` lives only in `nccl` (and the cuda helpers it uses).
+#![deny(unsafe_code)]
 
 pub mod host;
+pub mod nccl;
 pub mod p2p;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::bootstrap::{self, BootstrapOpts, PeerInfo, Store, CHANNEL_COLLECTIVE, CHANNEL_P2P};
@@ -13,9 +16,32 @@ use crate::collectives::{into_host, Op, OpSpec};
 use crate::config::{AlgoConfig, Config, LogLevel};
 use crate::error::{Error, Result};
 use crate::log_at;
+use crate::tensor::{SharedBuf, Tensor};
+
+impl nccl::IdExchange for Communicator {
+    fn broadcast(&self, id: &mut [u8; 128]) -> Result<()> {
+        self.host_broadcast(id)
+    }
+
+    fn pair(&self, peer: Rank, id: &mut [u8; 128], i_send: bool) -> Result<()> {
+        let buf = SharedBuf::new(DType::U8, &id[..]);
+        let mut s = OpSpec::new(if i_send { OpKind::Send } else { OpKind::Recv });
+        s.root = peer as i64;
+        s.tag = NCCL_ID_TAG;
+        let t = buf.tensor().ok_or_else(|| Error::Internal("fresh buffer lent".into()))?;
+        if i_send {
+            s.inputs = vec![t];
+        } else {
+            s.outputs = vec![t];
+        }
+        self.submit(vec![s], None, None)?.wait(None)?;
+        id.copy_from_slice(&buf.bytes().ok_or_else(|| Error::Internal("buffer still lent".into()))?);
+        Ok(())
+    }
+}
 use crate::transport::tcp::TcpTransport;
 use crate::transport::Transport;
-use crate::types::{Device, Rank};
+use crate::types::{DType, Device, OpKind, Rank};
 use crate::work::{self, Callback, Work};
 
 pub use host::{Done, Observer};
@@ -43,7 +69,12 @@ pub struct Communicator {
     transport_kind: &'static str,
     host: host::HostEngine,
     p2p: Option<p2p::P2pEngine>,
+    nccl: Mutex<Option<Arc<nccl::NcclEngine>>>,
 }
+
+/// Tag of the point-to-point messages that carry a pair's NCCL unique id
+/// (outside torch's int32 tag range, so it never meets a user's message).
+const NCCL_ID_TAG: i64 = i64::MIN + 0x6e63636c;
 
 impl Communicator {
     /// Rendezvous through `store`, connect to every peer, start the engines.
@@ -70,14 +101,14 @@ impl Communicator {
         );
         let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, observer)?;
         let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns);
-        Ok(Communicator { rank, size, opts, peers: ep.peers, transport_kind: "tcp", host, p2p: Some(p2p) })
+        Ok(Communicator { rank, size, opts, peers: ep.peers, transport_kind: "tcp", host, p2p: Some(p2p), nccl: Mutex::new(None) })
     }
 
     /// A communicator over a ready transport (tests); no point-to-point.
     pub fn with_transport(transport: Box<dyn Transport>, opts: CommOptions) -> Result<Communicator> {
         let (rank, size, kind) = (transport.rank(), transport.size(), transport.kind());
         let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, None)?;
-        Ok(Communicator { rank, size, opts, peers: Vec::new(), transport_kind: kind, host, p2p: None })
+        Ok(Communicator { rank, size, opts, peers: Vec::new(), transport_kind: kind, host, p2p: None, nccl: Mutex::new(None) })
     }
 
     pub fn rank(&self) -> Rank {
@@ -110,6 +141,7 @@ impl Communicator {
     pub fn submit(&self, specs: Vec<OpSpec>, timeout: Option<Duration>, callback: Option<Callback>) -> Result<Work> {
         let timeout = timeout.unwrap_or(self.opts.timeout);
         let first = specs.first().map(|s| s.kind).ok_or_else(|| Error::Internal("empty submission".into()))?;
+        let stream = specs[0].stream;
         let name = first.name();
         let mut ops = Vec::with_capacity(specs.len());
         for spec in specs {
@@ -119,16 +151,20 @@ impl Communicator {
         if p2p != 0 && p2p != ops.len() {
             return Err(Error::invalid(name, "a batch cannot mix point-to-point operations and collectives"));
         }
-        for op in &ops {
-            match op.device() {
-                Device::Cpu => {}
-                Device::Cuda(i) => {
-                    return Err(Error::unsupported(
-                        op.kind().name(),
-                        format!("CUDA tensors (cuda:{i}) are not supported by this build of rustccl"),
-                    ))
-                }
-                d => return Err(Error::unsupported(op.kind().name(), format!("tensors on device {d} are not supported"))),
+        let device = ops[0].device();
+        if let Some(op) = ops.iter().find(|o| o.device() != device) {
+            return Err(Error::invalid(op.kind().name(), "a batch cannot mix tensors of different devices"));
+        }
+        match device {
+            Device::Cpu => {}
+            Device::Cuda(d) => return self.submit_cuda(ops, d, stream, timeout, callback),
+            d => return Err(Error::unsupported(name, format!("tensors on device {d} are not supported"))),
+        }
+        if first == OpKind::Barrier {
+            // A host operation, which first waits for this group's CUDA work
+            // to finish on the device, as torch's NCCL barrier does.
+            if let Some(n) = self.nccl_if_started() {
+                n.wait_idle(timeout)?;
             }
         }
         let mut callback = callback;
@@ -157,13 +193,84 @@ impl Communicator {
         self.host.submit(host_ops, bytes, timeout, attach)
     }
 
-    /// Stops both engines. `abort` interrupts a running collective; without
+    /// Runs a CPU broadcast of `data` from rank 0 on the host engine.
+    fn host_broadcast(&self, data: &mut [u8]) -> Result<()> {
+        let buf = SharedBuf::new(DType::U8, data);
+        let mut s = OpSpec::new(OpKind::Broadcast);
+        s.inputs = vec![buf.tensor().ok_or_else(|| Error::Internal("fresh buffer lent".into()))?];
+        self.submit(vec![s], None, None)?.wait(None)?;
+        data.copy_from_slice(&buf.bytes().ok_or_else(|| Error::Internal("buffer still lent".into()))?);
+        Ok(())
+    }
+
+    /// Stops the engines. `abort` interrupts a running collective; without
     /// it, queued collectives finish first (bounded by the group timeout).
     pub fn shutdown(&self, abort: bool) {
         let grace = if abort { Duration::from_secs(5) } else { self.opts.timeout.min(Duration::from_secs(60)) };
+        if let Some(n) = self.nccl_if_started() {
+            n.shutdown(abort, grace);
+        }
         self.host.shutdown(abort, grace);
         if let Some(p) = &self.p2p {
             p.shutdown();
         }
     }
+
+    fn nccl_if_started(&self) -> Option<Arc<nccl::NcclEngine>> {
+        self.nccl.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The CUDA engine, started on first use.
+    fn nccl(&self, op: &'static str) -> Result<Arc<nccl::NcclEngine>> {
+        let mut n = self.nccl.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = n.as_ref() {
+            return Ok(e.clone());
+        }
+        let e = nccl::NcclEngine::new(self.rank, self.size, self.opts.group.clone())
+            .map_err(|why| Error::unsupported(op, format!("CUDA collectives need libcuda and libnccl: {why}")))?;
+        let e = Arc::new(e);
+        *n = Some(e.clone());
+        Ok(e)
+    }
+
+    /// Creates this group's NCCL communicator on `device` now (every rank
+    /// must call it), instead of on the first CUDA collective.
+    pub fn connect_cuda(&self, device: i32) -> Result<()> {
+        self.nccl("connect")?.connect(device, self)
+    }
+
+    /// NCCL version string, once the CUDA engine has started.
+    pub fn nccl_version(&self) -> Option<String> {
+        self.nccl_if_started().map(|n| n.nccl_version())
+    }
+
+    fn submit_cuda(&self, ops: Vec<Op<Tensor>>, device: i32, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
+        let name = ops[0].kind().name();
+        let engine = self.nccl(name)?;
+        if ops.iter().any(nccl::plan::needs_host) {
+            return self.cuda_via_host(ops, device, stream, timeout, callback);
+        }
+        let mut callback = callback;
+        engine.submit(ops, device, stream, timeout, self, |w| {
+            if let Some(cb) = callback.take() {
+                w.on_complete(cb);
+            }
+        })
+    }
+
+    /// Reductions NCCL cannot do (bitwise ops, int16, bool XOR) run on the
+    /// host engine over copies in host memory: slower, but every op works.
+    fn cuda_via_host(&self, ops: Vec<Op<Tensor>>, device: i32, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
+        let name = ops[0].kind().name();
+        let (host_ops, staged) = nccl::staging::to_host(ops, device, stream)?;
+        let bytes = staged.bytes();
+        self.host.submit(host_ops, bytes, timeout, |_| {})?.wait(None)?;
+        staged.copy_back()?;
+        let w = Work::done(name, self.host.seq(), Ok(()));
+        if let Some(cb) = callback {
+            w.on_complete(cb);
+        }
+        Ok(w)
+    }
+
 }

@@ -148,6 +148,18 @@ impl PyCommunicator {
         crate::capi::comm_into_raw(self.inner.clone())
     }
 
+    /// Creates this group's NCCL communicator on CUDA device `device` now
+    /// (every rank must call it) instead of on the first CUDA collective.
+    fn connect_cuda(&self, py: Python<'_>, device: i32) -> PyResult<()> {
+        let c = self.inner.clone();
+        py.detach(move || c.connect_cuda(device)).map_err(to_py)
+    }
+
+    /// The NCCL version in use, once a CUDA collective ran (else None).
+    fn nccl_version(&self) -> Option<String> {
+        self.inner.nccl_version()
+    }
+
     /// Stops the engines (`abort=True` interrupts a running collective).
     #[pyo3(signature = (abort=false))]
     fn shutdown(&self, py: Python<'_>, abort: bool) {

@@ -260,6 +260,17 @@ impl SharedBuf {
         Arc::new(SharedBuf { words: UnsafeCell::new(words), nbytes: bytes.len(), dtype, lent: AtomicBool::new(false) })
     }
 
+    /// `numel` zeroed elements of `dtype`.
+    pub fn zeros(dtype: DType, numel: usize) -> Arc<SharedBuf> {
+        let nbytes = numel * dtype.size();
+        Arc::new(SharedBuf {
+            words: UnsafeCell::new(vec![0u64; nbytes.div_ceil(8)]),
+            nbytes,
+            dtype,
+            lent: AtomicBool::new(false),
+        })
+    }
+
     /// Lends the memory to a tensor; `None` while it is lent already.
     pub fn tensor(self: &Arc<Self>) -> Option<Tensor> {
         if self.lent.swap(true, Ordering::Acquire) {
@@ -279,6 +290,11 @@ impl SharedBuf {
             contiguous: true,
             owner: Owner::Lent(self.clone()),
         })
+    }
+
+    /// The raw bytes, copied; `None` while lent.
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        self.to_vec::<u8>()
     }
 
     /// A copy of the contents; `None` while a tensor still uses the memory.

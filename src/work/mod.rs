@@ -18,8 +18,20 @@ use crate::types::Rank;
 /// the rank the data came from.
 pub type Callback = Box<dyn FnOnce(&Result<()>, Option<Rank>) + Send>;
 
+/// The device side of a work that runs on a GPU stream: lets `is_completed`
+/// ask the device, and the shim find the stream it ran on.
+pub trait DeviceMark: Send + Sync {
+    /// CUDA device index.
+    fn device(&self) -> i32;
+    /// Raw handle of the stream the operation was enqueued on.
+    fn stream(&self) -> u64;
+    /// True once the device has finished the operation.
+    fn finished(&self) -> bool;
+}
+
 struct State {
     result: Option<Result<()>>,
+    mark: Option<Arc<dyn DeviceMark>>,
     callbacks: Vec<Callback>,
     /// For receives from any source: who sent.
     source: Option<Rank>,
@@ -42,7 +54,7 @@ impl Work {
         Work(Arc::new(Inner {
             op,
             seq,
-            state: Mutex::new(State { result: None, callbacks: Vec::new(), source: None, started: None, finished: None }),
+            state: Mutex::new(State { result: None, mark: None, callbacks: Vec::new(), source: None, started: None, finished: None }),
             cv: Condvar::new(),
         }))
     }
@@ -104,8 +116,24 @@ impl Work {
         }
     }
 
+    /// Finished, or (for device work) the device has run it.
     pub fn is_completed(&self) -> bool {
-        self.lock().result.is_some()
+        let mark = {
+            let s = self.lock();
+            if s.result.is_some() {
+                return true;
+            }
+            s.mark.clone()
+        };
+        mark.is_some_and(|m| m.finished())
+    }
+
+    pub fn set_mark(&self, mark: Arc<dyn DeviceMark>) {
+        self.lock().mark = Some(mark);
+    }
+
+    pub fn mark(&self) -> Option<Arc<dyn DeviceMark>> {
+        self.lock().mark.clone()
     }
 
     /// The result, if finished.

@@ -1,0 +1,497 @@
+//! CUDA collectives through NCCL.
+//!
+//! One [`NcclEngine`] per communicator. It owns, per device, NCCL
+//! communicators (the group's own, created on its first CUDA collective with
+//! the unique id broadcast over rustccl's CPU links; and two-rank ones for
+//! point-to-point between a pair when the group's does not exist yet), a
+//! stream per communicator created by rustccl, and a watchdog thread.
+//!
+//! A submission is launched on the calling thread: an event recorded on the
+//! caller's current stream orders the communicator's stream after it, the
+//! [`plan`] runs there, and a `done` event marks its end. The operation's
+//! tensors stay with the watchdog until `done` has passed, so torch's
+//! caching allocator cannot reuse their memory early; the watchdog then
+//! finishes the work, and fails everything (aborting the NCCL
+//! communicators) on a timeout or an asynchronous NCCL error.
+
+#![allow(unsafe_code)]
+
+mod lib;
+pub mod plan;
+pub mod staging;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use cudarc::nccl::sys::{ncclComm_t, ncclUniqueId};
+
+use self::lib::{Call, NcclLib};
+use self::plan::{Addr, PCall, Plan};
+use crate::collectives::Op;
+use crate::config::LogLevel;
+use crate::cuda::{self, Context, DeviceBuffer, Event, Stream};
+use crate::error::{Error, OpSite, Result};
+use crate::log_at;
+use crate::tensor::Tensor;
+use crate::types::Rank;
+use crate::work::{DeviceMark, Work};
+
+/// How a new NCCL communicator gets its unique id across ranks.
+pub trait IdExchange {
+    /// Rank 0's id to every rank of the group (a collective over the CPU links).
+    fn broadcast(&self, id: &mut [u8; 128]) -> Result<()>;
+    /// The lower rank's id to `peer` (point-to-point over the CPU links).
+    fn pair(&self, peer: Rank, id: &mut [u8; 128], i_send: bool) -> Result<()>;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key {
+    Group(i32),
+    Pair(i32, Rank),
+}
+
+/// One NCCL communicator, its stream and its launch lock.
+struct DeviceComm {
+    key: Key,
+    ctx: Context,
+    stream: Stream,
+    ready: Event,
+    /// Rank of group rank `i` in this communicator (identity for the group's).
+    ranks: Vec<Option<usize>>,
+    raw: Mutex<Option<RawComm>>,
+}
+
+struct RawComm(ncclComm_t);
+// SAFETY: an NCCL communicator may be used from any thread as long as calls
+// on it are not concurrent; every use goes through DeviceComm::raw's mutex.
+unsafe impl Send for RawComm {}
+
+struct Pending {
+    started: Instant,
+    done: Arc<Event>,
+    _ops: Vec<Op<Tensor>>,
+    _temps: Vec<DeviceBuffer>,
+    work: Work,
+    deadline: Instant,
+}
+
+#[derive(Default)]
+struct WatchState {
+    pending: Vec<Pending>,
+    stop: bool,
+}
+
+struct Shared {
+    rank: Rank,
+    group: String,
+    lib: &'static NcclLib,
+    comms: Mutex<HashMap<Key, Arc<DeviceComm>>>,
+    watch: Mutex<WatchState>,
+    cv: Condvar,
+    poisoned: Mutex<Option<Error>>,
+}
+
+pub struct NcclEngine {
+    sh: Arc<Shared>,
+    size: usize,
+    bound: Mutex<Option<i32>>,
+    seq: AtomicU64,
+    watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+struct Mark {
+    device: i32,
+    stream: u64,
+    done: Arc<Event>,
+}
+
+impl DeviceMark for Mark {
+    fn device(&self) -> i32 {
+        self.device
+    }
+    fn stream(&self) -> u64 {
+        self.stream
+    }
+    fn finished(&self) -> bool {
+        self.done.query().unwrap_or(false)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn id_from(bytes: &[u8; 128]) -> ncclUniqueId {
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    for (d, s) in id.internal.iter_mut().zip(bytes) {
+        *d = *s as _;
+    }
+    id
+}
+
+fn id_bytes(id: &ncclUniqueId) -> [u8; 128] {
+    let mut b = [0u8; 128];
+    for (d, s) in b.iter_mut().zip(id.internal.iter()) {
+        *d = *s as u8;
+    }
+    b
+}
+
+impl NcclEngine {
+    /// Loads libcuda and libnccl; fails with the reason when either is missing.
+    pub fn new(rank: Rank, size: usize, group: String) -> std::result::Result<NcclEngine, String> {
+        cuda::load().map_err(|e| e.0)?;
+        let lib = NcclLib::get()?;
+        log_at!(LogLevel::Info, "group '{group}' rank {rank}: NCCL {} loaded", lib.version_string());
+        let sh = Arc::new(Shared {
+            rank,
+            group,
+            lib,
+            comms: Mutex::new(HashMap::new()),
+            watch: Mutex::new(WatchState::default()),
+            cv: Condvar::new(),
+            poisoned: Mutex::new(None),
+        });
+        let w = sh.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("rustccl-cuda-{}-r{rank}", sh.group))
+            .spawn(move || watchdog(w))
+            .map_err(|e| format!("cannot start the CUDA watchdog: {e}"))?;
+        Ok(NcclEngine { sh, size, bound: Mutex::new(None), seq: AtomicU64::new(0), watchdog: Mutex::new(Some(handle)) })
+    }
+
+    pub fn nccl_version(&self) -> String {
+        self.sh.lib.version_string()
+    }
+
+    /// Binds the group to `device` on first use; later uses must match.
+    fn bind(&self, op: &'static str, device: i32) -> Result<()> {
+        let mut b = lock(&self.bound);
+        match *b {
+            None => {
+                *b = Some(device);
+                Ok(())
+            }
+            Some(d) if d == device => Ok(()),
+            Some(d) => Err(Error::invalid(op, format!(
+                "tensor on cuda:{device}, but this process group uses cuda:{d} (one CUDA device per rank and group)"
+            ))),
+        }
+    }
+
+    fn comm(&self, key: Key, ids: &dyn IdExchange) -> Result<Arc<DeviceComm>> {
+        if let Some(c) = lock(&self.sh.comms).get(&key) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(self.create(key, ids)?);
+        lock(&self.sh.comms).insert(key, c.clone());
+        Ok(c)
+    }
+
+    fn create(&self, key: Key, ids: &dyn IdExchange) -> Result<DeviceComm> {
+        let rank = self.sh.rank;
+        let cerr = |what: String| Error::Internal(format!("creating the NCCL communicator: {what}"));
+        let (device, nranks, my, ranks) = match key {
+            Key::Group(d) => (d, self.size, rank, (0..self.size).map(Some).collect()),
+            Key::Pair(d, peer) => {
+                let (lo, hi) = (rank.min(peer), rank.max(peer));
+                let mut ranks = vec![None; self.size];
+                ranks[lo] = Some(0);
+                ranks[hi] = Some(1);
+                (d, 2, usize::from(rank == hi), ranks)
+            }
+        };
+        let ctx = Context::primary(device).map_err(|e| cerr(e.0))?;
+        ctx.bind().map_err(|e| cerr(e.0))?;
+        let mut id = [0u8; 128];
+        let first = match key {
+            Key::Group(_) => rank == 0,
+            Key::Pair(_, peer) => rank < peer,
+        };
+        if first {
+            id = id_bytes(&self.sh.lib.unique_id().map_err(cerr)?);
+        }
+        match key {
+            Key::Group(_) => ids.broadcast(&mut id)?,
+            Key::Pair(_, peer) => ids.pair(peer, &mut id, first)?,
+        }
+        let raw = self.sh.lib.init_rank(nranks, id_from(&id), my).map_err(cerr)?;
+        let stream = Stream::new().map_err(|e| cerr(e.0))?;
+        let ready = Event::new().map_err(|e| cerr(e.0))?;
+        log_at!(LogLevel::Info, "group '{}' rank {rank}: NCCL communicator {key:?} on cuda:{device} ({nranks} ranks)", self.sh.group);
+        Ok(DeviceComm { key, ctx, stream, ready, ranks, raw: Mutex::new(Some(RawComm(raw))) })
+    }
+
+    /// Creates the group's communicator on `device` now (all ranks call it).
+    pub fn connect(&self, device: i32, ids: &dyn IdExchange) -> Result<()> {
+        self.bind("connect", device)?;
+        self.comm(Key::Group(device), ids).map(|_| ())
+    }
+
+    /// The communicator for `ops`: the group's, or a pair's for sends and
+    /// receives with a single peer while the group has none.
+    fn pick(&self, ops: &[Op<Tensor>], device: i32, ids: &dyn IdExchange) -> Result<Arc<DeviceComm>> {
+        let mut peers: Vec<Rank> = ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Send { peer, .. } => Some(*peer),
+                Op::Recv { peer: Some(p), .. } => Some(*p),
+                _ => None,
+            })
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        let all_p2p = ops.iter().all(|o| o.kind().is_p2p());
+        let group_exists = lock(&self.sh.comms).contains_key(&Key::Group(device));
+        if all_p2p && peers.len() == 1 && !group_exists {
+            return self.comm(Key::Pair(device, peers[0]), ids);
+        }
+        self.comm(Key::Group(device), ids)
+    }
+
+    /// Launches `ops` (all on `device`) after the work already queued on
+    /// `caller_stream`.
+    pub fn submit(
+        &self,
+        ops: Vec<Op<Tensor>>,
+        device: i32,
+        caller_stream: u64,
+        timeout: Duration,
+        ids: &dyn IdExchange,
+        prepare: impl FnOnce(&Work),
+    ) -> Result<Work> {
+        let name = ops.first().map_or("collective", |o| o.kind().name());
+        if let Some(cause) = lock(&self.sh.poisoned).clone() {
+            return Err(Error::Poisoned { op: name, cause: Box::new(cause) });
+        }
+        self.bind(name, device)?;
+        let dc = self.pick(&ops, device, ids)?;
+        let map = |p: Rank| dc.ranks.get(p).copied().flatten().unwrap_or(usize::MAX);
+        let plan = plan::plan(&ops, self.sh.rank, &map)?;
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let site = OpSite { op: name, seq, group: self.sh.group.clone() };
+        let (done, temps) = self
+            .launch(&dc, &plan, caller_stream)
+            .map_err(|detail| Error::Device { site: site.clone(), rank: self.sh.rank, device, detail })?;
+        let work = Work::new(name, seq);
+        work.set_mark(Arc::new(Mark { device, stream: dc.stream.raw(), done: done.clone() }));
+        prepare(&work);
+        work.mark_started();
+        let mut w = lock(&self.sh.watch);
+        w.pending.push(Pending { started: Instant::now(), done, _ops: ops, _temps: temps, work: work.clone(), deadline: Instant::now() + timeout });
+        self.sh.cv.notify_all();
+        Ok(work)
+    }
+
+    fn launch(&self, dc: &DeviceComm, plan: &Plan, caller_stream: u64) -> std::result::Result<(Arc<Event>, Vec<DeviceBuffer>), String> {
+        let raw = lock(&dc.raw);
+        let comm = raw.as_ref().ok_or("the NCCL communicator was aborted")?.0;
+        dc.ctx.bind().map_err(|e| e.0)?;
+        let s = dc.stream.raw();
+        dc.ready.record(caller_stream).map_err(|e| e.0)?;
+        dc.stream.wait(&dc.ready).map_err(|e| e.0)?;
+        let temps = plan.temps.iter().map(|&b| DeviceBuffer::new(b, s)).collect::<std::result::Result<Vec<_>, _>>().map_err(|e| e.0)?;
+        let at = |a: Addr| match a {
+            Addr::Dev(p) => p,
+            Addr::Temp { idx, off } => temps[idx].ptr() + off as u64,
+        };
+        for c in &plan.pre {
+            // SAFETY: addresses come from validated tensors of this device
+            // (kept alive by the pending entry) or from scratch buffers
+            // allocated on this stream; sizes are the planned byte counts.
+            unsafe { cuda::copy_async(at(c.dst), at(c.src), c.bytes, s) }.map_err(|e| e.0)?;
+        }
+        let grouped = plan.calls.len() > 1;
+        if grouped {
+            self.sh.lib.group_start()?;
+        }
+        let mut result = Ok(());
+        for c in &plan.calls {
+            let call = match *c {
+                PCall::AllReduce { buf, count, dt, op } => Call::AllReduce { buf: at(buf), count, dt, op },
+                PCall::Broadcast { buf, count, dt, root } => Call::Broadcast { buf: at(buf), count, dt, root },
+                PCall::Reduce { buf, count, dt, op, root } => Call::Reduce { buf: at(buf), count, dt, op, root },
+                PCall::AllGather { send, recv, count, dt } => Call::AllGather { send: at(send), recv: at(recv), count, dt },
+                PCall::ReduceScatter { send, recv, count, dt, op } => {
+                    Call::ReduceScatter { send: at(send), recv: at(recv), count, dt, op }
+                }
+                PCall::Send { buf, count, dt, peer } => Call::Send { buf: at(buf), count, dt, peer },
+                PCall::Recv { buf, count, dt, peer } => Call::Recv { buf: at(buf), count, dt, peer },
+            };
+            // SAFETY: as for the copies above; `comm` is live under its lock.
+            result = unsafe { self.sh.lib.launch(comm, s, call) };
+            if result.is_err() {
+                break;
+            }
+        }
+        if grouped {
+            let end = self.sh.lib.group_end();
+            result = result.and(end);
+        }
+        result?;
+        for c in &plan.post {
+            // SAFETY: as above.
+            unsafe { cuda::copy_async(at(c.dst), at(c.src), c.bytes, s) }.map_err(|e| e.0)?;
+        }
+        let done = Arc::new(Event::new().map_err(|e| e.0)?);
+        done.record(s).map_err(|e| e.0)?;
+        Ok((done, temps))
+    }
+
+    /// Blocks until every CUDA operation of the group has run on its device.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut w = lock(&self.sh.watch);
+        while !w.pending.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout {
+                    site: OpSite { op: "barrier", seq: self.seq.load(Ordering::Relaxed), group: self.sh.group.clone() },
+                    rank: self.sh.rank,
+                    waiting: vec![],
+                    elapsed: timeout,
+                });
+            }
+            w = self.sh.cv.wait_timeout(w, (deadline - now).min(Duration::from_millis(5))).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        Ok(())
+    }
+
+    /// Stops the watchdog. `abort` aborts the NCCL communicators and fails
+    /// pending work; otherwise waits (bounded) for it to finish first.
+    pub fn shutdown(&self, abort: bool, grace: Duration) {
+        if !abort && self.wait_idle(grace).is_err() {
+            log_at!(LogLevel::Warn, "group '{}': CUDA work still pending at shutdown; aborting", self.sh.group);
+        }
+        fail_all(&self.sh, Error::Closed { op: "collective", how: "shut down" }, true);
+        lock(&self.sh.watch).stop = true;
+        self.sh.cv.notify_all();
+        if let Some(h) = lock(&self.watchdog).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for NcclEngine {
+    fn drop(&mut self) {
+        lock(&self.sh.watch).stop = true;
+        self.sh.cv.notify_all();
+        let idle = lock(&self.sh.watch).pending.is_empty();
+        for (_, c) in lock(&self.sh.comms).drain() {
+            if let Some(raw) = lock(&c.raw).take() {
+                let _ = c.ctx.bind();
+                // SAFETY: the communicator is live and never used again.
+                unsafe {
+                    if idle {
+                        self.sh.lib.destroy(raw.0)
+                    } else {
+                        self.sh.lib.abort(raw.0)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Fails every pending work with `e`; with `abort`, aborts every NCCL
+/// communicator first (so kernels stuck waiting for peers return).
+fn fail_all(sh: &Shared, e: Error, abort: bool) {
+    if abort {
+        for c in lock(&sh.comms).values() {
+            if let Some(raw) = lock(&c.raw).take() {
+                let _ = c.ctx.bind();
+                // SAFETY: live communicator, taken out so nobody uses it again.
+                unsafe { sh.lib.abort(raw.0) };
+            }
+        }
+    }
+    let pending = std::mem::take(&mut lock(&sh.watch).pending);
+    for p in pending {
+        let Pending { work, .. } = p;
+        work.finish(Err(e.clone()));
+    }
+    sh.cv.notify_all();
+}
+
+fn poison(sh: &Shared, e: Error) {
+    log_at!(LogLevel::Warn, "group '{}' rank {}: {e}", sh.group, sh.rank);
+    lock(&sh.poisoned).get_or_insert(e.clone());
+    fail_all(sh, e, true);
+}
+
+/// Reaps finished work, enforces deadlines, watches for NCCL errors.
+fn watchdog(sh: Arc<Shared>) {
+    let mut last_error_check = Instant::now();
+    loop {
+        let mut finished = Vec::new();
+        let mut failure = None;
+        {
+            let mut w = lock(&sh.watch);
+            if w.pending.is_empty() {
+                if w.stop {
+                    return;
+                }
+                let _g = sh.cv.wait_timeout(w, Duration::from_millis(100)).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            let now = Instant::now();
+            let mut i = 0;
+            while i < w.pending.len() {
+                match w.pending[i].done.query() {
+                    Ok(true) => finished.push(w.pending.remove(i)),
+                    Ok(false) => {
+                        if w.pending[i].deadline <= now && failure.is_none() {
+                            let p = &w.pending[i];
+                            failure = Some(Error::Timeout {
+                                site: OpSite { op: p.work.op(), seq: p.work.seq(), group: sh.group.clone() },
+                                rank: sh.rank,
+                                waiting: vec![],
+                                elapsed: now.saturating_duration_since(p.started),
+                            });
+                        }
+                        i += 1;
+                    }
+                    Err(e) => {
+                        let p = &w.pending[i];
+                        failure.get_or_insert(Error::Device {
+                            site: OpSite { op: p.work.op(), seq: p.work.seq(), group: sh.group.clone() },
+                            rank: sh.rank,
+                            device: -1,
+                            detail: format!("CUDA error while waiting for the operation: {e}"),
+                        });
+                        i += 1;
+                    }
+                }
+            }
+        }
+        for p in finished {
+            let Pending { work, .. } = p; // tensors and scratch released here
+            work.finish(Ok(()));
+        }
+        sh.cv.notify_all();
+        if failure.is_none() && last_error_check.elapsed() > Duration::from_millis(50) {
+            last_error_check = Instant::now();
+            for c in lock(&sh.comms).values() {
+                if let Some(raw) = lock(&c.raw).as_ref() {
+                    // SAFETY: live communicator under its lock.
+                    if let Err(why) = unsafe { sh.lib.async_error(raw.0) } {
+                        failure = Some(Error::Device {
+                            site: OpSite { op: "collective", seq: 0, group: sh.group.clone() },
+                            rank: sh.rank,
+                            device: c.ctx.device,
+                            detail: format!("NCCL communicator {:?}: {why}", c.key),
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(e) = failure {
+            poison(&sh, e);
+            continue;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
