@@ -292,8 +292,15 @@ void Work::submitted(::RustcclWork* h) {
   // exactly as torch's NCCL backend does.
   uint64_t stream = 0;
   int dev = rustccl_work_device(h, &stream);
-  TORCH_CHECK(dev == device_->index(), "rustccl: engine ran CUDA work on device ", dev, ", expected ", *device_);
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  if (dev < 0) {
+    // Staged through host memory (a reduction NCCL lacks): the results are
+    // already in device memory, written synchronously.
+    staging_.finish();
+    future_->markCompleted(c10::IValue(outputs_));
+    return;
+  }
+  TORCH_CHECK(dev == device_->index(), "rustccl: engine ran CUDA work on device ", dev, ", expected ", *device_);
   c10::Stream comm = externalStream(*device_, stream);
   c10::Stream prev = impl.exchangeStream(comm);
   try {

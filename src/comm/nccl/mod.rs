@@ -77,10 +77,22 @@ struct Pending {
     deadline: Instant,
 }
 
+/// Work in flight, one FIFO per communicator stream: work on one stream
+/// finishes in order, so only the oldest entry of each queue is polled.
 #[derive(Default)]
 struct WatchState {
-    pending: Vec<Pending>,
+    queues: HashMap<Key, std::collections::VecDeque<Pending>>,
     stop: bool,
+}
+
+impl WatchState {
+    fn is_empty(&self) -> bool {
+        self.queues.values().all(|q| q.is_empty())
+    }
+
+    fn drain(&mut self) -> Vec<Pending> {
+        self.queues.values_mut().flat_map(|q| q.drain(..)).collect()
+    }
 }
 
 struct Shared {
@@ -91,6 +103,8 @@ struct Shared {
     watch: Mutex<WatchState>,
     cv: Condvar,
     poisoned: Mutex<Option<Error>>,
+    /// `done` events whose works are gone, ready for reuse.
+    events: Mutex<Vec<Event>>,
 }
 
 pub struct NcclEngine {
@@ -153,6 +167,7 @@ impl NcclEngine {
             watch: Mutex::new(WatchState::default()),
             cv: Condvar::new(),
             poisoned: Mutex::new(None),
+            events: Mutex::new(Vec::new()),
         });
         let w = sh.clone();
         let handle = std::thread::Builder::new()
@@ -279,9 +294,17 @@ impl NcclEngine {
         work.set_mark(Arc::new(Mark { device, stream: dc.stream.raw(), done: done.clone() }));
         prepare(&work);
         work.mark_started();
-        let mut w = lock(&self.sh.watch);
-        w.pending.push(Pending { started: Instant::now(), done, _ops: ops, _temps: temps, work: work.clone(), deadline: Instant::now() + timeout });
-        self.sh.cv.notify_all();
+        let now = Instant::now();
+        let entry = Pending { started: now, done, _ops: ops, _temps: temps, work: work.clone(), deadline: now + timeout };
+        let wake = {
+            let mut w = lock(&self.sh.watch);
+            let was_idle = w.is_empty();
+            w.queues.entry(dc.key).or_default().push_back(entry);
+            was_idle
+        };
+        if wake {
+            self.sh.cv.notify_all();
+        }
         Ok(work)
     }
 
@@ -335,7 +358,11 @@ impl NcclEngine {
             // SAFETY: as above.
             unsafe { cuda::copy_async(at(c.dst), at(c.src), c.bytes, s) }.map_err(|e| e.0)?;
         }
-        let done = Arc::new(Event::new().map_err(|e| e.0)?);
+        let pooled = lock(&self.sh.events).pop();
+        let done = Arc::new(match pooled {
+            Some(e) => e,
+            None => Event::new().map_err(|e| e.0)?,
+        });
         done.record(s).map_err(|e| e.0)?;
         Ok((done, temps))
     }
@@ -344,7 +371,7 @@ impl NcclEngine {
     pub fn wait_idle(&self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let mut w = lock(&self.sh.watch);
-        while !w.pending.is_empty() {
+        while !w.is_empty() {
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::Timeout {
@@ -378,7 +405,7 @@ impl Drop for NcclEngine {
     fn drop(&mut self) {
         lock(&self.sh.watch).stop = true;
         self.sh.cv.notify_all();
-        let idle = lock(&self.sh.watch).pending.is_empty();
+        let idle = lock(&self.sh.watch).is_empty();
         for (_, c) in lock(&self.sh.comms).drain() {
             if let Some(raw) = lock(&c.raw).take() {
                 let _ = c.ctx.bind();
@@ -407,7 +434,7 @@ fn fail_all(sh: &Shared, e: Error, abort: bool) {
             }
         }
     }
-    let pending = std::mem::take(&mut lock(&sh.watch).pending);
+    let pending = lock(&sh.watch).drain();
     for p in pending {
         let Pending { work, .. } = p;
         work.finish(Err(e.clone()));
@@ -429,7 +456,7 @@ fn watchdog(sh: Arc<Shared>) {
         let mut failure = None;
         {
             let mut w = lock(&sh.watch);
-            if w.pending.is_empty() {
+            if w.is_empty() {
                 if w.stop {
                     return;
                 }
@@ -437,40 +464,46 @@ fn watchdog(sh: Arc<Shared>) {
                 continue;
             }
             let now = Instant::now();
-            let mut i = 0;
-            while i < w.pending.len() {
-                match w.pending[i].done.query() {
-                    Ok(true) => finished.push(w.pending.remove(i)),
-                    Ok(false) => {
-                        if w.pending[i].deadline <= now && failure.is_none() {
-                            let p = &w.pending[i];
-                            failure = Some(Error::Timeout {
-                                site: OpSite { op: p.work.op(), seq: p.work.seq(), group: sh.group.clone() },
-                                rank: sh.rank,
-                                waiting: vec![],
-                                elapsed: now.saturating_duration_since(p.started),
-                            });
+            for q in w.queues.values_mut() {
+                while let Some(front) = q.front() {
+                    match front.done.query() {
+                        Ok(true) => finished.extend(q.pop_front()),
+                        Ok(false) => {
+                            if front.deadline <= now && failure.is_none() {
+                                failure = Some(Error::Timeout {
+                                    site: OpSite { op: front.work.op(), seq: front.work.seq(), group: sh.group.clone() },
+                                    rank: sh.rank,
+                                    waiting: vec![],
+                                    elapsed: now.saturating_duration_since(front.started),
+                                });
+                            }
+                            break;
                         }
-                        i += 1;
-                    }
-                    Err(e) => {
-                        let p = &w.pending[i];
-                        failure.get_or_insert(Error::Device {
-                            site: OpSite { op: p.work.op(), seq: p.work.seq(), group: sh.group.clone() },
-                            rank: sh.rank,
-                            device: -1,
-                            detail: format!("CUDA error while waiting for the operation: {e}"),
-                        });
-                        i += 1;
+                        Err(e) => {
+                            failure.get_or_insert(Error::Device {
+                                site: OpSite { op: front.work.op(), seq: front.work.seq(), group: sh.group.clone() },
+                                rank: sh.rank,
+                                device: -1,
+                                detail: format!("CUDA error while waiting for the operation: {e}"),
+                            });
+                            break;
+                        }
                     }
                 }
             }
         }
+        let reaped = !finished.is_empty();
         for p in finished {
-            let Pending { work, .. } = p; // tensors and scratch released here
+            let Pending { work, done, .. } = p; // tensors and scratch released here
             work.finish(Ok(()));
+            drop(work);
+            if let Ok(ev) = Arc::try_unwrap(done) {
+                lock(&sh.events).push(ev);
+            }
         }
-        sh.cv.notify_all();
+        if reaped {
+            sh.cv.notify_all();
+        }
         if failure.is_none() && last_error_check.elapsed() > Duration::from_millis(50) {
             last_error_check = Instant::now();
             for c in lock(&sh.comms).values() {
@@ -492,6 +525,9 @@ fn watchdog(sh: Arc<Shared>) {
             poison(&sh, e);
             continue;
         }
-        std::thread::sleep(Duration::from_micros(200));
+        // Reaping only releases tensors and finishes works (waiting and
+        // is_completed ask the device directly), so poll gently: driver calls
+        // from this thread contend with launches on the caller's thread.
+        std::thread::sleep(Duration::from_millis(1));
     }
 }

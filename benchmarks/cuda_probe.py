@@ -1,0 +1,66 @@
+"""Quick CUDA probe: all_reduce time per call, rustccl vs torch nccl in the
+same processes on the same tensors, backends interleaved, median of rounds.
+
+    torchrun --nproc_per_node=N benchmarks/cuda_probe.py
+
+Also reports the host-side launch cost (async calls without waiting for the
+device). The full sweep is `python -m rustccl.bench --device cuda`.
+"""
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import rustccl  # noqa: F401
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+torch.cuda.set_device(rank)
+dist.init_process_group("rustccl")
+groups = {"rustccl": None, "nccl": dist.new_group(backend="nccl")}
+
+
+def timed(fn, iters):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters * 1e6
+
+
+for nbytes in [8, 1024, 32768, 65536, 1 << 20, 1 << 24, 1 << 28]:
+    x = torch.ones(max(nbytes // 4, 1), device="cuda")
+    iters = 100 if nbytes <= (1 << 20) else 10
+    samples = {k: [] for k in groups}
+    for g in groups.values():
+        for _ in range(10):
+            dist.all_reduce(x, group=g)
+    for _ in range(5):
+        for name, g in groups.items():
+            samples[name].append(timed(lambda: dist.all_reduce(x, group=g), iters))
+    row = {"bytes": nbytes}
+    for name in groups:
+        us = statistics.median(samples[name])
+        row[name + "_us"] = round(us, 2)
+        row[name + "_busbw"] = round(nbytes / us / 1e3 * 2 * (world - 1) / world, 2)
+    row["ratio_us"] = round(row["rustccl_us"] / row["nccl_us"], 3)
+    if rank == 0:
+        print(json.dumps(row), flush=True)
+
+# host launch cost: async calls, no waiting, device kept busy first
+x = torch.ones(2, device="cuda")
+for name, g in groups.items():
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)  # keep the device busy so launches only queue
+    t0 = time.perf_counter()
+    works = [dist.all_reduce(x, group=g, async_op=True) for _ in range(200)]
+    us = (time.perf_counter() - t0) / 200 * 1e6
+    for w in works:
+        w.wait()
+    torch.cuda.synchronize()
+    if rank == 0:
+        print(json.dumps({"host_launch_us": name, "us": round(us, 2)}), flush=True)
+dist.destroy_process_group()

@@ -1,0 +1,36 @@
+"""CUDA tensors through NCCL (one GPU per rank). Skipped without 2 GPUs;
+run on the GPU machines with scripts/gpu_check.sh."""
+
+import pytest
+import torch
+
+import launch
+
+NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NGPU < 2, reason="needs 2 CUDA devices")]
+WORLDS = sorted({2, NGPU} & set(range(2, 9)))
+
+
+def _ok(results):
+    failures = [f for _, fs in results for f in fs]
+    assert sum(n for n, _ in results) > 0
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_cuda_collectives(world):
+    _ok(launch.run("w_cuda:matrix", world, timeout=600))
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_cuda_semantics(world):
+    _ok(launch.run("w_cuda:semantics", world, timeout=300))
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_cuda_ddp_matches_nccl(world):
+    _ok(launch.run("w_cuda:ddp_parity", world, 3, timeout=300))
+
+
+def test_eager_connect_with_device_id():
+    _ok(launch.run("w_cuda:eager", 2, init="none", timeout=300))
