@@ -44,6 +44,7 @@ pub struct Config {
     pub socket_ifname: Option<String>,
     pub host_id: Option<String>,
     pub nccl_library: Option<String>,
+    pub cuda_timing: bool,
     pub debug: LogLevel,
 }
 
@@ -84,6 +85,11 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_NCCL_LIBRARY",
         default: "",
         doc: "path of the libnccl to load; default: libnccl.so.2 (the one torch loaded)",
+    },
+    Setting {
+        name: "RUSTCCL_CUDA_TIMING",
+        default: "0",
+        doc: "1: time every CUDA collective on the device (CUDA events) for rustccl.stats(); off by default, as torch's NCCL backend",
     },
     Setting {
         name: "RUSTCCL_DEBUG",
@@ -144,6 +150,7 @@ impl Config {
             socket_ifname: std::env::var("RUSTCCL_SOCKET_IFNAME").ok().filter(|s| !s.is_empty()),
             host_id: std::env::var("RUSTCCL_HOST_ID").ok().filter(|s| !s.is_empty()),
             nccl_library: std::env::var("RUSTCCL_NCCL_LIBRARY").ok().filter(|s| !s.is_empty()),
+            cuda_timing: matches!(std::env::var("RUSTCCL_CUDA_TIMING").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
         }
     }
@@ -163,6 +170,7 @@ impl Config {
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),
+            ("RUSTCCL_CUDA_TIMING", (self.cuda_timing as u8).to_string()),
             ("RUSTCCL_DEBUG", format!("{:?}", self.debug).to_uppercase()),
         ]
     }

@@ -233,6 +233,13 @@ impl OpKind {
         }
     }
 
+    pub fn from_name(name: &str) -> Option<OpKind> {
+        use OpKind::*;
+        [AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Gather, Scatter, Send, Recv, Barrier]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+
     pub fn is_p2p(self) -> bool {
         matches!(self, OpKind::Send | OpKind::Recv)
     }

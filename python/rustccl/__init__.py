@@ -18,6 +18,7 @@ import torch  # noqa: F401
 from . import _rustccl
 from ._rustccl import Communicator, __version__, config, host_identity
 from .backend import BACKEND_NAME, register
+from .stats import reset_stats, stats
 from .store import FileStore
 
 register()
@@ -30,4 +31,6 @@ __all__ = [
     "config",
     "host_identity",
     "register",
+    "reset_stats",
+    "stats",
 ]

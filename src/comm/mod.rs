@@ -7,6 +7,7 @@
 pub mod host;
 pub mod nccl;
 pub mod p2p;
+pub mod stats;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -70,6 +71,22 @@ pub struct Communicator {
     host: host::HostEngine,
     p2p: Option<p2p::P2pEngine>,
     nccl: Mutex<Option<Arc<nccl::NcclEngine>>>,
+    stats: Arc<stats::Stats>,
+}
+
+/// Feeds the host engine's reports into `stats`.
+fn observer(stats: Arc<stats::Stats>) -> Observer {
+    Box::new(move |d: &Done<'_>| {
+        let op = OpKind::from_name(d.op).unwrap_or(OpKind::AllReduce);
+        stats.record(stats::Sample {
+            op,
+            bytes: d.bytes as u64,
+            duration: Some(d.duration),
+            algorithm: d.algo,
+            transport: d.transport,
+            ok: d.result.is_ok(),
+        });
+    })
 }
 
 /// Tag of the point-to-point messages that carry a pair's NCCL unique id
@@ -84,7 +101,6 @@ impl Communicator {
         size: usize,
         opts: CommOptions,
         listen_ip: std::net::IpAddr,
-        observer: Option<Observer>,
     ) -> Result<Communicator> {
         let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip };
         let mut ep = bootstrap::rendezvous(store, rank, size, &bopts)?;
@@ -99,16 +115,28 @@ impl Communicator {
             opts.algo.small_allreduce_bytes,
             opts.algo.segment_bytes
         );
-        let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, observer)?;
+        let stats = Arc::new(stats::Stats::default());
+        let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())))?;
         let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns);
-        Ok(Communicator { rank, size, opts, peers: ep.peers, transport_kind: "tcp", host, p2p: Some(p2p), nccl: Mutex::new(None) })
+        Ok(Communicator {
+            rank,
+            size,
+            opts,
+            peers: ep.peers,
+            transport_kind: "tcp",
+            host,
+            p2p: Some(p2p),
+            nccl: Mutex::new(None),
+            stats,
+        })
     }
 
     /// A communicator over a ready transport (tests); no point-to-point.
     pub fn with_transport(transport: Box<dyn Transport>, opts: CommOptions) -> Result<Communicator> {
         let (rank, size, kind) = (transport.rank(), transport.size(), transport.kind());
-        let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, None)?;
-        Ok(Communicator { rank, size, opts, peers: Vec::new(), transport_kind: kind, host, p2p: None, nccl: Mutex::new(None) })
+        let stats = Arc::new(stats::Stats::default());
+        let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())))?;
+        Ok(Communicator { rank, size, opts, peers: Vec::new(), transport_kind: kind, host, p2p: None, nccl: Mutex::new(None), stats })
     }
 
     pub fn rank(&self) -> Rank {
@@ -129,6 +157,11 @@ impl Communicator {
     pub fn transport_kind(&self) -> &'static str {
         self.transport_kind
     }
+    /// Per-collective counters.
+    pub fn stats(&self) -> &stats::Stats {
+        &self.stats
+    }
+
     /// Collectives submitted so far (the next sequence number).
     pub fn seq(&self) -> u64 {
         self.host.seq()
@@ -178,11 +211,23 @@ impl Communicator {
             let mut works = Vec::with_capacity(ops.len());
             let single = ops.len() == 1;
             for op in ops {
+                let (kind, bytes) = (op.kind(), op.bytes() as u64);
                 let host = into_host(op)?;
+                let st = self.stats.clone();
+                let record = move |w: &Work| {
+                    let w2 = w.clone();
+                    w.on_complete(Box::new(move |r, _| {
+                        let s = stats::Sample { op: kind, bytes, duration: w2.duration(), algorithm: "direct", transport: "tcp", ok: r.is_ok() };
+                        st.record(s);
+                    }));
+                };
                 if single {
-                    return engine.submit(host, timeout, &mut attach);
+                    return engine.submit(host, timeout, |w| {
+                        record(w);
+                        attach(w);
+                    });
                 }
-                works.push(engine.submit(host, timeout, |_| {})?);
+                works.push(engine.submit(host, timeout, record)?);
             }
             let joined = work::join("batch_p2p", 0, works);
             attach(&joined);
@@ -226,7 +271,7 @@ impl Communicator {
         if let Some(e) = n.as_ref() {
             return Ok(e.clone());
         }
-        let e = nccl::NcclEngine::new(self.rank, self.size, self.opts.group.clone())
+        let e = nccl::NcclEngine::new(self.rank, self.size, self.opts.group.clone(), self.stats.clone())
             .map_err(|why| Error::unsupported(op, format!("CUDA collectives need libcuda and libnccl: {why}")))?;
         let e = Arc::new(e);
         *n = Some(e.clone());

@@ -148,6 +148,7 @@ impl P2pEngine {
             *s
         };
         let work = Work::new(kind, seq);
+        work.mark_started();
         prepare(&work);
         let deadline = Instant::now() + timeout;
         let req = match op {

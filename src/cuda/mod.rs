@@ -140,6 +140,18 @@ impl Event {
             .map_err(|e| err("cuEventCreate", e))
     }
 
+    /// An event that can be timed against another ([`Event::since`]).
+    pub fn timed() -> CudaResult<Event> {
+        drv::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map(Event).map_err(|e| err("cuEventCreate", e))
+    }
+
+    /// Device time from `start` to this event (both timed and complete).
+    pub fn since(&self, start: &Event) -> CudaResult<std::time::Duration> {
+        // SAFETY: both events are alive.
+        let ms = unsafe { drv::event::elapsed(start.0, self.0) }.map_err(|e| err("cuEventElapsedTime", e))?;
+        Ok(std::time::Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3))
+    }
+
     /// Records the event on the stream with raw handle `stream`.
     pub fn record(&self, stream: u64) -> CudaResult<()> {
         // SAFETY: the event is alive and `stream` is a live stream handle.

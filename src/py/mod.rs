@@ -122,9 +122,11 @@ impl PyCommunicator {
         let opts = CommOptions::new(group, Duration::from_secs_f64(timeout_s.max(0.001)));
         let store = PyStore(store);
         let comm = py
-            .detach(|| crate::Communicator::bootstrap(&store, rank, size, opts, listen, None))
+            .detach(|| crate::Communicator::bootstrap(&store, rank, size, opts, listen))
             .map_err(to_py)?;
-        Ok(PyCommunicator { inner: Arc::new(comm) })
+        let inner = Arc::new(comm);
+        crate::comm::stats::register(&inner);
+        Ok(PyCommunicator { inner })
     }
 
     #[getter]
@@ -140,6 +142,11 @@ impl PyCommunicator {
     #[getter]
     fn group(&self) -> String {
         self.inner.group().to_string()
+    }
+
+    /// This communicator's counters (as `rustccl.stats(group)`).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.inner)
     }
 
     /// A new reference to the communicator as an integer handle, owned by
@@ -305,6 +312,62 @@ fn config(py: Python<'_>) -> PyResult<Py<PyDict>> {
     Ok(out.unbind())
 }
 
+fn stats_dict<'py>(py: Python<'py>, c: &crate::Communicator) -> PyResult<Bound<'py, PyDict>> {
+    use crate::comm::stats::bus_factor;
+    let out = PyDict::new(py);
+    out.set_item("group", c.group())?;
+    out.set_item("rank", c.rank())?;
+    out.set_item("size", c.size())?;
+    out.set_item("transport", c.transport_kind())?;
+    out.set_item("nccl", c.nccl_version())?;
+    let ops = PyDict::new(py);
+    for (name, s) in c.stats().snapshot() {
+        let d = PyDict::new(py);
+        d.set_item("calls", s.calls)?;
+        d.set_item("errors", s.errors)?;
+        d.set_item("bytes", s.bytes)?;
+        d.set_item("timed_calls", s.timed_calls)?;
+        d.set_item("total_s", s.total.as_secs_f64())?;
+        let bw = |bytes: u64, secs: f64| if secs > 0.0 { bytes as f64 / secs / 1e9 } else { 0.0 };
+        let algbw = bw(s.timed_bytes, s.total.as_secs_f64());
+        d.set_item("avg_us", if s.timed_calls > 0 { s.total.as_secs_f64() * 1e6 / s.timed_calls as f64 } else { 0.0 })?;
+        d.set_item("algbw_GBps", algbw)?;
+        d.set_item("busbw_GBps", algbw * bus_factor(name, c.size()))?;
+        let (rb, rt) = s.recent.iter().fold((0u64, 0f64), |(b, t), (x, y)| (b + x, t + y.as_secs_f64()));
+        let n = s.recent.len().max(1) as f64;
+        d.set_item("recent_calls", s.recent.len())?;
+        d.set_item("recent_avg_us", rt * 1e6 / n)?;
+        d.set_item("recent_busbw_GBps", bw(rb, rt) * bus_factor(name, c.size()))?;
+        d.set_item("algorithm", s.algorithm)?;
+        d.set_item("transport", s.transport)?;
+        ops.set_item(name, d)?;
+    }
+    out.set_item("ops", ops)?;
+    Ok(out)
+}
+
+/// Counters of the group named `group` (torch's group name).
+#[pyfunction]
+fn _stats<'py>(py: Python<'py>, group: &str) -> PyResult<Bound<'py, PyDict>> {
+    let c = crate::comm::stats::lookup(group)
+        .ok_or_else(|| PyValueError::new_err(format!("rustccl.stats: no live rustccl process group named {group:?}")))?;
+    stats_dict(py, &c)
+}
+
+/// Resets the counters of `group`, or of every group when None.
+#[pyfunction]
+#[pyo3(signature = (group=None))]
+fn _reset_stats(group: Option<&str>) -> PyResult<()> {
+    match group {
+        Some(g) => crate::comm::stats::lookup(g)
+            .ok_or_else(|| PyValueError::new_err(format!("rustccl.reset_stats: no live rustccl process group named {g:?}")))?
+            .stats()
+            .reset(),
+        None => crate::comm::stats::all().iter().for_each(|c| c.stats().reset()),
+    }
+    Ok(())
+}
+
 /// This host's identity as rustccl sees it (for debugging placement).
 #[pyfunction]
 fn host_identity() -> String {
@@ -317,5 +380,7 @@ fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCommunicator>()?;
     m.add_function(wrap_pyfunction!(config, m)?)?;
     m.add_function(wrap_pyfunction!(host_identity, m)?)?;
+    m.add_function(wrap_pyfunction!(_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(_reset_stats, m)?)?;
     Ok(())
 }

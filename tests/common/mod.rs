@@ -69,7 +69,6 @@ pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communica
                         n,
                         opts(timeout, algo),
                         "127.0.0.1".parse().unwrap(),
-                        None,
                     )
                     .unwrap()
                 })

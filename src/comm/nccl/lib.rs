@@ -47,11 +47,12 @@ const SUCCESS: Status = 0;
 const IN_PROGRESS: Status = 7;
 
 fn open() -> Result<Library, String> {
-    let mut names: Vec<String> = Vec::new();
-    if let Some(p) = &crate::config::Config::get().nccl_library {
-        names.push(p.clone());
-    }
-    names.extend(["libnccl.so.2".to_string(), "libnccl.so".to_string()]);
+    // An explicit RUSTCCL_NCCL_LIBRARY is the only candidate: no silent
+    // fallback to another NCCL.
+    let names: Vec<String> = match &crate::config::Config::get().nccl_library {
+        Some(p) => vec![p.clone()],
+        None => vec!["libnccl.so.2".into(), "libnccl.so".into()],
+    };
     let mut errors = Vec::new();
     for n in &names {
         // SAFETY: loading NCCL runs its initialisers, which have no

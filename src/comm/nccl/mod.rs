@@ -30,6 +30,7 @@ use cudarc::nccl::sys::{ncclComm_t, ncclUniqueId};
 use self::lib::{Call, NcclLib};
 use self::plan::{Addr, PCall, Plan};
 use crate::collectives::Op;
+use crate::comm::stats::{Sample, Stats};
 use crate::config::LogLevel;
 use crate::cuda::{self, Context, DeviceBuffer, Event, Stream};
 use crate::error::{Error, OpSite, Result};
@@ -70,7 +71,11 @@ unsafe impl Send for RawComm {}
 
 struct Pending {
     started: Instant,
+    /// Timed start event (RUSTCCL_CUDA_TIMING only).
+    start: Option<Event>,
     done: Arc<Event>,
+    kind: crate::types::OpKind,
+    bytes: u64,
     _ops: Vec<Op<Tensor>>,
     _temps: Vec<DeviceBuffer>,
     work: Work,
@@ -105,6 +110,8 @@ struct Shared {
     poisoned: Mutex<Option<Error>>,
     /// `done` events whose works are gone, ready for reuse.
     events: Mutex<Vec<Event>>,
+    stats: Arc<Stats>,
+    timing: bool,
 }
 
 pub struct NcclEngine {
@@ -155,7 +162,7 @@ fn id_bytes(id: &ncclUniqueId) -> [u8; 128] {
 
 impl NcclEngine {
     /// Loads libcuda and libnccl; fails with the reason when either is missing.
-    pub fn new(rank: Rank, size: usize, group: String) -> std::result::Result<NcclEngine, String> {
+    pub fn new(rank: Rank, size: usize, group: String, stats: Arc<Stats>) -> std::result::Result<NcclEngine, String> {
         cuda::load().map_err(|e| e.0)?;
         let lib = NcclLib::get()?;
         log_at!(LogLevel::Info, "group '{group}' rank {rank}: NCCL {} loaded", lib.version_string());
@@ -168,6 +175,8 @@ impl NcclEngine {
             cv: Condvar::new(),
             poisoned: Mutex::new(None),
             events: Mutex::new(Vec::new()),
+            stats,
+            timing: crate::config::Config::get().cuda_timing,
         });
         let w = sh.clone();
         let handle = std::thread::Builder::new()
@@ -287,7 +296,9 @@ impl NcclEngine {
         let plan = plan::plan(&ops, self.sh.rank, &map)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let site = OpSite { op: name, seq, group: self.sh.group.clone() };
-        let (done, temps) = self
+        let kind = ops[0].kind();
+        let bytes: u64 = ops.iter().map(|o| o.bytes() as u64).sum();
+        let (start, done, temps) = self
             .launch(&dc, &plan, caller_stream)
             .map_err(|detail| Error::Device { site: site.clone(), rank: self.sh.rank, device, detail })?;
         let work = Work::new(name, seq);
@@ -295,7 +306,7 @@ impl NcclEngine {
         prepare(&work);
         work.mark_started();
         let now = Instant::now();
-        let entry = Pending { started: now, done, _ops: ops, _temps: temps, work: work.clone(), deadline: now + timeout };
+        let entry = Pending { started: now, start, done, kind, bytes, _ops: ops, _temps: temps, work: work.clone(), deadline: now + timeout };
         let wake = {
             let mut w = lock(&self.sh.watch);
             let was_idle = w.is_empty();
@@ -308,13 +319,36 @@ impl NcclEngine {
         Ok(work)
     }
 
-    fn launch(&self, dc: &DeviceComm, plan: &Plan, caller_stream: u64) -> std::result::Result<(Arc<Event>, Vec<DeviceBuffer>), String> {
+    fn event(&self) -> std::result::Result<Event, String> {
+        if let Some(e) = lock(&self.sh.events).pop() {
+            return Ok(e);
+        }
+        if self.sh.timing { Event::timed() } else { Event::new() }.map_err(|e| e.0)
+    }
+
+    /// Enqueues `plan` on the communicator's stream after `caller_stream`;
+    /// returns the (timed) start event, the `done` event and the scratch
+    /// buffers to keep until `done`.
+    #[allow(clippy::type_complexity)]
+    fn launch(
+        &self,
+        dc: &DeviceComm,
+        plan: &Plan,
+        caller_stream: u64,
+    ) -> std::result::Result<(Option<Event>, Arc<Event>, Vec<DeviceBuffer>), String> {
         let raw = lock(&dc.raw);
         let comm = raw.as_ref().ok_or("the NCCL communicator was aborted")?.0;
         dc.ctx.bind().map_err(|e| e.0)?;
         let s = dc.stream.raw();
         dc.ready.record(caller_stream).map_err(|e| e.0)?;
         dc.stream.wait(&dc.ready).map_err(|e| e.0)?;
+        let start = if self.sh.timing {
+            let e = self.event()?;
+            e.record(s).map_err(|e| e.0)?;
+            Some(e)
+        } else {
+            None
+        };
         let temps = plan.temps.iter().map(|&b| DeviceBuffer::new(b, s)).collect::<std::result::Result<Vec<_>, _>>().map_err(|e| e.0)?;
         let at = |a: Addr| match a {
             Addr::Dev(p) => p,
@@ -358,13 +392,9 @@ impl NcclEngine {
             // SAFETY: as above.
             unsafe { cuda::copy_async(at(c.dst), at(c.src), c.bytes, s) }.map_err(|e| e.0)?;
         }
-        let pooled = lock(&self.sh.events).pop();
-        let done = Arc::new(match pooled {
-            Some(e) => e,
-            None => Event::new().map_err(|e| e.0)?,
-        });
+        let done = Arc::new(self.event()?);
         done.record(s).map_err(|e| e.0)?;
-        Ok((done, temps))
+        Ok((start, done, temps))
     }
 
     /// Blocks until every CUDA operation of the group has run on its device.
@@ -436,7 +466,8 @@ fn fail_all(sh: &Shared, e: Error, abort: bool) {
     }
     let pending = lock(&sh.watch).drain();
     for p in pending {
-        let Pending { work, .. } = p;
+        let Pending { work, kind, bytes, .. } = p;
+        sh.stats.record(Sample { op: kind, bytes, duration: None, algorithm: "nccl", transport: "nccl", ok: false });
         work.finish(Err(e.clone()));
     }
     sh.cv.notify_all();
@@ -494,11 +525,15 @@ fn watchdog(sh: Arc<Shared>) {
         }
         let reaped = !finished.is_empty();
         for p in finished {
-            let Pending { work, done, .. } = p; // tensors and scratch released here
+            let Pending { work, done, start, kind, bytes, .. } = p; // tensors and scratch released here
+            let duration = start.as_ref().and_then(|s| done.since(s).ok());
+            sh.stats.record(Sample { op: kind, bytes, duration, algorithm: "nccl", transport: "nccl", ok: true });
             work.finish(Ok(()));
             drop(work);
+            let mut pool = lock(&sh.events);
+            pool.extend(start);
             if let Ok(ev) = Arc::try_unwrap(done) {
-                lock(&sh.events).push(ev);
+                pool.push(ev);
             }
         }
         if reaped {

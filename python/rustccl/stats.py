@@ -1,0 +1,40 @@
+"""Per-collective counters of rustccl process groups.
+
+    >>> rustccl.stats()                     # the default group
+    {'group': '0', 'rank': 0, 'size': 2, 'transport': 'tcp', 'nccl': None,
+     'ops': {'all_reduce': {'calls': 12, 'bytes': ..., 'avg_us': ..., 'busbw_GBps': ...,
+                            'recent_avg_us': ..., 'algorithm': 'ring', 'transport': 'tcp', ...}}}
+    >>> rustccl.reset_stats()
+
+Times of CUDA collectives are measured on the device only with
+RUSTCCL_CUDA_TIMING=1 (calls and bytes are always counted).
+"""
+
+from __future__ import annotations
+
+from . import _rustccl
+
+
+def _group_name(group) -> str:
+    if isinstance(group, str):
+        return group
+    import torch.distributed as dist
+
+    if group is None:
+        group = dist.distributed_c10d._get_default_group()
+    name = getattr(group, "group_name", None)
+    if not name:
+        raise ValueError(f"rustccl.stats: {group!r} is not a process group")
+    return name
+
+
+def stats(group=None) -> dict:
+    """Counters of `group` (a ProcessGroup, a group name, or None for the
+    default group): per collective calls, errors, bytes, total and recent
+    time, algbw / busbw, and the algorithm and transport used last."""
+    return _rustccl._stats(_group_name(group))
+
+
+def reset_stats(group=None) -> None:
+    """Zeroes the counters of `group`, or of every rustccl group when None."""
+    _rustccl._reset_stats(None if group is None else _group_name(group))

@@ -1,0 +1,142 @@
+//! Per-collective counters of one communicator (`rustccl.stats(group)`), and
+//! the registry that finds a live communicator by its group name.
+//!
+//! Bytes follow nccl-tests: the tensor for all_reduce / broadcast / reduce,
+//! the whole output for all_gather, the whole input for reduce_scatter and
+//! all_to_all, the message for send / recv. Bus bandwidth applies the same
+//! factors as the benchmarks (2(n-1)/n for all_reduce, (n-1)/n for
+//! all_gather, reduce_scatter and all_to_all, 1 otherwise).
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use crate::types::OpKind;
+
+/// Calls kept for the "recent" figures.
+pub const RECENT: usize = 32;
+
+#[derive(Debug, Clone, Default)]
+pub struct OpStats {
+    pub calls: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    /// Calls whose duration is known (CUDA ones only with RUSTCCL_CUDA_TIMING).
+    pub timed_calls: u64,
+    pub timed_bytes: u64,
+    pub total: Duration,
+    /// (bytes, duration) of the last RECENT timed calls.
+    pub recent: VecDeque<(u64, Duration)>,
+    pub algorithm: &'static str,
+    pub transport: &'static str,
+}
+
+/// What one finished operation contributes.
+pub struct Sample {
+    pub op: OpKind,
+    pub bytes: u64,
+    pub duration: Option<Duration>,
+    pub algorithm: &'static str,
+    pub transport: &'static str,
+    pub ok: bool,
+}
+
+#[derive(Default)]
+pub struct Stats {
+    ops: Mutex<BTreeMap<&'static str, OpStats>>,
+}
+
+/// Bus-bandwidth factor of `op` in a group of `n`.
+pub fn bus_factor(op: &str, n: usize) -> f64 {
+    let n = n.max(1) as f64;
+    match op {
+        "all_reduce" => 2.0 * (n - 1.0) / n,
+        "all_gather" | "reduce_scatter" | "all_to_all" => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+impl Stats {
+    pub fn record(&self, s: Sample) {
+        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        let e = ops.entry(s.op.name()).or_default();
+        e.calls += 1;
+        if !s.ok {
+            e.errors += 1;
+            return;
+        }
+        e.bytes += s.bytes;
+        e.algorithm = s.algorithm;
+        e.transport = s.transport;
+        if let Some(d) = s.duration {
+            e.timed_calls += 1;
+            e.timed_bytes += s.bytes;
+            e.total += d;
+            if e.recent.len() == RECENT {
+                e.recent.pop_front();
+            }
+            e.recent.push_back((s.bytes, d));
+        }
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<&'static str, OpStats> {
+        self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn reset(&self) {
+        self.ops.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<String, Weak<crate::Communicator>>> {
+    static R: OnceLock<Mutex<HashMap<String, Weak<crate::Communicator>>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+/// Makes `comm` findable by its group name (the newest group of a name wins).
+pub fn register(comm: &Arc<crate::Communicator>) {
+    let mut r = registry().lock().unwrap_or_else(|p| p.into_inner());
+    r.retain(|_, w| w.strong_count() > 0);
+    r.insert(comm.group().to_string(), Arc::downgrade(comm));
+}
+
+/// The live communicator of group `name`.
+pub fn lookup(name: &str) -> Option<Arc<crate::Communicator>> {
+    registry().lock().unwrap_or_else(|p| p.into_inner()).get(name).and_then(Weak::upgrade)
+}
+
+/// Every live communicator.
+pub fn all() -> Vec<Arc<crate::Communicator>> {
+    registry().lock().unwrap_or_else(|p| p.into_inner()).values().filter_map(Weak::upgrade).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_recent_window() {
+        let s = Stats::default();
+        for i in 0..40u64 {
+            s.record(Sample {
+                op: OpKind::AllReduce,
+                bytes: 100,
+                duration: Some(Duration::from_micros(10 + i)),
+                algorithm: "ring",
+                transport: "tcp",
+                ok: true,
+            });
+        }
+        s.record(Sample { op: OpKind::AllReduce, bytes: 5, duration: None, algorithm: "x", transport: "y", ok: false });
+        let snap = s.snapshot();
+        let a = &snap["all_reduce"];
+        assert_eq!((a.calls, a.errors, a.bytes, a.timed_calls), (41, 1, 4000, 40));
+        assert_eq!(a.recent.len(), RECENT);
+        assert_eq!(a.recent.back().unwrap().1, Duration::from_micros(49));
+        assert_eq!(a.algorithm, "ring");
+        s.reset();
+        assert!(s.snapshot().is_empty());
+        assert!((bus_factor("all_reduce", 4) - 1.5).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,66 @@
+"""Rank-side bodies: stats counters and profiler events."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+import rustccl
+from refs import Checker
+
+
+def counters(rank: int, world: int) -> tuple[int, list[str]]:
+    c = Checker(rank)
+    rustccl.reset_stats()
+    s0 = rustccl.stats()
+    c.true(f"empty after reset: {s0['ops']}", s0["ops"] == {})
+    c.true("group info", s0["rank"] == rank and s0["size"] == world and s0["transport"] == "tcp")
+    small, big = torch.ones(10), torch.ones(100_000)
+    for _ in range(5):
+        dist.all_reduce(small)
+    for _ in range(3):
+        dist.all_reduce(big)
+    outs = [torch.empty(7) for _ in range(world)]
+    dist.all_gather(outs, torch.ones(7))
+    if rank == 0:
+        dist.send(torch.ones(3), 1)
+    elif rank == 1:
+        dist.recv(torch.empty(3), 0)
+    dist.barrier()
+    s = rustccl.stats()
+    ar = s["ops"]["all_reduce"]
+    c.true(f"all_reduce calls {ar['calls']}", ar["calls"] == 8)
+    c.true(f"all_reduce bytes {ar['bytes']}", ar["bytes"] == 5 * 40 + 3 * 400_000)
+    c.true(f"all_reduce timed {ar}", ar["timed_calls"] == 8 and ar["total_s"] > 0 and ar["avg_us"] > 0)
+    c.true(f"busbw {ar['busbw_GBps']}", ar["busbw_GBps"] > 0 and ar["recent_busbw_GBps"] > 0)
+    c.true(f"algorithm {ar['algorithm']}", ar["algorithm"] == "ring")  # the last call was large
+    c.true("transport", ar["transport"] == "tcp")
+    ag = s["ops"]["all_gather"]
+    c.true(f"all_gather bytes {ag['bytes']}", ag["calls"] == 1 and ag["bytes"] == 7 * 4 * world)
+    c.true("barrier counted", s["ops"]["barrier"]["calls"] == 1)
+    if rank in (0, 1):
+        key = "send" if rank == 0 else "recv"
+        c.true(f"{key} counted: {s['ops'].get(key)}", s["ops"][key]["calls"] == 1 and s["ops"][key]["bytes"] == 12)
+    g = dist.new_group()
+    dist.all_reduce(torch.ones(4), group=g)
+    c.true("a group's own counters", rustccl.stats(g)["ops"]["all_reduce"]["calls"] == 1)
+    c.true("default group unchanged", rustccl.stats()["ops"]["all_reduce"]["calls"] == 8)
+    rustccl.reset_stats()
+    c.true("reset all", rustccl.stats()["ops"] == {} and rustccl.stats(g)["ops"] == {})
+    return c.count, c.failures
+
+
+def profiler(rank: int, world: int) -> tuple[int, list[str]]:
+    c = Checker(rank)
+    x = torch.ones(1000)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        dist.all_reduce(x)
+        outs = [torch.empty(3) for _ in range(world)]
+        dist.all_gather(outs, torch.ones(3))
+        dist.broadcast(x, 0, async_op=True).wait()
+    names = {e.name for e in prof.events()}
+    for want in ("rustccl:all_reduce", "rustccl:all_gather", "rustccl:broadcast"):
+        c.true(f"{want} in profiler events ({sorted(n for n in names if 'rustccl' in n)})", want in names)
+    shapes = [e.input_shapes for e in prof.events() if e.name == "rustccl:all_reduce"]
+    c.true(f"all_reduce event has its input shape {shapes}", any([1000] in s for s in shapes))
+    return c.count, c.failures
