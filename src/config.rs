@@ -29,6 +29,25 @@ impl Default for AlgoConfig {
     }
 }
 
+/// Which transport links ranks of one host (`RUSTCCL_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportMode {
+    /// Shared memory between ranks of one host, TCP between hosts.
+    Auto,
+    /// TCP everywhere.
+    Tcp,
+    /// Shared memory, and an error if some peer is on another host.
+    Shm,
+}
+
+/// Sizes of the shared-memory areas of each rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShmConfig {
+    pub ring_bytes: usize,
+    pub small_bytes: usize,
+    pub segment_bytes: usize,
+}
+
 /// Log verbosity of `RUSTCCL_DEBUG`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
@@ -45,6 +64,8 @@ pub struct Config {
     pub host_id: Option<String>,
     pub nccl_library: Option<String>,
     pub cuda_timing: bool,
+    pub transport: TransportMode,
+    pub shm: ShmConfig,
     pub debug: LogLevel,
 }
 
@@ -70,6 +91,26 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_SEGMENT_BYTES",
         default: "524288",
         doc: "largest piece a ring or chain step puts on a link at once",
+    },
+    Setting {
+        name: "RUSTCCL_TRANSPORT",
+        default: "auto",
+        doc: "auto: shared memory between ranks of one host, TCP between hosts; tcp or shm force one (same value on every rank)",
+    },
+    Setting {
+        name: "RUSTCCL_SHM_RING_BYTES",
+        default: "1048576",
+        doc: "bytes of each shared-memory ring between two ranks (per direction)",
+    },
+    Setting {
+        name: "RUSTCCL_SHM_SMALL_BYTES",
+        default: "262144",
+        doc: "all_reduce up to this size over shared memory uses one round (every rank reduces all peers' copies)",
+    },
+    Setting {
+        name: "RUSTCCL_SHM_SEGMENT_BYTES",
+        default: "262144",
+        doc: "piece of each rank's chunk moved per round by the pipelined shared-memory all_reduce",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
@@ -150,6 +191,20 @@ impl Config {
             socket_ifname: std::env::var("RUSTCCL_SOCKET_IFNAME").ok().filter(|s| !s.is_empty()),
             host_id: std::env::var("RUSTCCL_HOST_ID").ok().filter(|s| !s.is_empty()),
             nccl_library: std::env::var("RUSTCCL_NCCL_LIBRARY").ok().filter(|s| !s.is_empty()),
+            transport: match std::env::var("RUSTCCL_TRANSPORT").unwrap_or_default().to_ascii_lowercase().as_str() {
+                "" | "auto" => TransportMode::Auto,
+                "tcp" => TransportMode::Tcp,
+                "shm" => TransportMode::Shm,
+                other => {
+                    eprintln!("rustccl: unknown RUSTCCL_TRANSPORT={other:?}, using auto");
+                    TransportMode::Auto
+                }
+            },
+            shm: ShmConfig {
+                ring_bytes: env_usize("RUSTCCL_SHM_RING_BYTES", 1 << 20),
+                small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 256 << 10),
+                segment_bytes: env_usize("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
+            },
             cuda_timing: matches!(std::env::var("RUSTCCL_CUDA_TIMING").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
         }
@@ -167,6 +222,10 @@ impl Config {
             ("RUSTCCL_SMALL_ALLREDUCE_BYTES", self.algo.small_allreduce_bytes.to_string()),
             ("RUSTCCL_SMALL_BROADCAST_BYTES", self.algo.small_broadcast_bytes.to_string()),
             ("RUSTCCL_SEGMENT_BYTES", self.algo.segment_bytes.to_string()),
+            ("RUSTCCL_TRANSPORT", format!("{:?}", self.transport).to_lowercase()),
+            ("RUSTCCL_SHM_RING_BYTES", self.shm.ring_bytes.to_string()),
+            ("RUSTCCL_SHM_SMALL_BYTES", self.shm.small_bytes.to_string()),
+            ("RUSTCCL_SHM_SEGMENT_BYTES", self.shm.segment_bytes.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

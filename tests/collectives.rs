@@ -313,9 +313,45 @@ fn tcp_sweep_with_large_buffers() {
     // buffers larger than the kernel's socket buffers.
     let algo = rustccl::config::AlgoConfig { small_allreduce_bytes: 4096, small_broadcast_bytes: 4096, segment_bytes: 64 << 10 };
     for n in [2, 3, 4] {
-        let comms = tcp_comms(n, algo, std::time::Duration::from_secs(60));
-        all_reduce_sweep(&comms, &[DType::F32, DType::BF16, DType::I64], &[0, 1, 1000, 300_001]);
-        on_ranks(&comms, |r, c| {
+        mesh_sweep(&tcp_comms(n, algo, std::time::Duration::from_secs(60)));
+    }
+}
+
+#[test]
+fn shm_sweep_with_large_buffers() {
+    // Shared memory with 4 KiB rings and 256-byte pipeline pieces: ring
+    // wrap-around, one-round and many-round direct all_reduce.
+    let algo = rustccl::config::AlgoConfig { small_allreduce_bytes: 4096, small_broadcast_bytes: 4096, segment_bytes: 64 << 10 };
+    for n in [2, 3, 4] {
+        let comms = shm_comms(n, algo, std::time::Duration::from_secs(60));
+        assert_eq!(comms[0].transport_kind(), "shm");
+        mesh_sweep(&comms);
+    }
+}
+
+#[test]
+fn shm_all_reduce_every_dtype_and_op() {
+    for n in [2, 3, 5] {
+        let comms = shm_comms(n, tiny_algo(), std::time::Duration::from_secs(60));
+        all_reduce_sweep(&comms, &ALL_DTYPES, &sizes(n));
+        // bitwise identical results on every rank
+        let got = on_ranks(&comms, |r, c| {
+            let vals: Vec<f64> = (0..1001).map(|i| ((r * 31 + i * 17) % 97) as f64 / 7.3).collect();
+            let b = buf(DType::F32, &vals);
+            let mut s = spec(OpKind::AllReduce);
+            s.inputs = vec![t(&b)];
+            run(c, s);
+            b.to_vec::<u32>().unwrap()
+        });
+        assert!(got.iter().all(|g| g == &got[0]), "n={n}: ranks differ");
+    }
+}
+
+fn mesh_sweep(comms: &[rustccl::Communicator]) {
+    let n = comms.len();
+    {
+        all_reduce_sweep(comms, &[DType::F32, DType::BF16, DType::I64], &[0, 1, 1000, 300_001]);
+        on_ranks(comms, |r, c| {
             let len = 1 << 20;
             let dt = DType::F32;
             for root in [0, n - 1] {

@@ -73,6 +73,8 @@ pub struct Endpoints {
     /// `conns[channel][peer]`; `None` at our own rank.
     pub conns: [Vec<Option<Conn>>; CHANNELS],
     pub generation: i64,
+    /// Random per-group token (hex) naming the group's shared memory.
+    pub token: String,
 }
 
 impl Endpoints {
@@ -85,8 +87,8 @@ fn berr(rank: Rank, detail: impl Into<String>) -> Error {
     Error::Bootstrap { rank, detail: detail.into() }
 }
 
-fn random_secret() -> std::result::Result<[u8; 16], String> {
-    let mut s = [0u8; 16];
+fn random_secret() -> std::result::Result<[u8; 32], String> {
+    let mut s = [0u8; 32];
     getrandom::fill(&mut s).map_err(|e| format!("no randomness for the rendezvous secret: {e}"))?;
     Ok(s)
 }
@@ -95,12 +97,12 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unhex(s: &[u8]) -> Option<[u8; 16]> {
+fn unhex(s: &[u8]) -> Option<[u8; 32]> {
     let s = std::str::from_utf8(s).ok()?;
-    if s.len() != 32 {
+    if s.len() != 64 {
         return None;
     }
-    let mut out = [0u8; 16];
+    let mut out = [0u8; 32];
     for (i, o) in out.iter_mut().enumerate() {
         *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
     }
@@ -138,7 +140,11 @@ pub fn rendezvous(store: &dyn Store, rank: Rank, size: usize, opts: &BootstrapOp
     }
     log_at!(LogLevel::Info, "group '{}' rank {rank}/{size}: listening on {local}, generation {generation}", opts.group);
 
-    let hs = handshake::Handshake { rank, size, secret, deadline };
+    // First half: the handshake secret; second half: the shared-memory token.
+    let mut hs_secret = [0u8; 16];
+    hs_secret.copy_from_slice(&secret[..16]);
+    let token = hex(&secret[16..]);
+    let hs = handshake::Handshake { rank, size, secret: hs_secret, deadline };
     let (accepted, connected) = std::thread::scope(|s| {
         let acceptor = s.spawn(|| hs.accept_all(&listener, &peers));
         let connected = hs.connect_all(&peers);
@@ -149,7 +155,7 @@ pub fn rendezvous(store: &dyn Store, rank: Rank, size: usize, opts: &BootstrapOp
     for (peer, channel, stream) in connected.map_err(|e| berr(rank, e))?.into_iter().chain(accepted.map_err(|e| berr(rank, e))?) {
         conns[channel as usize][peer] = Some((stream, peers[peer].addr.to_string()));
     }
-    Ok(Endpoints { rank, size, peers, conns, generation })
+    Ok(Endpoints { rank, size, peers, conns, generation, token })
 }
 
 #[cfg(test)]
@@ -172,7 +178,9 @@ mod tests {
         let q = PeerInfo::decode(2, &p.encode()).unwrap();
         assert_eq!((q.addr, q.pid, q.host.as_str()), (p.addr, 42, "h|x"));
         assert!(PeerInfo::decode(0, b"garbage").is_err());
-        assert_eq!(unhex(hex(&[1, 2, 255, 0, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9]).as_bytes()).unwrap()[2], 255);
+        let mut b = [9u8; 32];
+        b[2] = 255;
+        assert_eq!(unhex(hex(&b).as_bytes()).unwrap()[2], 255);
     }
 
     #[test]

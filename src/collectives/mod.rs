@@ -4,6 +4,7 @@
 //! | collective      | small                         | large                       |
 //! |-----------------|-------------------------------|-----------------------------|
 //! | all_reduce      | recursive doubling            | ring (reduce-scatter + all-gather) |
+//! | all_reduce, one host (shm) | one round over peers' copies | pipelined reduce-scatter + all-gather in place |
 //! | broadcast       | binomial tree                 | pipelined chain             |
 //! | reduce          | binomial tree                 | ring reduce-scatter + gather to root |
 //! | all_gather      | ring                          | ring                        |
@@ -43,6 +44,16 @@ fn all_reduce_bytes(
 ) -> Result<AlgoName> {
     if t.size() == 1 {
         return Ok("local");
+    }
+    if let Some((local, wait)) = t.direct() {
+        use crate::transport::shm::direct;
+        return if buf.len() <= direct::small_capacity(&local) {
+            direct::all_reduce_small(&local, wait, buf, dtype, op)?;
+            Ok("shm_one_round")
+        } else {
+            direct::all_reduce_large(&local, wait, buf, dtype, op)?;
+            Ok("shm_pipelined")
+        };
     }
     if buf.len() <= cfg.small_allreduce_bytes {
         recursive_doubling::all_reduce(t, buf, dtype, op, scratch)?;

@@ -40,7 +40,9 @@ impl nccl::IdExchange for Communicator {
         Ok(())
     }
 }
-use crate::transport::tcp::TcpTransport;
+use crate::config::TransportMode;
+use crate::transport::mesh::Mesh;
+use crate::transport::shm;
 use crate::transport::Transport;
 use crate::types::{DType, Device, OpKind, Rank};
 use crate::work::{self, Callback, Work};
@@ -54,11 +56,16 @@ pub struct CommOptions {
     /// Default bound on every operation.
     pub timeout: Duration,
     pub algo: AlgoConfig,
+    /// Shared memory between ranks of a host, or TCP only.
+    pub transport: TransportMode,
+    pub shm: crate::config::ShmConfig,
 }
 
 impl CommOptions {
+    /// Options from the process's `RUSTCCL_*` settings.
     pub fn new(group: impl Into<String>, timeout: Duration) -> CommOptions {
-        CommOptions { group: group.into(), timeout, algo: Config::get().algo }
+        let c = Config::get();
+        CommOptions { group: group.into(), timeout, algo: c.algo, transport: c.transport, shm: c.shm }
     }
 }
 
@@ -104,17 +111,20 @@ impl Communicator {
     ) -> Result<Communicator> {
         let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip };
         let mut ep = bootstrap::rendezvous(store, rank, size, &bopts)?;
-        let coll = ep.take_channel(CHANNEL_COLLECTIVE);
+        let mut coll = ep.take_channel(CHANNEL_COLLECTIVE);
         let p2p_conns = ep.take_channel(CHANNEL_P2P);
-        let transport = TcpTransport::new(rank, size, coll)
+        let shm = Self::connect_shm(&ep, &mut coll, &opts)?;
+        let transport = Mesh::new(rank, size, coll, shm)
             .map_err(|e| Error::Bootstrap { rank, detail: format!("setting up links: {e}") })?;
         log_at!(
             LogLevel::Info,
-            "group '{}' rank {rank}/{size}: connected over tcp; all_reduce <= {} B recursive doubling, ring above; segments {} B",
+            "group '{}' rank {rank}/{size}: connected over {}; all_reduce <= {} B recursive doubling, ring above; segments {} B",
             opts.group,
+            transport.kind(),
             opts.algo.small_allreduce_bytes,
             opts.algo.segment_bytes
         );
+        let transport_kind = transport.kind();
         let stats = Arc::new(stats::Stats::default());
         let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())))?;
         let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns);
@@ -123,12 +133,47 @@ impl Communicator {
             size,
             opts,
             peers: ep.peers,
-            transport_kind: "tcp",
+            transport_kind,
             host,
             p2p: Some(p2p),
             nccl: Mutex::new(None),
             stats,
         })
+    }
+
+    /// Shared memory with the ranks of this host (per `RUSTCCL_TRANSPORT`).
+    fn connect_shm(
+        ep: &bootstrap::Endpoints,
+        coll: &mut [Option<bootstrap::Conn>],
+        opts: &CommOptions,
+    ) -> Result<Option<(Arc<shm::ShmLocal>, Vec<(Rank, shm::ShmLink)>)>> {
+        let (rank, size) = (ep.rank, ep.size);
+        let me = &ep.peers[rank].host;
+        let local: Vec<Rank> = ep.peers.iter().filter(|p| &p.host == me).map(|p| p.rank).collect();
+        let remote: Vec<Rank> = (0..size).filter(|r| !local.contains(r)).collect();
+        if opts.transport == TransportMode::Shm && !remote.is_empty() {
+            return Err(Error::Bootstrap { rank, detail: format!("RUSTCCL_TRANSPORT=shm, but ranks {remote:?} are on other hosts") });
+        }
+        if opts.transport == TransportMode::Tcp || local.len() < 2 {
+            return Ok(None);
+        }
+        let sizes = shm::ShmSizes { ring: opts.shm.ring_bytes, small: opts.shm.small_bytes, seg: opts.shm.segment_bytes };
+        let deadline = std::time::Instant::now() + opts.timeout;
+        match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {
+            Ok((l, links)) => {
+                if opts.transport == TransportMode::Shm && links.len() + 1 < local.len() {
+                    return Err(Error::Bootstrap { rank, detail: "RUSTCCL_TRANSPORT=shm, but some local ranks could not map each other's shared memory".into() });
+                }
+                Ok(Some((l, links)))
+            }
+            Err(e) if opts.transport == TransportMode::Shm => {
+                Err(Error::Bootstrap { rank, detail: format!("RUSTCCL_TRANSPORT=shm, but shared memory failed: {e}") })
+            }
+            Err(e) => {
+                log_at!(LogLevel::Info, "rank {rank}: shared memory unavailable ({e}); using TCP");
+                Ok(None)
+            }
+        }
     }
 
     /// A communicator over a ready transport (tests); no point-to-point.

@@ -8,10 +8,13 @@
 //! collective or its size get an error instead of garbage.
 //!
 //! Implementations: `tcp` (any hosts) and `loopback` (in-process, for tests).
-#![forbid(unsafe_code)]
+// `unsafe` lives only in `shm` (shared memory).
+#![deny(unsafe_code)]
 
 pub mod frame;
 pub mod loopback;
+pub mod mesh;
+pub mod shm;
 pub mod tcp;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +23,38 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, OpSite, Result};
 use crate::types::Rank;
+
+/// Progress of one transfer within an `exchange`: its header (built for
+/// sends, filled for receives) and how much of header and payload moved.
+#[derive(Clone, Copy)]
+pub struct Progress {
+    pub hdr: [u8; frame::HEADER_LEN],
+    pub hdr_done: usize,
+    pub body_done: usize,
+    pub checked: bool,
+    pub done: bool,
+}
+
+impl Progress {
+    pub fn new(hdr: [u8; frame::HEADER_LEN]) -> Progress {
+        Progress { hdr, hdr_done: 0, body_done: 0, checked: false, done: false }
+    }
+
+    /// Accounts `k` bytes moved: header first, then payload.
+    pub fn advance(&mut self, mut k: usize) {
+        let h = (frame::HEADER_LEN - self.hdr_done).min(k);
+        self.hdr_done += h;
+        k -= h;
+        self.body_done += k;
+    }
+}
+
+/// What one step on a link achieved.
+pub enum Step {
+    Done,
+    /// Would block; `true` if some bytes moved before it did.
+    Blocked(bool),
+}
 
 /// One transfer of a step: a whole message to or from one peer.
 pub enum Xfer<'a> {
@@ -96,6 +131,12 @@ pub trait Transport: Send {
     fn ctx(&self) -> &OpCtx;
     /// A handle that interrupts this transport from another thread.
     fn interrupter(&self) -> Interrupter;
+
+    /// Shared-memory access to every rank of the communicator, when they
+    /// all share this host (for the direct algorithms of `shm::direct`).
+    fn direct(&mut self) -> Option<(std::sync::Arc<shm::ShmLocal>, &mut dyn shm::direct::PhaseWait)> {
+        None
+    }
 
     /// Runs all transfers to completion. Transfers to the same peer in the
     /// same direction complete in order; everything else overlaps.

@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use rustccl::bootstrap::MemStore;
 use rustccl::collectives::OpSpec;
 use rustccl::comm::CommOptions;
-use rustccl::config::AlgoConfig;
+use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
 use rustccl::tensor::{SharedBuf, Tensor};
 use rustccl::transport::loopback;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
@@ -56,20 +56,28 @@ pub fn loopback_comms(n: usize, algo: AlgoConfig) -> Vec<Communicator> {
         .collect()
 }
 
+/// Real sockets between ranks (threads of this process), TCP only.
 pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
+    mesh_comms(n, algo, timeout, TransportMode::Tcp, ShmConfig { ring_bytes: 1 << 20, small_bytes: 256 << 10, segment_bytes: 256 << 10 })
+}
+
+/// Shared memory between ranks (threads of this process), with tiny areas
+/// so that test-sized inputs wrap the rings and take many pipeline rounds.
+pub fn shm_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
+    mesh_comms(n, algo, timeout, TransportMode::Shm, ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256 })
+}
+
+pub fn mesh_comms(n: usize, algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig) -> Vec<Communicator> {
     let store = Arc::new(MemStore::new());
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|r| {
                 let store = store.clone();
                 s.spawn(move || {
-                    Communicator::bootstrap(
-                        store.as_ref(),
-                        r,
-                        n,
-                        opts(timeout, algo),
-                        "127.0.0.1".parse().unwrap(),
-                    )
+                    let mut o = opts(timeout, algo);
+                    o.transport = transport;
+                    o.shm = shm;
+                    Communicator::bootstrap(store.as_ref(), r, n, o, "127.0.0.1".parse().unwrap())
                     .unwrap()
                 })
             })

@@ -1,0 +1,416 @@
+//! The communicator's transport: one link per peer, TCP (any host) or
+//! shared memory (same host), driven by one progress loop on the worker
+//! thread.
+//!
+//! `exchange` steps every transfer it can; when nothing moved it waits:
+//! in `mio::Poll` for TCP links, spinning briefly then sleeping on this
+//! rank's futex word for shared-memory links (with short polls when both
+//! kinds are pending), always bounded by the operation's deadline. Errors
+//! name both ends of the link.
+#![forbid(unsafe_code)]
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Poll, Token};
+
+use super::frame::{Header, HEADER_LEN};
+use super::shm::direct::PhaseWait;
+use super::shm::{ShmLink, ShmLocal};
+use super::tcp::TcpLink;
+use super::{check_peers, interrupted_error, timeout_error, Interrupter, OpCtx, Progress, Step, Transport, Xfer};
+use crate::bootstrap::Conn;
+use crate::error::{Error, OpSite, Result};
+use crate::types::Rank;
+
+pub enum Link {
+    Tcp(TcpLink),
+    Shm(ShmLink),
+}
+
+const WAKE: Token = Token(usize::MAX);
+/// Spins on the futex word before sleeping.
+const SPIN: usize = 256;
+/// Yields between spinning and sleeping (helps when ranks outnumber cores).
+const YIELDS: usize = 8;
+/// How often waits check that shared-memory peers are still alive.
+const ALIVE_EVERY: Duration = Duration::from_millis(50);
+
+pub struct Mesh {
+    rank: Rank,
+    size: usize,
+    links: Vec<Option<Link>>,
+    addrs: Vec<String>,
+    poll: Poll,
+    events: Events,
+    ctx: OpCtx,
+    interrupt: Interrupter,
+    local: Option<Arc<ShmLocal>>,
+    kind: &'static str,
+    last_alive: Instant,
+}
+
+impl Mesh {
+    /// TCP links for every peer in `tcp` that has no shared-memory link.
+    pub fn new(
+        rank: Rank,
+        size: usize,
+        tcp: Vec<Option<Conn>>,
+        shm: Option<(Arc<ShmLocal>, Vec<(Rank, ShmLink)>)>,
+    ) -> io::Result<Mesh> {
+        let poll = Poll::new()?;
+        let mut links: Vec<Option<Link>> = (0..size).map(|_| None).collect();
+        let mut addrs = vec![String::new(); size];
+        let (local, shm_links) = match shm {
+            Some((l, v)) => (Some(l), v),
+            None => (None, Vec::new()),
+        };
+        let n_shm = shm_links.len();
+        for (r, link) in shm_links {
+            links[r] = Some(Link::Shm(link));
+        }
+        let mut n_tcp = 0;
+        for (p, c) in tcp.into_iter().enumerate() {
+            if let Some((stream, addr)) = c {
+                addrs[p] = addr.clone();
+                if links[p].is_none() {
+                    let mut l = TcpLink::new(stream, addr)?;
+                    l.register(poll.registry(), Token(p))?;
+                    links[p] = Some(Link::Tcp(l));
+                    n_tcp += 1;
+                }
+            }
+        }
+        let kind = match (n_shm > 0, n_tcp > 0) {
+            (true, true) => "shm+tcp",
+            (true, false) => "shm",
+            _ => "tcp",
+        };
+        for (p, a) in addrs.iter_mut().enumerate() {
+            if matches!(links[p], Some(Link::Shm(_))) {
+                *a = format!("shm:{a}");
+            }
+        }
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
+        let ctx = OpCtx::new(OpSite { op: "none", seq: 0, group: String::new() }, Duration::from_secs(1));
+        Ok(Mesh {
+            rank,
+            size,
+            links,
+            addrs,
+            poll,
+            events: Events::with_capacity(64),
+            ctx,
+            interrupt: Interrupter::new(Some(waker)),
+            local,
+            kind,
+            last_alive: Instant::now(),
+        })
+    }
+
+    fn lost(&self, peer: Rank, detail: String) -> Error {
+        Error::PeerLost { site: self.ctx.site.clone(), rank: self.rank, peer, addr: self.addrs[peer].clone(), detail }
+    }
+
+    fn io_lost(&self, peer: Rank, e: &io::Error, what: &str) -> Error {
+        let detail = match e.kind() {
+            io::ErrorKind::UnexpectedEof => format!("connection closed by peer while {what}"),
+            _ => format!("{what} failed: {e}"),
+        };
+        self.lost(peer, detail)
+    }
+
+    fn protocol(&self, peer: Rank, detail: String) -> Error {
+        Error::Protocol { site: self.ctx.site.clone(), rank: self.rank, peer, addr: self.addrs[peer].clone(), detail }
+    }
+
+    fn send_step(&mut self, peer: Rank, data: &[u8], st: &mut Progress) -> Result<Step> {
+        match self.links[peer].as_mut() {
+            Some(Link::Tcp(l)) => l.send_step(data, st).map_err(|e| self.io_lost(peer, &e, "sending")),
+            Some(Link::Shm(l)) => {
+                let mut moved = false;
+                while st.hdr_done < HEADER_LEN {
+                    let k = l.push(&st.hdr[st.hdr_done..]);
+                    if k == 0 {
+                        return Ok(Step::Blocked(moved));
+                    }
+                    moved = true;
+                    st.advance(k);
+                }
+                while st.body_done < data.len() {
+                    let k = l.push(&data[st.body_done..]);
+                    if k == 0 {
+                        return Ok(Step::Blocked(moved));
+                    }
+                    moved = true;
+                    st.advance(k);
+                }
+                Ok(Step::Done)
+            }
+            None => Err(Error::Internal(format!("no link to rank {peer}"))),
+        }
+    }
+
+    fn recv_step(&mut self, peer: Rank, data: &mut [u8], st: &mut Progress) -> Result<Step> {
+        let seq = self.ctx.wire_seq();
+        let len = data.len();
+        let mut check = |h: &[u8; HEADER_LEN]| Header::decode(h).and_then(|h| h.expect(seq, len));
+        match self.links[peer].as_mut() {
+            Some(Link::Tcp(l)) => match l.recv_step(data, st, &mut check) {
+                Ok(Ok(s)) => Ok(s),
+                Ok(Err(why)) => Err(self.protocol(peer, why)),
+                Err(e) => Err(self.io_lost(peer, &e, "receiving")),
+            },
+            Some(Link::Shm(l)) => {
+                let mut moved = false;
+                while st.hdr_done < HEADER_LEN {
+                    let k = l.pull(&mut st.hdr[st.hdr_done..]);
+                    if k == 0 {
+                        return Ok(Step::Blocked(moved));
+                    }
+                    moved = true;
+                    st.advance(k);
+                }
+                if !st.checked {
+                    let hdr = st.hdr;
+                    if let Err(why) = check(&hdr) {
+                        return Err(Error::Protocol {
+                            site: self.ctx.site.clone(),
+                            rank: self.rank,
+                            peer,
+                            addr: self.addrs[peer].clone(),
+                            detail: why,
+                        });
+                    }
+                    st.checked = true;
+                }
+                while st.body_done < data.len() {
+                    let k = l.pull(&mut data[st.body_done..]);
+                    if k == 0 {
+                        return Ok(Step::Blocked(moved));
+                    }
+                    moved = true;
+                    st.advance(k);
+                }
+                Ok(Step::Done)
+            }
+            None => Err(Error::Internal(format!("no link to rank {peer}"))),
+        }
+    }
+
+    fn signal(&self) -> u32 {
+        self.local.as_ref().map_or(0, |l| l.mine().signal().load(Ordering::Acquire))
+    }
+
+    /// Fails if one of `peers` reached over shared memory has died.
+    fn check_alive(&mut self, peers: &[Rank]) -> Result<()> {
+        if self.last_alive.elapsed() < ALIVE_EVERY {
+            return Ok(());
+        }
+        self.last_alive = Instant::now();
+        for &p in peers {
+            if let Some(Link::Shm(l)) = &self.links[p] {
+                if let Err(why) = l.alive() {
+                    return Err(self.lost(p, why));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for something to happen on the pending links (`sig0`: our
+    /// futex word before the pass that made no progress).
+    fn wait(&mut self, pending: Vec<Rank>, tcp_pending: bool, shm_pending: bool, sig0: u32) -> Result<()> {
+        if self.interrupt.is_set() {
+            return Err(interrupted_error(self));
+        }
+        let now = Instant::now();
+        if now >= self.ctx.deadline {
+            return Err(timeout_error(self, pending));
+        }
+        if !shm_pending {
+            return self.poll_for(Some(self.ctx.deadline - now));
+        }
+        for i in 0..SPIN + YIELDS {
+            if self.signal() != sig0 {
+                return Ok(());
+            }
+            if i < SPIN {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        self.check_alive(&pending)?;
+        if tcp_pending {
+            return self.poll_for(Some(Duration::from_micros(100)));
+        }
+        let left = self.ctx.deadline.saturating_duration_since(Instant::now());
+        if let Some(l) = &self.local {
+            l.mine().sleep(sig0, left.min(Duration::from_millis(2)));
+        }
+        Ok(())
+    }
+
+    fn poll_for(&mut self, timeout: Option<Duration>) -> Result<()> {
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(Error::Internal(format!("poll failed: {e}"))),
+        }
+    }
+}
+
+impl PhaseWait for Mesh {
+    fn seq(&self) -> u32 {
+        self.ctx.wire_seq()
+    }
+
+    fn mismatch(&self, peer: Rank, detail: String) -> Error {
+        Error::Protocol { site: self.ctx.site.clone(), rank: self.rank, peer, addr: self.addrs[peer].clone(), detail }
+    }
+
+    fn wait_phase(&mut self, target: u64) -> Result<()> {
+        let Some(local) = self.local.clone() else { return Err(Error::Internal("no shared memory".into())) };
+        let mut spins = 0usize;
+        loop {
+            let sig0 = local.mine().signal().load(Ordering::Acquire);
+            let behind: Vec<Rank> = local
+                .segs
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| *i != local.me && s.phase().load(Ordering::Acquire) < target)
+                .map(|(i, _)| local.ranks[i])
+                .collect();
+            if behind.is_empty() {
+                return Ok(());
+            }
+            if self.interrupt.is_set() {
+                return Err(interrupted_error(self));
+            }
+            if Instant::now() >= self.ctx.deadline {
+                return Err(timeout_error(self, behind));
+            }
+            spins += 1;
+            if spins < SPIN {
+                std::hint::spin_loop();
+            } else if spins < SPIN + YIELDS {
+                std::thread::yield_now();
+            } else {
+                self.check_alive(&behind)?;
+                let left = self.ctx.deadline.saturating_duration_since(Instant::now());
+                local.mine().sleep(sig0, left.min(Duration::from_millis(2)));
+            }
+        }
+    }
+}
+
+impl Transport for Mesh {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+    fn peer_addr(&self, peer: Rank) -> String {
+        self.addrs.get(peer).cloned().unwrap_or_default()
+    }
+    fn begin(&mut self, ctx: OpCtx) {
+        self.ctx = ctx;
+    }
+    fn ctx(&self) -> &OpCtx {
+        &self.ctx
+    }
+    fn interrupter(&self) -> Interrupter {
+        self.interrupt.clone()
+    }
+
+    fn direct(&mut self) -> Option<(Arc<ShmLocal>, &mut dyn PhaseWait)> {
+        let local = self.local.clone()?;
+        if !local.complete || local.ranks.len() != self.size {
+            return None;
+        }
+        Some((local, self as &mut dyn PhaseWait))
+    }
+
+    fn exchange(&mut self, xfers: &mut [Xfer<'_>]) -> Result<()> {
+        check_peers(self, xfers)?;
+        if self.interrupt.is_set() {
+            return Err(interrupted_error(self));
+        }
+        let seq = self.ctx.wire_seq();
+        let mut st: Vec<Progress> = xfers
+            .iter()
+            .map(|x| match x {
+                Xfer::Send { data, .. } => Progress::new(Header { flags: 0, seq, len: data.len() as u64 }.encode()),
+                Xfer::Recv { .. } => Progress::new([0; HEADER_LEN]),
+            })
+            .collect();
+        let mut send_busy = vec![false; self.size];
+        let mut recv_busy = vec![false; self.size];
+        loop {
+            let sig0 = self.signal();
+            send_busy.iter_mut().for_each(|b| *b = false);
+            recv_busy.iter_mut().for_each(|b| *b = false);
+            let (mut moved, mut tcp_pending, mut shm_pending) = (false, false, false);
+            let mut pending = Vec::new();
+            for (x, s) in xfers.iter_mut().zip(st.iter_mut()) {
+                if s.done {
+                    continue;
+                }
+                let peer = x.peer();
+                let is_send = matches!(x, Xfer::Send { .. });
+                let busy = if is_send { &mut send_busy[peer] } else { &mut recv_busy[peer] };
+                let step = if std::mem::replace(busy, true) {
+                    Step::Blocked(false)
+                } else {
+                    match x {
+                        Xfer::Send { peer, data } => self.send_step(*peer, data, s)?,
+                        Xfer::Recv { peer, data } => self.recv_step(*peer, data, s)?,
+                    }
+                };
+                match step {
+                    Step::Done => {
+                        s.done = true;
+                        moved = true;
+                        if is_send {
+                            send_busy[peer] = false;
+                        } else {
+                            recv_busy[peer] = false;
+                        }
+                    }
+                    Step::Blocked(m) => {
+                        moved |= m;
+                        pending.push(peer);
+                        match self.links[peer] {
+                            Some(Link::Shm(_)) => shm_pending = true,
+                            _ => tcp_pending = true,
+                        }
+                    }
+                }
+            }
+            if pending.is_empty() {
+                return Ok(());
+            }
+            if !moved {
+                self.wait(pending, tcp_pending, shm_pending, sig0)?;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_checks_name_the_mismatch() {
+        let h = Header { flags: 0, seq: 3, len: 8 }.encode();
+        assert!(Header::decode(&h).and_then(|h| h.expect(3, 4)).unwrap_err().contains("different tensor sizes"));
+    }
+}

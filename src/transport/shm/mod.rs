@@ -1,0 +1,223 @@
+//! Shared-memory links between ranks of one host.
+//!
+//! Every local rank creates one segment (`segment.rs`) in /dev/shm, named
+//! from the group's random token (unguessable, mode 0600, created
+//! exclusively), and maps every local peer's. As soon as every local rank
+//! has mapped every segment the names are unlinked: nothing is left in
+//! /dev/shm afterwards, not even when a rank is killed.
+//!
+//! A [`ShmLink`] is a pair of single-producer single-consumer byte rings
+//! (ours towards the peer in our segment, the peer's towards us in its),
+//! carrying the same framed messages as TCP. Waiting spins briefly and then
+//! sleeps on a futex word in the waiter's own segment, which producers,
+//! consumers and phase changes bump. The TCP connection to the peer stays
+//! open, unused, so that a dead peer is noticed (EOF) without waiting for
+//! the timeout. `direct.rs` runs collectives straight through the segments.
+#![allow(unsafe_code)]
+
+pub mod direct;
+pub mod segment;
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use segment::{Layout, Segment};
+
+use crate::config::LogLevel;
+use crate::log_at;
+use crate::types::Rank;
+
+/// The ranks of this host and every one's segment.
+pub struct ShmLocal {
+    /// Global ranks of the local group, ascending.
+    pub ranks: Vec<Rank>,
+    /// This rank's index in `ranks`.
+    pub me: usize,
+    /// Segments by local index (ours included; a peer that could not be
+    /// mapped has ours in its place and `complete` is false).
+    pub segs: Vec<Arc<Segment>>,
+    /// Every local peer is reachable through shared memory.
+    pub complete: bool,
+}
+
+impl ShmLocal {
+    pub fn mine(&self) -> &Segment {
+        &self.segs[self.me]
+    }
+
+    pub fn local_index(&self, rank: Rank) -> Option<usize> {
+        self.ranks.iter().position(|&r| r == rank)
+    }
+}
+
+/// Byte rings to and from one local peer.
+pub struct ShmLink {
+    me: usize,
+    peer: usize,
+    mine: Arc<Segment>,
+    theirs: Arc<Segment>,
+    out_head: u64,
+    in_tail: u64,
+    /// The (otherwise idle) TCP connection to the peer: EOF means it died.
+    watch: TcpStream,
+}
+
+impl ShmLink {
+    fn new(local: &ShmLocal, peer: usize, watch: TcpStream) -> io::Result<ShmLink> {
+        watch.set_nonblocking(true)?;
+        let mine = local.segs[local.me].clone();
+        let theirs = local.segs[peer].clone();
+        let out_head = mine.u64_at(mine.layout.head_off(peer)).load(Ordering::Acquire);
+        let in_tail = theirs.u64_at(theirs.layout.tail_off(local.me)).load(Ordering::Acquire);
+        Ok(ShmLink { me: local.me, peer, mine, theirs, out_head, in_tail, watch })
+    }
+
+    /// Appends as much of `bytes` as fits to the ring towards the peer.
+    pub fn push(&mut self, bytes: &[u8]) -> usize {
+        let l = self.mine.layout;
+        let tail = self.mine.u64_at(l.tail_off(self.peer)).load(Ordering::Acquire);
+        let free = l.ring - (self.out_head - tail) as usize;
+        let n = free.min(bytes.len());
+        if n == 0 {
+            return 0;
+        }
+        let pos = (self.out_head as usize) & (l.ring - 1);
+        let first = n.min(l.ring - pos);
+        let ring = l.ring_off(self.peer);
+        // SAFETY: bytes [head, head + n) of the ring are free: the consumer
+        // has released everything below `tail` (acquired above) and reads
+        // nothing at or above `head` until we publish it below.
+        unsafe {
+            self.mine.write(ring + pos, &bytes[..first]);
+            self.mine.write(ring, &bytes[first..n]);
+        }
+        self.out_head += n as u64;
+        self.mine.u64_at(l.head_off(self.peer)).store(self.out_head, Ordering::Release);
+        self.theirs.notify();
+        n
+    }
+
+    /// Takes as many bytes as are available (up to `dst.len()`) from the
+    /// ring from the peer.
+    pub fn pull(&mut self, dst: &mut [u8]) -> usize {
+        let l = self.theirs.layout;
+        let head = self.theirs.u64_at(l.head_off(self.me)).load(Ordering::Acquire);
+        let n = ((head - self.in_tail) as usize).min(dst.len());
+        if n == 0 {
+            return 0;
+        }
+        let pos = (self.in_tail as usize) & (l.ring - 1);
+        let first = n.min(l.ring - pos);
+        let ring = l.ring_off(self.me);
+        // SAFETY: bytes [tail, head) were published by the producer (release
+        // store of head, acquired above) and it writes none of them again
+        // until we release them below.
+        unsafe {
+            self.theirs.read(ring + pos, &mut dst[..first]);
+            self.theirs.read(ring, &mut dst[first..n]);
+        }
+        self.in_tail += n as u64;
+        self.theirs.u64_at(l.tail_off(self.me)).store(self.in_tail, Ordering::Release);
+        self.theirs.notify();
+        n
+    }
+
+    /// Err if the peer's process is gone (its TCP connection closed).
+    pub fn alive(&self) -> Result<(), String> {
+        let mut b = [0u8; 1];
+        match self.watch.peek(&mut b) {
+            Ok(0) => Err("connection closed by peer (process exited?)".into()),
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(format!("connection to peer lost: {e}")),
+        }
+    }
+}
+
+/// Sizes of the shared areas.
+#[derive(Debug, Clone, Copy)]
+pub struct ShmSizes {
+    pub ring: usize,
+    pub small: usize,
+    pub seg: usize,
+}
+
+fn exchange_byte(s: &mut TcpStream, out: u8, deadline: Instant) -> io::Result<u8> {
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
+    s.write_all(&[out])?;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b)?;
+    s.set_read_timeout(None)?;
+    Ok(b[0])
+}
+
+/// Sets up shared memory with the local peers in `ranks` (global ranks of
+/// this host, including `me`), over their TCP connections `conns[rank]`.
+/// Returns the local group and one link per peer that both sides could
+/// map; peers missing from the result keep using TCP.
+pub fn connect(
+    me: Rank,
+    ranks: &[Rank],
+    token: &str,
+    sizes: ShmSizes,
+    conns: &mut [Option<(TcpStream, String)>],
+    deadline: Instant,
+) -> io::Result<(Arc<ShmLocal>, Vec<(Rank, ShmLink)>)> {
+    let n = ranks.len();
+    let my_idx = ranks.iter().position(|&r| r == me).expect("me is local");
+    let layout = Layout::new(n, sizes.ring, sizes.small, sizes.seg);
+    let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
+    let mine = Segment::create(&path(me), layout);
+    let created = mine.is_ok() as u8;
+    // 1. everyone says whether its segment exists
+    let mut peer_created = vec![0u8; n];
+    for (i, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
+        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
+        peer_created[i] = exchange_byte(s, created, deadline)?;
+    }
+    // 2. map every peer's; say which ones worked
+    let mut segs: Vec<Option<Arc<Segment>>> = vec![None; n];
+    if let Ok(m) = mine {
+        segs[my_idx] = Some(Arc::new(m));
+    }
+    let mut agreed = vec![false; n];
+    for (i, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
+        let ok = segs[my_idx].is_some() && peer_created[i] == 1 && {
+            match Segment::open(&path(r), layout) {
+                Ok(s) => {
+                    segs[i] = Some(Arc::new(s));
+                    true
+                }
+                Err(e) => {
+                    log_at!(LogLevel::Info, "rank {me}: cannot map rank {r}'s shared memory ({e}); using TCP");
+                    false
+                }
+            }
+        };
+        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
+        agreed[i] = exchange_byte(s, ok as u8, deadline)? == 1 && ok;
+    }
+    // 3. every local rank has mapped what it could: drop the names
+    if let Some(m) = &segs[my_idx] {
+        m.unlink();
+    }
+    let Some(mine) = segs[my_idx].clone() else {
+        return Err(io::Error::other("could not create this rank's shared-memory segment"));
+    };
+    let complete = agreed.iter().enumerate().all(|(i, &a)| a || i == my_idx);
+    let all: Vec<Arc<Segment>> = segs.iter().map(|s| s.clone().unwrap_or_else(|| mine.clone())).collect();
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete });
+    let mut links = Vec::new();
+    for (i, &r) in ranks.iter().enumerate() {
+        if i != my_idx && agreed[i] {
+            let (s, _) = conns[r].as_ref().expect("local peer has a connection");
+            links.push((r, ShmLink::new(&local, i, s.try_clone()?)?));
+        }
+    }
+    Ok((local, links))
+}

@@ -1,0 +1,264 @@
+//! One rank's shared-memory segment: a file in /dev/shm mapped into every
+//! local rank, its layout, and cross-process futex wake-ups.
+//!
+//! Layout (offsets in bytes; `n` local ranks):
+//!
+//! ```text
+//! 0      magic, n, ring, small, seg        (written once, checked by mappers)
+//! 64     phase    AtomicU64  progress of this rank through direct collectives
+//! 96     desc     AtomicU64  (seq, dtype, op) of the direct collective in progress
+//! 104    len      AtomicU64  its byte count
+//! 128    signal   AtomicU32  futex word: bumped by whoever changes state this rank waits on
+//! 192    sleepers AtomicU32  > 0 while this rank sleeps on `signal`
+//! 256+i*128                  ring to local rank i: head (producer) at +0, tail (consumer) at +64
+//! ctrl   n rings of `ring` bytes (ring i carries this rank's bytes to local rank i)
+//!        small slot (`small` bytes), input area (n x `seg`), output area (`seg`)
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use memmap2::MmapRaw;
+
+const MAGIC: u64 = 0x314d_4853_4c43_4352; // "RCCLSHM1"
+
+fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+/// Where everything lives in a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub n: usize,
+    pub ring: usize,
+    pub small: usize,
+    pub seg: usize,
+    pub ctrl: usize,
+    pub small_off: usize,
+    pub in_off: usize,
+    pub out_off: usize,
+    pub total: usize,
+}
+
+impl Layout {
+    /// `ring` is rounded up to a power of two.
+    pub fn new(n: usize, ring: usize, small: usize, seg: usize) -> Layout {
+        let ring = ring.max(4096).next_power_of_two();
+        let small = round_up(small.max(64), 64);
+        let seg = round_up(seg.max(64), 64);
+        let ctrl = round_up(256 + n * 128, 4096);
+        let small_off = ctrl + n * ring;
+        let in_off = small_off + small;
+        let out_off = in_off + n * seg;
+        let total = round_up(out_off + seg, 4096);
+        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, total }
+    }
+
+    pub fn ring_off(&self, to: usize) -> usize {
+        self.ctrl + to * self.ring
+    }
+
+    pub fn head_off(&self, to: usize) -> usize {
+        256 + to * 128
+    }
+
+    pub fn tail_off(&self, to: usize) -> usize {
+        256 + to * 128 + 64
+    }
+}
+
+/// A mapped segment (ours, created; or a peer's, opened).
+pub struct Segment {
+    map: MmapRaw,
+    _file: File,
+    path: PathBuf,
+    owner: bool,
+    unlinked: AtomicBool,
+    pub layout: Layout,
+}
+
+// SAFETY: the mapping is plain shared memory; every access goes through
+// atomics or through raw copies ordered by the protocol in this module.
+unsafe impl Send for Segment {}
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// Creates `path` (must not exist, mode 0600) and maps it.
+    pub fn create(path: &Path, layout: Layout) -> io::Result<Segment> {
+        let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path)?;
+        let seg = (|| {
+            file.set_len(layout.total as u64)?;
+            let map = MmapRaw::map_raw(&file)?;
+            Ok::<_, io::Error>(Segment {
+                map,
+                _file: file,
+                path: path.to_path_buf(),
+                owner: true,
+                unlinked: AtomicBool::new(false),
+                layout,
+            })
+        })();
+        match seg {
+            Ok(s) => {
+                s.write_header();
+                Ok(s)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Maps a peer's segment and checks it was made for the same layout.
+    pub fn open(path: &Path, layout: Layout) -> io::Result<Segment> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        if file.metadata()?.len() < layout.total as u64 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "segment too small"));
+        }
+        let map = MmapRaw::map_raw(&file)?;
+        let s = Segment { map, _file: file, path: path.to_path_buf(), owner: false, unlinked: AtomicBool::new(true), layout };
+        if s.u64_at(0).load(Ordering::Acquire) != MAGIC || s.u64_at(8).load(Ordering::Relaxed) != layout.n as u64 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "segment header mismatch"));
+        }
+        Ok(s)
+    }
+
+    fn write_header(&self) {
+        let l = self.layout;
+        self.u64_at(8).store(l.n as u64, Ordering::Relaxed);
+        self.u64_at(16).store(l.ring as u64, Ordering::Relaxed);
+        self.u64_at(24).store(l.small as u64, Ordering::Relaxed);
+        self.u64_at(32).store(l.seg as u64, Ordering::Relaxed);
+        self.u64_at(0).store(MAGIC, Ordering::Release);
+    }
+
+    /// Removes the name from /dev/shm (the memory lives on while mapped).
+    pub fn unlink(&self) {
+        if self.owner && !self.unlinked.swap(true, Ordering::AcqRel) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    pub fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= self.layout.ctrl, "u64_at({off}) outside the control area");
+        // SAFETY: in bounds (asserted), 8-aligned (the mapping is page
+        // aligned), valid for the life of `self`; AtomicU64 has the layout of
+        // u64 and all cross-process access to these words is atomic.
+        unsafe { &*(self.base().add(off) as *const AtomicU64) }
+    }
+
+    pub fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off % 4 == 0 && off + 4 <= self.layout.ctrl, "u32_at({off}) outside the control area");
+        // SAFETY: as in `u64_at`.
+        unsafe { &*(self.base().add(off) as *const AtomicU32) }
+    }
+
+    pub fn phase(&self) -> &AtomicU64 {
+        self.u64_at(64)
+    }
+
+    /// Descriptor of the direct collective this rank is in: (seq, dtype, op).
+    pub fn desc(&self) -> &AtomicU64 {
+        self.u64_at(96)
+    }
+
+    pub fn desc_len(&self) -> &AtomicU64 {
+        self.u64_at(104)
+    }
+
+    pub fn signal(&self) -> &AtomicU32 {
+        self.u32_at(128)
+    }
+
+    fn sleepers(&self) -> &AtomicU32 {
+        self.u32_at(192)
+    }
+
+    /// Tells the owner of this segment that something it may wait on changed.
+    pub fn notify(&self) {
+        self.signal().fetch_add(1, Ordering::Release);
+        if self.sleepers().load(Ordering::Acquire) > 0 {
+            futex_wake(self.signal());
+        }
+    }
+
+    /// Sleeps (up to `timeout`) until `signal` differs from `seen`.
+    pub fn sleep(&self, seen: u32, timeout: Duration) {
+        self.sleepers().fetch_add(1, Ordering::AcqRel);
+        if self.signal().load(Ordering::Acquire) == seen {
+            futex_wait(self.signal(), seen, timeout);
+        }
+        self.sleepers().fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Copies `src` into the segment at `off`.
+    ///
+    /// # Safety
+    /// No other process reads or writes `off..off+len` until the writer
+    /// publishes it (a release store that readers acquire).
+    pub unsafe fn write(&self, off: usize, src: &[u8]) {
+        assert!(off + src.len() <= self.layout.total, "shm write out of bounds");
+        std::ptr::copy_nonoverlapping(src.as_ptr(), self.base().add(off), src.len());
+    }
+
+    /// Copies out of the segment at `off` into `dst`.
+    ///
+    /// # Safety
+    /// The range was published to this reader and nobody writes it until
+    /// the reader signals it is done.
+    pub unsafe fn read(&self, off: usize, dst: &mut [u8]) {
+        assert!(off + dst.len() <= self.layout.total, "shm read out of bounds");
+        std::ptr::copy_nonoverlapping(self.base().add(off), dst.as_mut_ptr(), dst.len());
+    }
+
+    /// A borrowed view of `off..off+len`.
+    ///
+    /// # Safety
+    /// As for `read`, for as long as the slice lives.
+    pub unsafe fn view(&self, off: usize, len: usize) -> &[u8] {
+        assert!(off + len <= self.layout.total, "shm view out of bounds");
+        std::slice::from_raw_parts(self.base().add(off), len)
+    }
+
+    /// A mutable view of `off..off+len` of our own segment.
+    ///
+    /// # Safety
+    /// As for `write`, for as long as the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn view_mut(&self, off: usize, len: usize) -> &mut [u8] {
+        assert!(off + len <= self.layout.total, "shm view out of bounds");
+        std::slice::from_raw_parts_mut(self.base().add(off), len)
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        self.unlink();
+    }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    // SAFETY: FUTEX_WAIT (shared, not PRIVATE: the word lives in memory
+    // mapped by several processes) on a valid, aligned u32 with a timeout;
+    // spurious returns are handled by the callers' loops.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32);
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid, aligned u32 in shared memory.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+    }
+}
