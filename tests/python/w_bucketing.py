@@ -105,13 +105,17 @@ def vs_ddp(rank: int, world: int, steps: int) -> tuple[int, list[str]]:
 def features(rank: int, world: int) -> tuple[int, list[str]]:
     torch.set_num_threads(1)
     c = Checker(rank)
-    # Head b is used on rank 0 only: elsewhere its bucket never fills, and
-    # wait() sends zeros for it, in bucket order on every rank.
+    # Head b is used on rank 0 only (after a step where all used it): on
+    # the other ranks its bucket never fills, and wait() sends zeros for it,
+    # in bucket order on every rank.
     model = TwoHeads()
     bucketer = GradientBucketer(model, bucket_cap_mb=0.005)
+    model(data(rank, 0)).backward()
+    bucketer.wait()
+    model.zero_grad()
     used = lambda r: r == 0  # noqa: E731
-    want = local_average(model, world, 0, used)
-    model(data(rank, 0), used(rank)).backward()
+    want = local_average(model, world, 1, used)
+    model(data(rank, 1), used(rank)).backward()
     bucketer.wait()
     close(c, "head used on one rank: averaged with zeros", [p.grad for p in model.parameters()], want)
 

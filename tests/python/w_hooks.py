@@ -112,9 +112,11 @@ def _exact_lossless(c, rank, world, P):
         half = H.CommState()
         close(c, hook.__name__, run_hook(hook, half, rank, 0, P), mean(world, 0), tol, tol)
         c.true(f"{hook.__name__} sends 2n bytes: {half}", half.bytes_sent == N * 2 and half.compression_ratio == 2.0)
-    # 40000 per rank: the fp16 sum of raw values overflows (max 65504), dividing first does not
-    b = FakeBucket([torch.full((8,), 40000.0)], params_for([(8,)]))
-    close(c, "fp16 divides before casting", H.fp16_compress_hook(None, b).wait(), torch.full((8,), 40000.0), 1e-3, 0)
+    # 80000 on rank 0 is beyond fp16 (max 65504) but its share of the average is not
+    v = [80000.0] + [-20000.0] * (world - 1)
+    b = FakeBucket([torch.full((8,), v[rank])], params_for([(8,)]))
+    close(c, "fp16 divides before casting", H.fp16_compress_hook(None, b).wait(), torch.full((8,), sum(v) / world),
+          1e-3, 0)
 
 
 def _exact_topk(c, rank, world, P):
