@@ -35,15 +35,24 @@ class QuantState(CommState):
         self.use_error_feedback = use_error_feedback
 
 
-def _chunk_layout(bucket: dist.GradBucket, chunk: int) -> torch.Tensor:
-    """A mask over the bucket laid out with every parameter padded to whole
-    chunks: True where a bucket entry sits, False on padding."""
-    device = bucket.buffer().device
-    parts = []
-    for p in bucket.parameters():
-        parts.append(torch.ones(p.numel(), dtype=torch.bool, device=device))
-        parts.append(torch.zeros(-p.numel() % chunk, dtype=torch.bool, device=device))
-    return torch.cat(parts)
+def _pad(x: torch.Tensor, sizes: list[int], chunk: int) -> torch.Tensor:
+    """x (..., sum(sizes)) with every segment zero-padded to whole chunks."""
+    pieces, off = [], 0
+    for k in sizes:
+        pieces.append(x[..., off:off + k])
+        if k % chunk:
+            pieces.append(x.new_zeros(*x.shape[:-1], chunk - k % chunk))
+        off += k
+    return torch.cat(pieces, dim=-1)
+
+
+def _unpad(x: torch.Tensor, sizes: list[int], chunk: int) -> torch.Tensor:
+    """The inverse of :func:`_pad`."""
+    pieces, off = [], 0
+    for k in sizes:
+        pieces.append(x[..., off:off + k])
+        off += -(-k // chunk) * chunk
+    return torch.cat(pieces, dim=-1)
 
 
 def int8_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -56,14 +65,14 @@ def int8_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.Futur
         err = state.flat_memory(bucket, "error")
         if err is not None:
             buf.add_(err)
-    valid = _chunk_layout(bucket, chunk)
-    x = torch.zeros(valid.numel(), device=buf.device).masked_scatter_(valid, buf.float()).view(-1, chunk)
+    sizes = [p.numel() for p in bucket.parameters()]
+    x = _pad(buf.float(), sizes, chunk).view(-1, chunk)
     scale = x.abs().amax(dim=1, keepdim=True).div_(127).clamp_min_(torch.finfo(torch.float32).tiny)
     q = x.div_(scale).round_().clamp_(-127, 127)
     if state.use_error_feedback:
-        state.set_flat_memory(bucket, "error", buf - q.mul(scale).view(-1)[valid].to(buf.dtype))
+        state.set_flat_memory(bucket, "error", buf - _unpad(q.mul(scale).view(-1), sizes, chunk).to(buf.dtype))
 
-    payload = pack(q.view(-1)[valid].to(torch.int8), scale)  # [int8 values | float32 scales]
+    payload = pack(_unpad(q.view(-1), sizes, chunk).to(torch.int8), scale)  # [int8 values | float32 scales]
     gathered = torch.empty(world * payload.numel(), dtype=torch.uint8, device=buf.device)
     fut = dist.all_gather_into_tensor(gathered, payload, group=group, async_op=True).get_future()
     state.account(bucket, payload.numel())
@@ -71,10 +80,9 @@ def int8_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.Futur
     def decompress(f: torch.futures.Future) -> torch.Tensor:
         f.wait()
         rows = gathered.view(world, -1)
-        values = torch.zeros(world, valid.numel(), device=buf.device)
-        values[:, valid] = rows[:, :n].view(torch.int8).float()
+        values = _pad(rows[:, :n].view(torch.int8).float(), sizes, chunk).view(world, -1, chunk)
         scales = unpack(rows[:, n:], torch.float32).view(world, -1, 1)
-        avg = values.view(world, -1, chunk).mul_(scales).sum(dim=0).view(-1)[valid].div_(world)
+        avg = _unpad(values.mul_(scales).sum(dim=0).view(-1), sizes, chunk).div_(world)
         return buf.copy_(avg)
 
     return fut.then(decompress)
