@@ -2,6 +2,7 @@
 convergent where lossy, checkpointable, and the bucketer equal to DDP."""
 
 import pytest
+import torch
 
 import launch
 from rustccl.bucketing import LATENCY_FRACTION, MAX_BUCKET_BYTES, MIN_BUCKET_BYTES, choose_bucket_bytes
@@ -68,3 +69,15 @@ def test_bucket_size_keeps_latency_small(alpha, beta):
 def test_bucket_size_clamps():
     assert choose_bucket_bytes(1e-9, 1e-9) == MIN_BUCKET_BYTES
     assert choose_bucket_bytes(1.0, 1e-12) == MAX_BUCKET_BYTES
+
+
+def test_hooks_rustccl_vs_gloo():
+    """The device-parity body on CPU: rustccl's results equal gloo's."""
+    _ok(launch.run("w_hooks_device:device_parity", 2, "cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+@pytest.mark.parametrize("backend", ["nccl", "rustccl"])
+def test_hooks_on_cuda(backend):
+    """The same on CUDA tensors, default group nccl or rustccl."""
+    _ok(launch.run("w_hooks_device:device_parity", 2, "cuda", backend=backend))
