@@ -162,17 +162,18 @@ class GradientBucketer:
         a bucket closes when it reaches the cap. Indices follow the order in
         which buckets were opened, i.e. the expected order of readiness."""
         groups: list[list[nn.Parameter]] = []
-        open_: dict[tuple, tuple[list[nn.Parameter], int]] = {}
+        sizes: list[int] = []
+        open_: dict[tuple, int] = {}  # (device, dtype) -> index of its open bucket
         for p in reversed(self.params):
             key = (p.device, p.dtype)
             if key not in open_:
-                open_[key] = ([], 0)
-                groups.append(open_[key][0])
-            members, size = open_[key]
-            members.append(p)
-            size += p.numel() * p.element_size()
-            open_[key] = (members, size)
-            if size >= self.bucket_cap_bytes:
+                open_[key] = len(groups)
+                groups.append([])
+                sizes.append(0)
+            i = open_[key]
+            groups[i].append(p)
+            sizes[i] += p.numel() * p.element_size()
+            if sizes[i] >= self.bucket_cap_bytes:
                 del open_[key]
         buckets = [_Bucket(i, ps) for i, ps in enumerate(groups)]
         buckets[-1]._last = True

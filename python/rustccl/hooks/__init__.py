@@ -15,7 +15,7 @@ collectives from the hook call so every rank issues them in the same order.
 | fp16_compress_hook, bf16_compress_hook | same | 2n bytes |
 | powersgd_hook | PowerSGDState | r(rows + cols) per matrix, vectors as is |
 | topk_hook | TopKState | 8k bytes, k = ratio x n, (value, index) pairs |
-| int8_hook | QuantState | n bytes + 4 per chunk of 2048 |
+| int8_hook | QuantState | n bytes + 4 per chunk (2048 entries of one parameter) |
 
 The states keep per-bucket memory (error feedback, warm start) that is
 safe across DDP's bucket rebuild, count ``bytes_sent`` against
