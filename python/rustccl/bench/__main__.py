@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--factor", type=int, default=4, help="size multiplier between points (default 4)")
     a("--iters", type=int, default=20, help="timed calls per point (default 20; on cpu fewer for huge sizes)")
     a("--warmup", type=int, default=5, help="untimed calls before them (default 5)")
+    a("--repeats", type=int, default=1, help="timed loops per point; the median is reported (default 1)")
     a("--check", action="store_true", help="verify every op's result; mismatches make the exit status 1")
     a("--ddp", action="store_true", help="also time the seeds' toy DDP step per backend")
     a("--ddp-size", type=int, default=4000, help="SIZE of the toy model's Linear(SIZE, SIZE) layers (4000)")
@@ -92,8 +93,8 @@ def finish_config(cfg, world: int):
         p.error(f"unknown ops {bad}; known: {','.join(metrics.OPS)}")
     if len(set(cfg.backends)) != len(cfg.backends) or not cfg.backends:
         p.error("--backends: give distinct backend names")
-    if cfg.iters < 1 or cfg.warmup < 0:
-        p.error("--iters must be >= 1 and --warmup >= 0")
+    if cfg.iters < 1 or cfg.warmup < 0 or cfg.repeats < 1:
+        p.error("--iters and --repeats must be >= 1, --warmup >= 0")
     if world < 2:
         p.error("need at least 2 ranks")
     try:

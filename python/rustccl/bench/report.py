@@ -132,14 +132,18 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
     ref = backends[0]
     h = header
     out = [f"# rustccl bench: {h['machine']}, {h['device']}, {h['world']} ranks, {h['options']['dtype']}", "",
-           f"- date: {h['date']}; host: {h['host']}; {h['hardware']}",
+           f"- date: {h['date']}; host: {h['host']}; {h['hardware']}; load average (1/5/15 min) "
+           f"{h.get('loadavg_start')} at start, {h.get('loadavg_end')} at end",
            f"- torch {h['torch']}, rustccl {h['rustccl']}" + (f", NCCL {h['nccl']}" if h.get("nccl") else ""),
            f"- command: `{h['command']}`",
            f"- iters {h['options']['iters']}, warmup {h['options']['warmup']} (CPU: fewer for very large sizes, "
-           f"see `iters` per JSONL row); us = time per call on rank 0; busbw as nccl-tests",
+           f"see `iters` per JSONL row)" + (f", median of {h['options']['repeats']} timed loops"
+                                            if h['options'].get('repeats', 1) > 1 else "")
+           + "; us = time per call on rank 0; busbw as nccl-tests",
            f"- {ref}/X = X time / {ref} time = {ref} busbw / X busbw: > 1 means {ref} is faster", ""]
-    if len(backends) > 1:
-        out += ["## Summary", ""] + summary_table(rows, ratio_rows, ops_, backends)
+    summary = summary_table(rows, ratio_rows, ops_, backends)
+    if summary:
+        out += ["## Summary", ""] + summary
     for op in ops_:
         if any(r.get("kind") == "result" and r["op"] == op for r in rows):
             out += [f"## {op}", ""] + op_table(op, rows, ratio_rows, backends) + [""]

@@ -61,7 +61,14 @@ def _git_commit() -> str | None:
         return None
 
 
-def header(cfg, world: int, device: torch.device, hosts: list[str]) -> dict:
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def header(cfg, world: int, device: torch.device, hosts: list[str], load_start) -> dict:
     """The JSONL header record: what ran where, with which software."""
     import rustccl
 
@@ -71,13 +78,13 @@ def header(cfg, world: int, device: torch.device, hosts: list[str]) -> dict:
     h = {"kind": "header", "machine": cfg.machine, "host": socket.gethostname(), "hosts": sorted(set(hosts)),
          "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
          "device": device.type, "world": world, "hardware": hardware, "cpu": _cpu_model(), "cores": cores,
-         "mem_GiB": mem, "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+         "mem_GiB": mem, "loadavg_start": load_start, "loadavg_end": _loadavg(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
          "platform": platform.platform(), "torch": torch.__version__, "rustccl": rustccl.__version__,
          "rustccl_git": _git_commit(),
          "rustccl_config": {k: v.get("value") for k, v in rustccl.config().items()},
          "command": cfg.command,
          "options": {k: getattr(cfg, k) for k in ("backends", "ops", "dtype", "min_bytes", "max_bytes", "factor",
-                                                  "iters", "warmup", "check", "ddp", "ddp_size", "ddp_batch",
+                                                  "iters", "warmup", "repeats", "check", "ddp", "ddp_size", "ddp_batch",
                                                   "ddp_steps", "timeout")}}
     if device.type == "cuda":
         h["gpu"] = torch.cuda.get_device_name(device)
@@ -115,6 +122,7 @@ def rank_main(cfg) -> int:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
+    load_start = _loadavg()
     store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=cfg.timeout)))
 
     n_points = len(metrics.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor))
@@ -137,7 +145,7 @@ def rank_main(cfg) -> int:
     finals = [json.loads(store.get(k)) for k in keys]
     all_mismatches = [m for f in finals for m in f["mismatches"]]
     all_errors = [e for f in finals for e in f["errors"]]
-    head = header(cfg, world, device, [f["host"] for f in finals])
+    head = header(cfg, world, device, [f["host"] for f in finals], load_start)
     write_outputs(cfg, head, rows, all_mismatches, all_errors)
     if all_mismatches:
         print(f"rustccl.bench: --check found {len(all_mismatches)} mismatches", file=sys.stderr)

@@ -21,10 +21,16 @@ sync; ``us`` = elapsed host time / iters (/ 2 for send_recv, see
 metrics). ``us`` is rank 0's time, like the anchors; ``us_max`` is the
 slowest rank's (an extra all_reduce MAX after the timed loop). ``--check``
 runs before the warm-ups, on separate buffers.
+
+``--repeats R`` (default 1, the anchors' single loop) runs the timed loop R
+times (barrier before each, warm-ups only before the first) and reports the
+median loop: on a small, shared machine one loop of 20 calls can catch a
+millisecond-scale scheduling stall that says nothing about the backend.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from datetime import timedelta
 
@@ -103,13 +109,14 @@ def run_op(cfg, op: str, backend: str, rank: int, world: int, device, progress) 
         if cfg.check:
             mismatches += ops.check(op, count, dtype, device, rank, world)
         fn = ops.timed_call(op, count, dtype, device, rank, world)
-        secs = time_loop(fn, iters, warmup, device) / iters / ops.messages_per_iter(op)
+        loops = [time_loop(fn, iters, warmup if k == 0 else 0, device) for k in range(cfg.repeats)]
+        secs = statistics.median(loops) / iters / ops.messages_per_iter(op)
         del fn
         algbw, busbw = metrics.bandwidths(op, nbytes, secs, world)
         rows.append({"kind": "result", "backend": backend, "device": device.type, "world": world, "op": op,
                      "dtype": cfg.dtype, "size": size, "bytes": nbytes, "count": count, "us": secs * 1e6,
                      "us_max": slowest(secs, device) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
-                     "iters": iters, "warmup": warmup})
+                     "iters": iters, "warmup": warmup, "repeats": cfg.repeats})
         progress.advance()
     return rows, mismatches
 
@@ -122,7 +129,8 @@ def toy_model(size: int):
 
 def run_ddp(cfg, backend: str, rank: int, world: int, device, progress) -> list[dict]:
     """The anchors' DDP toy step: MSE, SGD(lr=1e-3), bucket_cap_mb=25;
-    3 untimed steps, then ``ddp_steps`` timed back to back, one sync."""
+    3 untimed steps, then ``ddp_steps`` timed back to back, one sync
+    (median of ``--repeats`` such loops)."""
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -142,18 +150,12 @@ def run_ddp(cfg, backend: str, rank: int, world: int, device, progress) -> list[
 
     for _ in range(3):
         step()
-    sync(device)
-    dist.barrier()
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(cfg.ddp_steps):
-        step()
-    sync(device)
-    ms = (time.perf_counter() - t0) / cfg.ddp_steps * 1e3
+    loops = [time_loop(step, cfg.ddp_steps, 0, device) for _ in range(cfg.repeats)]
+    ms = statistics.median(loops) / cfg.ddp_steps * 1e3
     ms_max = slowest(ms, device)
     progress.advance()
     return [{"kind": "result", "backend": backend, "device": device.type, "world": world, "op": "ddp_toy_step",
-             "dtype": "float32", "batch": cfg.ddp_batch, "model_size": cfg.ddp_size, "steps": cfg.ddp_steps,
+             "dtype": "float32", "batch": cfg.ddp_batch, "model_size": cfg.ddp_size, "steps": cfg.ddp_steps, "repeats": cfg.repeats,
              "ms": ms, "ms_max": ms_max}]
 
 
