@@ -116,12 +116,13 @@ def ddp_table(rows: list[dict], ratio_rows: list[dict], backends: list[str]) -> 
     any_row = next(iter(res.values()))
     lines = [f"DDP toy step (3x Linear({any_row['model_size']}, {any_row['model_size']}), batch {any_row['batch']}"
              f" per rank, {any_row['steps']} timed steps):", "",
-             "| backend | ms/step | slowest rank ms | " + f"{backends[0]}/backend |", "|---|---|---|---|"]
+             "| backend X | ms/step | slowest rank ms | " + f"{backends[0]}/X |", "|---|---|---|---|"]
     rat = {q["vs"]: q["ratio"] for q in ratio_rows if q["op"] == "ddp_toy_step"}
     for b in backends:
         r = res.get(b)
         if r:
-            lines.append(f"| {b} | {r['ms']:.1f} | {r['ms_max']:.1f} | {_ratio_cell(rat.get(b, 1.0 if b == backends[0] else None))} |")
+            ratio = rat.get(b, 1.0 if b == backends[0] else None)
+            lines.append(f"| {b} | {r['ms']:.1f} | {r['ms_max']:.1f} | {_ratio_cell(ratio)} |")
     return lines
 
 

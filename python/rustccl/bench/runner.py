@@ -78,7 +78,8 @@ def header(cfg, world: int, device: torch.device, hosts: list[str], load_start) 
     h = {"kind": "header", "machine": cfg.machine, "host": socket.gethostname(), "hosts": sorted(set(hosts)),
          "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
          "device": device.type, "world": world, "hardware": hardware, "cpu": _cpu_model(), "cores": cores,
-         "mem_GiB": mem, "loadavg_start": load_start, "loadavg_end": _loadavg(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+         "mem_GiB": mem, "loadavg_start": load_start, "loadavg_end": _loadavg(),
+         "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
          "platform": platform.platform(), "torch": torch.__version__, "rustccl": rustccl.__version__,
          "rustccl_git": _git_commit(),
          "rustccl_config": {k: v.get("value") for k, v in rustccl.config().items()},
@@ -97,7 +98,7 @@ def header(cfg, world: int, device: torch.device, hosts: list[str], load_start) 
 
 
 def write_outputs(cfg, head: dict, rows: list[dict], mismatches: list[str], errors: list[str]) -> dict:
-    """Writes the three files; returns their paths."""
+    """Writes the three files (no PNG without matplotlib); returns their paths."""
     os.makedirs(cfg.out, exist_ok=True)
     stem = os.path.join(cfg.out, cfg.name)
     ratio_rows = report.ratios(rows, cfg.backends)
@@ -106,7 +107,11 @@ def write_outputs(cfg, head: dict, rows: list[dict], mismatches: list[str], erro
     text = report.markdown(head, rows, ratio_rows, mismatches, errors)
     with open(paths["md"], "w") as f:
         f.write(text)
-    plot.plot(paths["png"], head, rows)
+    try:
+        plot.plot(paths["png"], head, rows)
+    except ImportError as e:  # matplotlib is optional: the table and JSONL are the results
+        print(f"rustccl.bench: no plot ({e}); pip install matplotlib for the PNG", file=sys.stderr)
+        del paths["png"]
     print(text, flush=True)
     print("wrote " + ", ".join(paths.values()), flush=True)
     return paths

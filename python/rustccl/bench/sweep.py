@@ -155,8 +155,8 @@ def run_ddp(cfg, backend: str, rank: int, world: int, device, progress) -> list[
     ms_max = slowest(ms, device)
     progress.advance()
     return [{"kind": "result", "backend": backend, "device": device.type, "world": world, "op": "ddp_toy_step",
-             "dtype": "float32", "batch": cfg.ddp_batch, "model_size": cfg.ddp_size, "steps": cfg.ddp_steps, "repeats": cfg.repeats,
-             "ms": ms, "ms_max": ms_max}]
+             "dtype": "float32", "batch": cfg.ddp_batch, "model_size": cfg.ddp_size, "steps": cfg.ddp_steps,
+             "repeats": cfg.repeats, "ms": ms, "ms_max": ms_max}]
 
 
 def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[dict], list[str], list[str]]:
