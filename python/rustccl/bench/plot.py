@@ -3,7 +3,7 @@
 One figure, two panels side by side; one line per (backend, op): the colour
 names the op, the line style the backend (first backend solid, the others
 dashed / dotted), so "rustccl all_reduce" and "gloo all_reduce" sit next to
-each other in the same colour. The x axis is the ``bytes`` field (all_gather:
+each other in the same colour (legend below the panels). The x axis is the ``bytes`` field (all_gather:
 the gathered output), as in the tables. DDP steps are in the title.
 Uses matplotlib's Agg backend (no display needed).
 """
@@ -30,7 +30,7 @@ def plot(path: str, header: dict, rows: list[dict]) -> None:
 
     backends, ops_ = header["options"]["backends"], header["options"]["ops"]
     res = [r for r in rows if r.get("kind") == "result"]
-    fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(14, 5.5))
+    fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(14, 6.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for oi, op in enumerate(ops_):
         for bi, b in enumerate(backends):
@@ -52,13 +52,15 @@ def plot(path: str, header: dict, rows: list[dict]) -> None:
         ax.grid(True, which="major", alpha=0.4)
         ax.grid(True, which="minor", alpha=0.12)
         ax.tick_params(axis="x", labelrotation=45)
-    ax_t.legend(fontsize=7, ncol=2, loc="upper left")
+    handles, labels = ax_t.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6) or 1, fontsize=8, frameon=False)
     ddp = {r["backend"]: r["ms"] for r in res if r["op"] == "ddp_toy_step"}
     title = (f"{header['machine']}: {header['device']}, {header['world']} ranks, {header['options']['dtype']}, "
              f"{' vs '.join(backends)}")
     if ddp:
         title += "\nDDP toy step: " + ", ".join(f"{b} {ms:.1f} ms" for b, ms in ddp.items())
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    n_rows = -(-len(labels) // 6) if labels else 0
+    fig.tight_layout(rect=(0, 0.035 * n_rows + 0.01, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

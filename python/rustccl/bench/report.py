@@ -133,8 +133,9 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
     ref = backends[0]
     h = header
     out = [f"# rustccl bench: {h['machine']}, {h['device']}, {h['world']} ranks, {h['options']['dtype']}", "",
-           f"- date: {h['date']}; host: {h['host']}; {h['hardware']}; load average (1/5/15 min) "
-           f"{h.get('loadavg_start')} at start, {h.get('loadavg_end')} at end",
+           f"- started {h['date']}, took {h.get('elapsed_s')} s; host: {h['host']}; {h['hardware']}",
+           f"- load average (1/5/15 min, this run's ranks included): {h.get('loadavg_start')} at start, "
+           f"{h.get('loadavg_end')} at end",
            f"- torch {h['torch']}, rustccl {h['rustccl']}" + (f", NCCL {h['nccl']}" if h.get("nccl") else ""),
            f"- command: `{h['command']}`",
            f"- iters {h['options']['iters']}, warmup {h['options']['warmup']} (CPU: fewer for very large sizes, "

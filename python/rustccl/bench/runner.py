@@ -68,7 +68,7 @@ def _loadavg() -> list[float] | None:
         return None
 
 
-def header(cfg, world: int, device: torch.device, hosts: list[str], load_start) -> dict:
+def header(cfg, world: int, device: torch.device, hosts: list[str], load_start, started) -> dict:
     """The JSONL header record: what ran where, with which software."""
     import rustccl
 
@@ -76,7 +76,8 @@ def header(cfg, world: int, device: torch.device, hosts: list[str], load_start) 
     mem = _mem_gib()
     hardware = f"{_cpu_model()}, {cores} cores" + (f", {mem:g} GiB" if mem else "")
     h = {"kind": "header", "machine": cfg.machine, "host": socket.gethostname(), "hosts": sorted(set(hosts)),
-         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+         "date": started.isoformat(timespec="seconds"),
+         "elapsed_s": round((datetime.datetime.now().astimezone() - started).total_seconds(), 1),
          "device": device.type, "world": world, "hardware": hardware, "cpu": _cpu_model(), "cores": cores,
          "mem_GiB": mem, "loadavg_start": load_start, "loadavg_end": _loadavg(),
          "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
@@ -127,7 +128,7 @@ def rank_main(cfg) -> int:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    load_start = _loadavg()
+    load_start, started = _loadavg(), datetime.datetime.now().astimezone()
     store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=cfg.timeout)))
 
     n_points = len(metrics.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor))
@@ -150,7 +151,7 @@ def rank_main(cfg) -> int:
     finals = [json.loads(store.get(k)) for k in keys]
     all_mismatches = [m for f in finals for m in f["mismatches"]]
     all_errors = [e for f in finals for e in f["errors"]]
-    head = header(cfg, world, device, [f["host"] for f in finals], load_start)
+    head = header(cfg, world, device, [f["host"] for f in finals], load_start, started)
     write_outputs(cfg, head, rows, all_mismatches, all_errors)
     if all_mismatches:
         print(f"rustccl.bench: --check found {len(all_mismatches)} mismatches", file=sys.stderr)
