@@ -3,8 +3,9 @@
 One figure, two panels side by side; one line per (backend, op): the colour
 names the op, the line style the backend (first backend solid, the others
 dashed / dotted), so "rustccl all_reduce" and "gloo all_reduce" sit next to
-each other in the same colour (legend below the panels). The x axis is the ``bytes`` field (all_gather:
-the gathered output), as in the tables. DDP steps are in the title.
+each other in the same colour (legend below the panels). The x axis is the
+``bytes`` field (all_gather: the gathered output), as in the tables. DDP
+steps are in the title.
 Uses matplotlib's Agg backend (no display needed).
 """
 
