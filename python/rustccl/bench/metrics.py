@@ -1,0 +1,102 @@
+"""Bandwidth metrics, nccl-tests style (pure functions, no torch.distributed).
+
+These are the definitions of ``/work/shared/anchors/anchor_bench.py`` and
+its README, so rows from this CLI and the committed anchors compare 1:1:
+
+* ``count``: elements of the per-rank buffer for a swept size ``size``:
+  ``max(size // itemsize, world)``, rounded down to a multiple of ``world``
+  (so reduce_scatter / all_to_all chunks are equal).
+* ``bytes``: the per-rank buffer, ``count * itemsize``, except all_gather,
+  where it is the gathered output (``count * itemsize * world``), as in the
+  anchors and nccl-tests.
+* ``algbw = bytes / time`` (GB/s, 1e9 bytes).
+* ``busbw = algbw * factor`` with factor:
+
+  ==============  ===============  ==========================================
+  all_reduce      2(n-1)/n         reduce-scatter + all-gather of the buffer
+  all_gather      (n-1)/n          each rank receives n-1 of n chunks
+  reduce_scatter  (n-1)/n          each rank sends n-1 of n chunks
+  all_to_all      (n-1)/n          as nccl-tests alltoall
+  broadcast       1
+  send_recv       1                one message, one way (see below)
+  ==============  ===============  ==========================================
+
+* send_recv: ranks pair up (0<->1, 2<->3, ...; with an odd world the last
+  rank idles). Each timed iteration is a ping-pong (even rank sends then
+  receives, odd rank receives then sends), and the time per call is half a
+  round trip: the one-way time of one ``bytes``-sized message. busbw =
+  algbw = bytes / one-way time.
+"""
+
+from __future__ import annotations
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+
+
+def busbw_factor(op: str, world: int) -> float:
+    """nccl-tests bus-bandwidth factor of ``op`` on ``world`` ranks."""
+    n = world
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op in ("broadcast", "send_recv"):
+        return 1.0
+    raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+
+
+def element_count(size: int, itemsize: int, world: int) -> int:
+    """Elements of the per-rank buffer for the swept size (anchor rule)."""
+    count = max(size // itemsize, world)
+    return count - count % world
+
+
+def reported_bytes(op: str, count: int, itemsize: int, world: int) -> int:
+    """The ``bytes`` field: per-rank buffer, all_gather's whole output."""
+    return count * itemsize * (world if op == "all_gather" else 1)
+
+
+def bandwidths(op: str, nbytes: int, seconds: float, world: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s for one call of ``seconds`` moving ``nbytes``."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * busbw_factor(op, world)
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    """The swept sizes: min_bytes, min_bytes*factor, ... <= max_bytes."""
+    if min_bytes < 1 or max_bytes < min_bytes:
+        raise ValueError(f"need 1 <= min-bytes <= max-bytes, got {min_bytes}, {max_bytes}")
+    if factor < 2:
+        raise ValueError(f"factor must be >= 2, got {factor}")
+    out, s = [], min_bytes
+    while s <= max_bytes:
+        out.append(s)
+        s *= factor
+    return out
+
+
+# On CPU the timed loop is shortened for big buffers so that one (backend,
+# op, size) point moves at most this many bytes: iters = max(3,
+# min(iters, CPU_BYTES_BUDGET // bytes)). At the ~1-3 GB/s a 2-core machine
+# reaches that is about a second per point; the default sweep (<= 64 MiB
+# reported bytes, 20 iters) is never shortened.
+CPU_BYTES_BUDGET = 2 << 30
+MIN_ITERS = 3
+
+
+def effective_iters(device: str, nbytes: int, iters: int, warmup: int) -> tuple[int, int]:
+    """(iters, warmup) actually run for a point: the CPU rule above; CUDA
+    runs what was asked (nccl-tests style)."""
+    if device != "cpu" or nbytes * iters <= CPU_BYTES_BUDGET:
+        return iters, warmup
+    it = max(MIN_ITERS, min(iters, CPU_BYTES_BUDGET // max(nbytes, 1)))
+    return it, min(warmup, max(1, it // 4))
+
+
+def human_bytes(n: int) -> str:
+    """8 B, 32 KiB, 1 MiB, 1.5 GiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.3g} {unit}"
+    return f"{n} B"

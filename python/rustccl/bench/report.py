@@ -1,0 +1,157 @@
+"""Reporting: ratios, JSON lines and the markdown table.
+
+JSONL layout (one object per line, field ``kind`` tells them apart):
+
+* ``header`` (first line): machine label, host, CPU/GPU, cores, memory,
+  torch / rustccl / NCCL versions, rustccl settings, the command line and
+  every option of the run.
+* ``result``: one per (backend, op, size) with the anchors' fields
+  ``backend device world op dtype bytes us algbw_GBps busbw_GBps`` plus
+  ``size`` (the swept per-rank size), ``count``, ``us_max`` (slowest rank),
+  ``iters``, ``warmup`` and ``machine``; DDP rows have op ``ddp_toy_step``,
+  ``ms``, ``ms_max``, ``batch``, ``model_size``, ``steps``.
+* ``error``: a (backend, op) block that raised, with the message.
+* ``ratio``: per (op, size) and other backend: ``ratio = t_other / t_ref``
+  where ref is the first of ``--backends`` (rustccl): > 1 means rustccl is
+  faster; for the sweep ops this equals busbw_ref / busbw_other.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .metrics import human_bytes
+
+
+def _time(row: dict) -> float:
+    return row["ms"] * 1e3 if row["op"] == "ddp_toy_step" else row["us"]
+
+
+def ratios(rows: list[dict], backends: list[str]) -> list[dict]:
+    """Ratio records of backends[0] against every other backend."""
+    ref, others = backends[0], backends[1:]
+    by_key = {(r["backend"], r["op"], r.get("size")): r for r in rows if r.get("kind") == "result"}
+    out = []
+    for (b, op, size), r in by_key.items():
+        if b != ref:
+            continue
+        for o in others:
+            q = by_key.get((o, op, size))
+            if q is None:
+                continue
+            rec = {"kind": "ratio", "op": op, "backend": ref, "vs": o, "ratio": _time(q) / _time(r)}
+            if op == "ddp_toy_step":
+                rec.update(ms=r["ms"], ms_vs=q["ms"])
+            else:
+                rec.update(size=size, bytes=r["bytes"], us=r["us"], us_vs=q["us"])
+            out.append(rec)
+    return out
+
+
+def write_jsonl(path: str, header: dict, rows: list[dict], ratio_rows: list[dict]) -> None:
+    machine = header.get("machine")
+    with open(path, "w") as f:
+        f.write(json.dumps(header) + "\n")
+        for r in rows + ratio_rows:
+            f.write(json.dumps(dict(r, machine=machine)) + "\n")
+
+
+def _fmt_us(v: float) -> str:
+    return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def _fmt_bw(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def _ratio_cell(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[str]) -> list[str]:
+    """Markdown lines of one op: us and busbw per backend, ratios per size."""
+    res = [r for r in rows if r.get("kind") == "result" and r["op"] == op]
+    ref = backends[0]
+    sizes_ = sorted({r["size"] for r in res})
+    cell = {(r["backend"], r["size"]): r for r in res}
+    rat = {(q["vs"], q["size"]): q["ratio"] for q in ratio_rows if q["op"] == op}
+    head = ["bytes"]
+    for b in backends:
+        head += [f"{b} us", f"{b} busbw GB/s"]
+    head += [f"{ref}/{o}" for o in backends[1:]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in sizes_:
+        any_row = next(cell[(b, s)] for b in backends if (b, s) in cell)
+        line = [human_bytes(any_row["bytes"])]
+        for b in backends:
+            r = cell.get((b, s))
+            line += [_fmt_us(r["us"]), _fmt_bw(r["busbw_GBps"])] if r else ["-", "-"]
+        line += [_ratio_cell(rat.get((o, s))) for o in backends[1:]]
+        lines.append("| " + " | ".join(line) + " |")
+    return lines
+
+
+def summary_table(rows: list[dict], ratio_rows: list[dict], ops_: list[str], backends: list[str]) -> list[str]:
+    """Ratios per op at four sizes across the sweep (and the DDP step)."""
+    ref = backends[0]
+    sizes_ = sorted({r["size"] for r in rows if r.get("kind") == "result" and "size" in r})
+    if not sizes_ or len(backends) < 2:
+        return []
+    picks = sorted({sizes_[0], sizes_[len(sizes_) // 3], sizes_[2 * len(sizes_) // 3], sizes_[-1]})
+    lines = []
+    for o in backends[1:]:
+        rat = {(q["op"], q.get("size")): q["ratio"] for q in ratio_rows if q["vs"] == o}
+        head = [f"{ref}/{o}"] + [f"{human_bytes(s)}/rank" for s in picks]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for op in ops_:
+            lines.append("| " + " | ".join([op] + [_ratio_cell(rat.get((op, s))) for s in picks]) + " |")
+        lines.append("")
+    return lines
+
+
+def ddp_table(rows: list[dict], ratio_rows: list[dict], backends: list[str]) -> list[str]:
+    res = {r["backend"]: r for r in rows if r.get("kind") == "result" and r["op"] == "ddp_toy_step"}
+    if not res:
+        return []
+    any_row = next(iter(res.values()))
+    lines = [f"DDP toy step (3x Linear({any_row['model_size']}, {any_row['model_size']}), batch {any_row['batch']}"
+             f" per rank, {any_row['steps']} timed steps):", "",
+             "| backend X | ms/step | slowest rank ms | " + f"{backends[0]}/X |", "|---|---|---|---|"]
+    rat = {q["vs"]: q["ratio"] for q in ratio_rows if q["op"] == "ddp_toy_step"}
+    for b in backends:
+        r = res.get(b)
+        if r:
+            ratio = rat.get(b, 1.0 if b == backends[0] else None)
+            lines.append(f"| {b} | {r['ms']:.1f} | {r['ms_max']:.1f} | {_ratio_cell(ratio)} |")
+    return lines
+
+
+def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches: list[str],
+             errors: list[str] = ()) -> str:
+    """The whole readable report (also printed to stdout at the end)."""
+    backends, ops_ = header["options"]["backends"], header["options"]["ops"]
+    ref = backends[0]
+    h = header
+    out = [f"# rustccl bench: {h['machine']}, {h['device']}, {h['world']} ranks, {h['options']['dtype']}", "",
+           f"- started {h['date']}, took {h.get('elapsed_s')} s; host: {h['host']}; {h['hardware']}",
+           f"- load average (1/5/15 min, this run's ranks included): {h.get('loadavg_start')} at start, "
+           f"{h.get('loadavg_end')} at end",
+           f"- torch {h['torch']}, rustccl {h['rustccl']}" + (f", NCCL {h['nccl']}" if h.get("nccl") else ""),
+           f"- command: `{h['command']}`",
+           f"- iters {h['options']['iters']}, warmup {h['options']['warmup']} (CPU: fewer for very large sizes, "
+           f"see `iters` per JSONL row)" + (f", median of {h['options']['repeats']} timed loops"
+                                            if h['options'].get('repeats', 1) > 1 else "")
+           + "; us = time per call on rank 0; busbw as nccl-tests",
+           f"- {ref}/X = X time / {ref} time = {ref} busbw / X busbw: > 1 means {ref} is faster", ""]
+    summary = summary_table(rows, ratio_rows, ops_, backends)
+    if summary:
+        out += ["## Summary", ""] + summary
+    for op in ops_:
+        if any(r.get("kind") == "result" and r["op"] == op for r in rows):
+            out += [f"## {op}", ""] + op_table(op, rows, ratio_rows, backends) + [""]
+    out += ddp_table(rows, ratio_rows, backends)
+    if errors:
+        out += ["", "## Errors", ""] + [f"- {e}" for e in errors]
+    if h["options"].get("check"):
+        out += ["", f"--check: {len(mismatches)} mismatches"] + [f"- {m}" for m in mismatches[:50]]
+    return "\n".join(out).rstrip() + "\n"

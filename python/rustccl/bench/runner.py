@@ -1,0 +1,182 @@
+"""One rank of a bench run (under torchrun, or spawned by ``__main__``).
+
+The ranks meet once through ``torch.distributed.rendezvous("env://")``
+(torchrun's agent store, or a TCPStore on rank 0 when self-spawned) and keep
+that store for the whole run: every (op, backend) block creates its process
+group on a prefix of it (see sweep). At the end each rank posts its check
+mismatches and errors under ``rustccl-bench/final/<rank>``; rank 0 collects
+them, writes ``<name>.jsonl``, ``<name>.md`` and ``<name>.png`` into
+``--out`` and prints the table. Exit status: 0, or 1 when any rank saw a
+mismatch or an error (outputs are written either way).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from . import metrics, plot, report, sweep
+from .progress import Null, Progress
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _mem_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / (1 << 20), 1)
+    except OSError:
+        pass
+    return None
+
+
+def _git_commit() -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def header(cfg, world: int, device: torch.device, hosts: list[str], load_start, started) -> dict:
+    """The JSONL header record: what ran where, with which software."""
+    import rustccl
+
+    cores = os.cpu_count()
+    mem = _mem_gib()
+    hardware = f"{_cpu_model()}, {cores} cores" + (f", {mem:g} GiB" if mem else "")
+    h = {"kind": "header", "machine": cfg.machine, "host": socket.gethostname(), "hosts": sorted(set(hosts)),
+         "date": started.isoformat(timespec="seconds"),
+         "elapsed_s": round((datetime.datetime.now().astimezone() - started).total_seconds(), 1),
+         "device": device.type, "world": world, "hardware": hardware, "cpu": _cpu_model(), "cores": cores,
+         "mem_GiB": mem, "loadavg_start": load_start, "loadavg_end": _loadavg(),
+         "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+         "platform": platform.platform(), "torch": torch.__version__, "rustccl": rustccl.__version__,
+         "rustccl_git": _git_commit(),
+         "rustccl_config": {k: v.get("value") for k, v in rustccl.config().items()},
+         "command": cfg.command,
+         "options": {k: getattr(cfg, k) for k in ("backends", "ops", "dtype", "min_bytes", "max_bytes", "factor",
+                                                  "iters", "warmup", "repeats", "check", "ddp", "ddp_size", "ddp_batch",
+                                                  "ddp_steps", "timeout")}}
+    if device.type == "cuda":
+        h["gpu"] = torch.cuda.get_device_name(device)
+        h["hardware"] += f"; {torch.cuda.device_count()}x {h['gpu']}"
+        try:
+            h["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - informational only
+            pass
+    return h
+
+
+def write_outputs(cfg, head: dict, rows: list[dict], mismatches: list[str], errors: list[str]) -> dict:
+    """Writes the three files (no PNG without matplotlib); returns their paths."""
+    os.makedirs(cfg.out, exist_ok=True)
+    stem = os.path.join(cfg.out, cfg.name)
+    ratio_rows = report.ratios(rows, cfg.backends)
+    paths = {"jsonl": stem + ".jsonl", "md": stem + ".md", "png": stem + ".png"}
+    report.write_jsonl(paths["jsonl"], head, rows, ratio_rows)
+    text = report.markdown(head, rows, ratio_rows, mismatches, errors)
+    with open(paths["md"], "w") as f:
+        f.write(text)
+    try:
+        plot.plot(paths["png"], head, rows)
+    except ImportError as e:  # matplotlib is optional: the table and JSONL are the results
+        print(f"rustccl.bench: no plot ({e}); pip install matplotlib for the PNG", file=sys.stderr)
+        del paths["png"]
+    print(text, flush=True)
+    print("wrote " + ", ".join(paths.values()), flush=True)
+    return paths
+
+
+def rank_main(cfg) -> int:
+    import rustccl  # noqa: F401  (registers the "rustccl" backend)
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    if cfg.device == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    load_start, started = _loadavg(), datetime.datetime.now().astimezone()
+    store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=cfg.timeout)))
+
+    n_points = len(metrics.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor))
+    total = len(cfg.backends) * (len(cfg.ops) * n_points + (1 if cfg.ddp else 0))
+    show = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    progress = Progress(total, enabled=show) if rank == 0 else Null(total)
+
+    rows, mismatches, errors = sweep.run_all(cfg, store, rank, world, device, progress)
+    progress.close()
+    for e in errors:
+        print(f"rustccl.bench: {e}", file=sys.stderr, flush=True)
+
+    store.set(f"rustccl-bench/final/{rank}",
+              json.dumps({"host": socket.gethostname(), "mismatches": mismatches, "errors": errors}))
+    if rank != 0:
+        return 1 if (mismatches or errors) else 0
+
+    keys = [f"rustccl-bench/final/{r}" for r in range(world)]
+    store.wait(keys, timedelta(seconds=cfg.timeout))
+    finals = [json.loads(store.get(k)) for k in keys]
+    all_mismatches = [m for f in finals for m in f["mismatches"]]
+    all_errors = [e for f in finals for e in f["errors"]]
+    head = header(cfg, world, device, [f["host"] for f in finals], load_start, started)
+    write_outputs(cfg, head, rows, all_mismatches, all_errors)
+    if all_mismatches:
+        print(f"rustccl.bench: --check found {len(all_mismatches)} mismatches", file=sys.stderr)
+    if all_errors:
+        print(f"rustccl.bench: {len(all_errors)} errors (see the table)", file=sys.stderr)
+    return 1 if (all_mismatches or all_errors) else 0
+
+
+def child_entry(rank: int, world: int, port: int, cfg) -> None:
+    """Target of the self-spawned ranks (lives here, not in ``__main__``:
+    multiprocessing cannot unpickle functions of a package's ``__main__``)."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        code = rank_main(cfg)
+    except BaseException:  # noqa: BLE001 - a crash is status 2 (3: finished, with mismatches or errors)
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(2)
+    sys.stdout.flush()
+    sys.exit(3 if code else 0)
+
+
+def command_line(argv: list[str]) -> str:
+    launcher = "torchrun ... -m rustccl.bench" if "TORCHELASTIC_RUN_ID" in os.environ else "python -m rustccl.bench"
+    return (launcher + " " + shlex.join(argv)).strip()

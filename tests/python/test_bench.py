@@ -1,0 +1,135 @@
+"""The benchmark CLI (python -m rustccl.bench): its pure parts in-process,
+then end to end on CPU with 2 ranks and tiny sizes, self-spawned and under
+torchrun: table on stdout, JSONL rows, markdown and PNG in --out."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import launch
+from rustccl.bench import metrics, ops
+
+OPS = list(metrics.OPS)
+TINY = ["--max-bytes", "4K", "--factor", "8", "--iters", "3", "--warmup", "1", "--check",
+        "--ddp", "--ddp-size", "64", "--ddp-batch", "8", "--ddp-steps", "2", "--no-progress"]
+
+
+def test_busbw_factors_and_sizes():
+    assert metrics.busbw_factor("all_reduce", 2) == 1.0
+    assert metrics.busbw_factor("all_reduce", 4) == 1.5
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert metrics.busbw_factor(op, 4) == 0.75
+    assert metrics.busbw_factor("broadcast", 8) == metrics.busbw_factor("send_recv", 8) == 1.0
+    with pytest.raises(ValueError):
+        metrics.busbw_factor("gather", 2)
+    assert metrics.sizes(8, 32 << 20, 4)[:3] == [8, 32, 128] and metrics.sizes(8, 32 << 20, 4)[-1] == 32 << 20
+    assert metrics.element_count(8, 4, 3) == 3 and metrics.element_count(100, 4, 4) == 24
+    assert metrics.reported_bytes("all_gather", 10, 4, 3) == 120 and metrics.reported_bytes("all_reduce", 10, 4, 3) == 40
+    algbw, busbw = metrics.bandwidths("all_reduce", 1 << 20, 1e-3, 4)
+    assert math.isclose(algbw, (1 << 20) / 1e-3 / 1e9) and math.isclose(busbw, algbw * 1.5)
+    # CPU iteration rule: the default sweep is untouched, 1 GiB points shrink to >= 3 iterations
+    assert metrics.effective_iters("cpu", 64 << 20, 20, 5) == (20, 5)
+    assert metrics.effective_iters("cpu", 1 << 30, 20, 5) == (3, 1)
+    assert metrics.effective_iters("cuda", 1 << 30, 20, 5) == (20, 5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "uint8"])
+def test_check_expectations_match_a_local_simulation(dtype):
+    """ops.expected agrees with collectives simulated from every rank's
+    check inputs, and ops.compare catches a single wrong element."""
+    dt, world, count = ops.DTYPES[dtype], 3, 30
+    c = count // world
+    ins = [ops.pattern(r, count, dt) for r in range(world)]
+    a2a = [ops.a2a_pattern(r, world, count, dt) for r in range(world)]
+    for r in range(world):
+        total = ins[0].clone()
+        for t in ins[1:]:
+            total += t
+        sim = {"all_reduce": total, "all_gather": torch.cat(ins), "reduce_scatter": total[r * c:(r + 1) * c],
+               "broadcast": ins[0], "all_to_all": torch.cat([a2a[j][r * c:(r + 1) * c] for j in range(world)]),
+               "send_recv": ins[r ^ 1] if (r ^ 1) < world else None}
+        for op in OPS:
+            want = ops.expected(op, r, world, count, dt)
+            if sim[op] is None:
+                assert want is None
+                continue
+            assert ops.compare(op, sim[op], want) == [], (op, r)
+            bad = sim[op].clone()
+            bad[-1] += 1
+            msg = ops.compare(op, bad, want)
+            assert msg and "1 of" in msg[0] and f"[{bad.numel() - 1}]" in msg[0]
+
+
+def _check_outputs(outdir, name, stdout, world, launcher, repeats=1):
+    assert "## Summary" in stdout and "rustccl/gloo" in stdout and "--check: 0 mismatches" in stdout
+    md = open(os.path.join(outdir, name + ".md")).read()
+    for op in OPS:
+        assert f"## {op}" in md
+    assert "DDP toy step" in md
+    with open(os.path.join(outdir, name + ".png"), "rb") as f:
+        png = f.read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    recs = [json.loads(line) for line in open(os.path.join(outdir, name + ".jsonl"))]
+    head = recs[0]
+    assert head["kind"] == "header" and head["world"] == world and head["device"] == "cpu"
+    assert head["machine"] == "ci" and head["cores"] >= 1 and head["torch"] == torch.__version__
+    assert head["command"].startswith(launcher)
+    results = [r for r in recs if r["kind"] == "result" and r["op"] != "ddp_toy_step"]
+    assert not [r for r in recs if r["kind"] == "error"]
+    assert {(r["backend"], r["op"]) for r in results} == {(b, op) for b in ("rustccl", "gloo") for op in OPS}
+    for r in results:
+        for field in ("backend", "device", "world", "op", "dtype", "bytes", "us", "algbw_GBps", "busbw_GBps",
+                      "machine", "size", "iters", "us_max"):
+            assert field in r, (field, r)
+        assert r["us"] > 0 and r["us_max"] >= r["us"] and r["dtype"] == "float32"
+        assert r["iters"] == 3 and r["warmup"] == 1 and r["repeats"] == repeats
+        assert math.isclose(r["algbw_GBps"], r["bytes"] / (r["us"] * 1e-6) / 1e9, rel_tol=1e-9)
+        factor = {"all_reduce": 2 * (world - 1) / world, "all_gather": (world - 1) / world,
+                  "reduce_scatter": (world - 1) / world, "all_to_all": (world - 1) / world,
+                  "broadcast": 1.0, "send_recv": 1.0}[r["op"]]
+        assert math.isclose(r["busbw_GBps"], r["algbw_GBps"] * factor, rel_tol=1e-9)
+        assert r["bytes"] == r["size"] * (world if r["op"] == "all_gather" else 1)
+    assert sorted({r["size"] for r in results}) == [8, 64, 512, 4096]
+    ddp = {r["backend"]: r for r in recs if r["kind"] == "result" and r["op"] == "ddp_toy_step"}
+    assert set(ddp) == {"rustccl", "gloo"} and all(r["ms"] > 0 and r["batch"] == 8 for r in ddp.values())
+    ratios = [r for r in recs if r["kind"] == "ratio"]
+    assert len(ratios) == len(OPS) * 4 + 1
+    for q in ratios:
+        assert q["backend"] == "rustccl" and q["vs"] == "gloo" and q["ratio"] > 0
+        if q["op"] != "ddp_toy_step":
+            assert math.isclose(q["ratio"], q["us_vs"] / q["us"])
+
+
+def test_cli_self_spawned(tmp_path):
+    cmd = [sys.executable, "-m", "rustccl.bench", "--world", "2", "--out", str(tmp_path), "--name", "t",
+           "--machine", "ci"] + TINY
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _check_outputs(tmp_path, "t", out.stdout, 2, "python -m rustccl.bench")
+
+
+def test_cli_under_torchrun(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           f"--master_port={launch.free_port()}", "-m", "rustccl.bench", "--out", str(tmp_path), "--name", "t",
+           "--machine", "ci", "--repeats", "2"] + TINY
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _check_outputs(tmp_path, "t", out.stdout, 2, "torchrun", repeats=2)
+
+
+def test_cli_reports_a_failing_backend(tmp_path):
+    """A backend that cannot run an op is an error row, the rest is still
+    measured and written, and the exit status is 1."""
+    cmd = [sys.executable, "-m", "rustccl.bench", "--backends", "rustccl,nosuchbackend", "--ops", "all_reduce",
+           "--max-bytes", "64", "--iters", "2", "--warmup", "1", "--out", str(tmp_path), "--name", "e"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    recs = [json.loads(line) for line in open(tmp_path / "e.jsonl")]
+    assert [r["backend"] for r in recs if r["kind"] == "result"] == ["rustccl", "rustccl"]
+    assert any(r["kind"] == "error" and r["backend"] == "nosuchbackend" for r in recs)
+    assert "## Errors" in (tmp_path / "e.md").read_text()
