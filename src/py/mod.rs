@@ -89,15 +89,14 @@ impl PyCommunicator {
     /// Submits one operation and waits for it with the GIL released.
     fn run(&self, py: Python<'_>, spec: OpSpec) -> PyResult<Option<usize>> {
         let comm = self.inner.clone();
-        let source = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let s2 = source.clone();
-        let cb: crate::work::Callback = Box::new(move |_, src| {
-            *s2.lock().unwrap_or_else(|p| p.into_inner()) = src;
-        });
-        let r = py.detach(move || comm.submit(vec![spec], None, Some(cb)).and_then(|w| w.wait(None)));
-        r.map_err(to_py)?;
-        let src = *source.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(src)
+        // The work records a receive's source before it finishes, so it is
+        // known once wait() returns.
+        py.detach(move || {
+            let w = comm.submit(vec![spec], None, None)?;
+            w.wait(None)?;
+            Ok(w.source())
+        })
+        .map_err(to_py)
     }
 }
 

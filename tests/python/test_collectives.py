@@ -16,10 +16,13 @@ SMALL_PATHS = {
 BODIES = ["all_reduce_matrix", "async_and_layouts", "rooted_and_gathers", "coalesced_and_async_variants", "p2p"]
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("world", [2, 3, 4])
 @pytest.mark.parametrize("body", BODIES)
-def test_collectives(body, world):
-    results = launch.run(f"w_collectives:{body}", world, env=SMALL_PATHS, timeout=240)
+def test_collectives(body, world, transport):
+    env = dict(SMALL_PATHS, RUSTCCL_TRANSPORT=transport, RUSTCCL_SHM_SMALL_BYTES="1024", RUSTCCL_SHM_SEGMENT_BYTES="4096",
+               RUSTCCL_SHM_RING_BYTES="65536")
+    results = launch.run(f"w_collectives:{body}", world, env=env, timeout=240)
     failures = [f for _, fs in results for f in fs]
     checked = sum(n for n, _ in results)
     assert checked > 0
