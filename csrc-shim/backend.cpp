@@ -7,6 +7,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
+#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/library.h>
 
@@ -411,13 +412,14 @@ bool Work::wait(std::chrono::milliseconds timeout) {
     throwIfDeviceError();
     return true;
   }
-  if (handle_ != nullptr) {
-    int64_t ms = timeout == kNoTimeout ? -1 : timeout.count();
-    int32_t rc = rustccl_work_wait(handle_, ms);
+  if (handle_ != nullptr && timeout != kNoTimeout) {
+    int32_t rc = rustccl_work_wait(handle_, timeout.count());
     if (rc == RUSTCCL_WAIT_TIMEOUT) throwStatus(rc, rustccl_last_error());
   }
-  // The engine completes the future right after its own state; wait for it
-  // so that copies back into the caller's tensors are visible.
+  // The engine completes the future (after copying back into the caller's
+  // tensors) right after it finishes: poll it briefly, then block on it.
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+  while (!future_->completed() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
   future_->wait();
   if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
   return true;

@@ -55,6 +55,20 @@ pub struct HostEngine {
     group: String,
 }
 
+/// The next job: polls briefly first, so back-to-back collectives do not
+/// pay a sleep / wake-up of the worker each.
+fn next_job(rx: &mpsc::Receiver<Job>) -> Option<Job> {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_micros(50) {
+        match rx.try_recv() {
+            Ok(j) => return Some(j),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+        }
+    }
+    rx.recv().ok()
+}
+
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -75,7 +89,7 @@ impl HostEngine {
             .spawn(move || {
                 let mut scratch = Scratch::default();
                 let mut poisoned: Option<Error> = None;
-                for mut job in rx {
+                while let Some(mut job) = next_job(&rx) {
                     job.work.mark_started();
                     let op_name = job.work.op();
                     let seq = job.work.seq();

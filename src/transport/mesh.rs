@@ -31,10 +31,10 @@ pub enum Link {
 }
 
 const WAKE: Token = Token(usize::MAX);
-/// Spins on the futex word before sleeping.
-const SPIN: usize = 256;
-/// Yields between spinning and sleeping (helps when ranks outnumber cores).
-const YIELDS: usize = 8;
+/// How long a wait spins (then yields) before sleeping on the futex word:
+/// a peer a few microseconds behind costs no sleep / wake-up pair.
+const SPIN_FOR: Duration = Duration::from_micros(30);
+const YIELD_FOR: Duration = Duration::from_micros(60);
 /// How often waits check that shared-memory peers are still alive.
 const ALIVE_EVERY: Duration = Duration::from_millis(50);
 
@@ -233,14 +233,20 @@ impl Mesh {
         if !shm_pending {
             return self.poll_for(Some(self.ctx.deadline - now));
         }
-        for i in 0..SPIN + YIELDS {
+        let t0 = Instant::now();
+        loop {
             if self.signal() != sig0 {
                 return Ok(());
             }
-            if i < SPIN {
-                std::hint::spin_loop();
-            } else {
+            let spent = t0.elapsed();
+            if spent < SPIN_FOR {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+            } else if spent < YIELD_FOR {
                 std::thread::yield_now();
+            } else {
+                break;
             }
         }
         self.check_alive(&pending)?;
@@ -274,7 +280,7 @@ impl PhaseWait for Mesh {
 
     fn wait_phase(&mut self, target: u64) -> Result<()> {
         let Some(local) = self.local.clone() else { return Err(Error::Internal("no shared memory".into())) };
-        let mut spins = 0usize;
+        let t0 = Instant::now();
         loop {
             let sig0 = local.mine().signal().load(Ordering::Acquire);
             let behind: Vec<Rank> = local
@@ -293,10 +299,12 @@ impl PhaseWait for Mesh {
             if Instant::now() >= self.ctx.deadline {
                 return Err(timeout_error(self, behind));
             }
-            spins += 1;
-            if spins < SPIN {
-                std::hint::spin_loop();
-            } else if spins < SPIN + YIELDS {
+            let spent = t0.elapsed();
+            if spent < SPIN_FOR {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+            } else if spent < YIELD_FOR {
                 std::thread::yield_now();
             } else {
                 self.check_alive(&behind)?;

@@ -161,6 +161,11 @@ impl Work {
     /// (`Error::WaitTimeout`; the operation goes on).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
         let start = Instant::now();
+        // Short operations finish within microseconds: poll briefly before
+        // sleeping on the condition variable.
+        while start.elapsed() < Duration::from_micros(30) && self.lock().result.is_none() {
+            std::thread::yield_now();
+        }
         let mut s = self.lock();
         loop {
             if let Some(r) = &s.result {
