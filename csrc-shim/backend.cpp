@@ -281,6 +281,7 @@ Work::~Work() {
 
 void Work::adopt(std::vector<at::Tensor> outputs, Staging staging) {
   outputs_.insert(outputs_.end(), outputs.begin(), outputs.end());
+  staged_ = staged_ || !staging.copy_back.empty();
   for (auto& p : staging.copy_back) staging_.copy_back.push_back(std::move(p));
 }
 
@@ -394,10 +395,22 @@ void Work::throwIfDeviceError() {
   if (rc != RUSTCCL_OK) throwStatus(rc, rustccl_last_error());
 }
 
+void Work::orderCurrentStream() {
+  // Without outputs to copy back, the end of the collective is rustccl's
+  // `done` event: wait on it directly (as torch's NCCL backend waits on its
+  // end event). With copies, the future's events come after them.
+  if (staged_ || handle_ == nullptr) {
+    future_->wait();
+    return;
+  }
+  int32_t rc = rustccl_work_order_stream(handle_, currentStream(*device_));
+  if (rc != RUSTCCL_OK) throwStatus(rc, rustccl_last_error());
+}
+
 void Work::synchronize() {
   // CUDA: the caller's current stream waits for the collective (no host
   // blocking). CPU: nothing to order.
-  if (device_) future_->wait();
+  if (device_) orderCurrentStream();
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
@@ -408,7 +421,7 @@ bool Work::wait(std::chrono::milliseconds timeout) {
       int32_t rc = rustccl_work_wait(handle_, timeout.count());
       if (rc != RUSTCCL_OK) throwStatus(rc, rustccl_last_error());
     }
-    future_->wait();
+    orderCurrentStream();
     throwIfDeviceError();
     return true;
   }

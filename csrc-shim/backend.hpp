@@ -58,6 +58,8 @@ class Work : public c10d::Work {
 
  private:
   void throwIfDeviceError();
+  // CUDA: makes the current stream wait for the work.
+  void orderCurrentStream();
 
   ::RustcclWork* handle_ = nullptr;
   std::optional<c10::Device> device_;  // set for CUDA work
@@ -67,6 +69,7 @@ class Work : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   mutable std::mutex error_mu_;
   std::exception_ptr device_error_;  // CUDA work that failed after its future completed
+  bool staged_ = false;              // outputs are copied back after the collective
 };
 
 // Several works as one (kept for batches torch hands us already split).

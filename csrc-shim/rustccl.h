@@ -79,6 +79,8 @@ int32_t rustccl_work_is_completed(const RustcclWork* work);
 int32_t rustccl_work_source_rank(const RustcclWork* work);
 // CUDA work: its device (and the stream it runs on in *stream); -1 for host work.
 int32_t rustccl_work_device(const RustcclWork* work, uint64_t* stream);
+// Makes `stream` wait for a CUDA work (no host blocking).
+int32_t rustccl_work_order_stream(const RustcclWork* work, uint64_t stream);
 // 0 while pending or after success; else the error status (see rustccl_last_error).
 int32_t rustccl_work_error(const RustcclWork* work);
 void rustccl_work_release(RustcclWork* work);

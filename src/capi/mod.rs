@@ -305,6 +305,25 @@ pub extern "C" fn rustccl_work_device(w: *const RustcclWork, stream: *mut u64) -
     .unwrap_or(-1)
 }
 
+/// Makes `stream` (a CUDA stream handle) wait for a CUDA work, without
+/// blocking the host.
+#[no_mangle]
+pub extern "C" fn rustccl_work_order_stream(w: *const RustcclWork, stream: u64) -> i32 {
+    if w.is_null() {
+        return fail(&Error::Internal("order_stream: null work".into()));
+    }
+    guarded("order_stream", || {
+        // SAFETY: as in `rustccl_work_wait`.
+        match unsafe { (*w).0.mark() } {
+            Some(m) => match m.order_after(stream) {
+                Ok(()) => 0,
+                Err(why) => fail(&Error::Internal(format!("ordering the caller's stream: {why}"))),
+            },
+            None => 0,
+        }
+    })
+}
+
 /// 0 while a work is pending or if it succeeded; otherwise its error code
 /// (message in `rustccl_last_error`). Never blocks.
 #[no_mangle]

@@ -27,6 +27,9 @@ pub trait DeviceMark: Send + Sync {
     fn stream(&self) -> u64;
     /// True once the device has finished the operation.
     fn finished(&self) -> bool;
+    /// Makes the stream with raw handle `stream` wait for the operation
+    /// (no host blocking).
+    fn order_after(&self, stream: u64) -> std::result::Result<(), String>;
 }
 
 struct State {

@@ -138,6 +138,9 @@ impl DeviceMark for Mark {
     fn finished(&self) -> bool {
         self.done.query().unwrap_or(false)
     }
+    fn order_after(&self, stream: u64) -> std::result::Result<(), String> {
+        cuda::wait_event_raw(stream, &self.done).map_err(|e| e.0)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -92,6 +92,21 @@ pub fn reduction(name: &'static str, dtype: DType, op: ReduceOp) -> Result<(Dt, 
     Ok((dt, ro))
 }
 
+/// NCCL type and element count for moving `bytes` of elements of `elem`
+/// bytes without arithmetic: the widest unsigned type (or float16 for
+/// 2-byte words; NCCL copies bits) that divides the element, so copies run
+/// as wide as torch's own NCCL backend runs them.
+fn movement(bytes: usize, elem: usize) -> (Dt, usize) {
+    let w = [8usize, 4, 2, 1].into_iter().find(|w| elem % w == 0).unwrap_or(1);
+    let dt = match w {
+        8 => Dt::ncclUint64,
+        4 => Dt::ncclUint32,
+        2 => Dt::ncclFloat16,
+        _ => Dt::ncclUint8,
+    };
+    (dt, bytes / w)
+}
+
 /// True when NCCL cannot run this reduction and rustccl must reduce in
 /// host memory instead.
 pub fn needs_host(op: &Op<Tensor>) -> bool {
@@ -176,6 +191,16 @@ impl Planner {
         t
     }
 
+    fn send(&mut self, (buf, n): (Addr, usize), elem: usize, peer: usize) {
+        let (dt, count) = movement(n, elem);
+        self.plan.calls.push(PCall::Send { buf, count, dt, peer });
+    }
+
+    fn recv(&mut self, (buf, n): (Addr, usize), elem: usize, peer: usize) {
+        let (dt, count) = movement(n, elem);
+        self.plan.calls.push(PCall::Recv { buf, count, dt, peer });
+    }
+
     fn add(&mut self, op: &Op<Tensor>, peer: &dyn Fn(Rank) -> usize) -> Result<()> {
         let name = op.kind().name();
         let bytes = |t: &Tensor| (Addr::Dev(t.addr() as u64), t.nbytes());
@@ -188,7 +213,8 @@ impl Planner {
             }
             Op::Broadcast { buf, root } => {
                 let (a, n) = bytes(buf);
-                self.plan.calls.push(PCall::Broadcast { buf: a, count: n, dt: Dt::ncclInt8, root: peer(*root) });
+                let (dt, count) = movement(n, buf.dtype().size());
+                self.plan.calls.push(PCall::Broadcast { buf: a, count, dt, root: peer(*root) });
             }
             Op::Reduce { buf, op, root } => {
                 let (dt, ro) = reduction(name, buf.dtype(), *op)?;
@@ -198,7 +224,8 @@ impl Planner {
                 let parts = part_addrs(outputs);
                 let recv = self.packed_output(&parts);
                 let (send, n) = bytes(input);
-                self.plan.calls.push(PCall::AllGather { send, recv, count: n, dt: Dt::ncclInt8 });
+                let (dt, count) = movement(n, input.dtype().size());
+                self.plan.calls.push(PCall::AllGather { send, recv, count, dt });
             }
             Op::ReduceScatter { inputs, output, op } => {
                 let (dt, ro) = reduction(name, output.dtype(), *op)?;
@@ -214,50 +241,39 @@ impl Planner {
                         self.rank, ins[self.rank].1, outs[self.rank].1
                     )));
                 }
-                self.plan.pre.push(Copy { dst: outs[self.rank].0, src: ins[self.rank].0, bytes: ins[self.rank].1 });
-                for p in (0..ins.len()).filter(|&p| p != self.rank) {
-                    self.plan.calls.push(PCall::Send { buf: ins[p].0, count: ins[p].1, dt: Dt::ncclInt8, peer: peer(p) });
-                    self.plan.calls.push(PCall::Recv { buf: outs[p].0, count: outs[p].1, dt: Dt::ncclInt8, peer: peer(p) });
+                // Every part, ours included, as a send / receive pair of one
+                // NCCL group: NCCL copies the self part concurrently with the
+                // transfers (a separate copy first would serialise them).
+                let e = outputs.tensors()[0].dtype().size();
+                for p in 0..ins.len() {
+                    self.send(ins[p], e, peer(p));
+                    self.recv(outs[p], e, peer(p));
                 }
             }
-            Op::Gather { input, outputs, root } => match outputs {
-                Some(outs) => {
-                    let outs = part_addrs(outs);
-                    let (a, n) = bytes(input);
-                    self.plan.pre.push(Copy { dst: outs[self.rank].0, src: a, bytes: n });
-                    for p in (0..outs.len()).filter(|&p| p != self.rank) {
-                        self.plan.calls.push(PCall::Recv { buf: outs[p].0, count: outs[p].1, dt: Dt::ncclInt8, peer: peer(p) });
+            Op::Gather { input, outputs, root } => {
+                let e = input.dtype().size();
+                self.send(bytes(input), e, peer(*root));
+                if let Some(outs) = outputs {
+                    for (p, part) in part_addrs(outs).into_iter().enumerate() {
+                        self.recv(part, e, peer(p));
                     }
                 }
-                None => {
-                    let (a, n) = bytes(input);
-                    self.plan.calls.push(PCall::Send { buf: a, count: n, dt: Dt::ncclInt8, peer: peer(*root) });
-                }
-            },
-            Op::Scatter { inputs, output, root } => match inputs {
-                Some(ins) => {
-                    let ins = part_addrs(ins);
-                    let (a, n) = bytes(output);
-                    self.plan.pre.push(Copy { dst: a, src: ins[self.rank].0, bytes: n });
-                    for p in (0..ins.len()).filter(|&p| p != self.rank) {
-                        self.plan.calls.push(PCall::Send { buf: ins[p].0, count: ins[p].1, dt: Dt::ncclInt8, peer: peer(p) });
-                    }
-                }
-                None => {
-                    let (a, n) = bytes(output);
-                    self.plan.calls.push(PCall::Recv { buf: a, count: n, dt: Dt::ncclInt8, peer: peer(*root) });
-                }
-            },
-            Op::Send { buf, peer: p, .. } => {
-                let (a, n) = bytes(buf);
-                self.plan.calls.push(PCall::Send { buf: a, count: n, dt: Dt::ncclInt8, peer: peer(*p) });
             }
+            Op::Scatter { inputs, output, root } => {
+                let e = output.dtype().size();
+                if let Some(ins) = inputs {
+                    for (p, part) in part_addrs(ins).into_iter().enumerate() {
+                        self.send(part, e, peer(p));
+                    }
+                }
+                self.recv(bytes(output), e, peer(*root));
+            }
+            Op::Send { buf, peer: p, .. } => self.send(bytes(buf), buf.dtype().size(), peer(*p)),
             Op::Recv { buf, peer: p, .. } => {
                 let Some(p) = p else {
                     return Err(Error::unsupported(name, "receiving from any source is not supported for CUDA tensors (NCCL has no wildcard receive)"));
                 };
-                let (a, n) = bytes(buf);
-                self.plan.calls.push(PCall::Recv { buf: a, count: n, dt: Dt::ncclInt8, peer: peer(*p) });
+                self.recv(bytes(buf), buf.dtype().size(), peer(*p));
             }
             Op::Barrier => return Err(Error::Internal("barrier reached the NCCL planner".into())),
         }
@@ -311,7 +327,7 @@ mod tests {
         let p = build(s, 1, 3);
         assert_eq!(p.temps, vec![48]);
         assert_eq!(p.post.len(), 3);
-        assert!(matches!(p.calls[..], [PCall::AllGather { count: 16, dt: Dt::ncclInt8, recv: Addr::Temp { idx: 0, off: 0 }, .. }]));
+        assert!(matches!(p.calls[..], [PCall::AllGather { count: 4, dt: Dt::ncclUint32, recv: Addr::Temp { idx: 0, off: 0 }, .. }]));
         // a flat output needs no temp
         let mut s = OpSpec::new(OpKind::AllGather);
         s.inputs = vec![t(4)];
@@ -321,16 +337,24 @@ mod tests {
     }
 
     #[test]
-    fn all_to_all_is_grouped_send_recv_plus_a_local_copy() {
+    fn all_to_all_is_one_group_of_send_recv_pairs_self_included() {
         let mut s = OpSpec::new(OpKind::AllToAll);
         s.inputs = vec![t(6)];
         s.outputs = vec![t(6)];
         let p = build(s, 2, 3);
-        assert_eq!(p.pre.len(), 1);
-        assert_eq!(p.pre[0].bytes, 8);
-        let sends = p.calls.iter().filter(|c| matches!(c, PCall::Send { .. })).count();
-        let recvs = p.calls.iter().filter(|c| matches!(c, PCall::Recv { .. })).count();
-        assert_eq!((sends, recvs), (2, 2));
+        assert!(p.pre.is_empty());
+        let sends = p.calls.iter().filter(|c| matches!(c, PCall::Send { count: 2, dt: Dt::ncclUint32, .. })).count();
+        let recvs = p.calls.iter().filter(|c| matches!(c, PCall::Recv { count: 2, dt: Dt::ncclUint32, .. })).count();
+        assert_eq!((sends, recvs), (3, 3));
+    }
+
+    #[test]
+    fn data_moves_in_the_widest_type() {
+        assert_eq!(movement(12, 4), (Dt::ncclUint32, 3));
+        assert_eq!(movement(16, 8), (Dt::ncclUint64, 2));
+        assert_eq!(movement(32, 16), (Dt::ncclUint64, 4)); // complex128
+        assert_eq!(movement(6, 2), (Dt::ncclFloat16, 3));
+        assert_eq!(movement(5, 1), (Dt::ncclUint8, 5));
     }
 
     #[test]
