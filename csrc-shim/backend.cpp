@@ -500,7 +500,11 @@ Backend::Backend(const RustcclComm* comm, int rank, int size, std::chrono::milli
   init();
 }
 
-Backend::~Backend() { rustccl_comm_release(comm_); }
+Backend::~Backend() {
+  // Joins the engine threads (idempotent after torch's shutdown()).
+  rustccl_comm_shutdown(comm_, 0);
+  rustccl_comm_release(comm_);
+}
 
 std::chrono::milliseconds Backend::effective(std::chrono::milliseconds t) const {
   return t == c10d::kUnsetTimeout ? timeout_ : t;

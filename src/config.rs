@@ -48,6 +48,57 @@ pub struct ShmConfig {
     pub segment_bytes: usize,
 }
 
+/// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
+/// handling on the CPU transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultSpec {
+    pub action: FaultAction,
+    /// Rank (within the group) that misbehaves.
+    pub rank: usize,
+    /// Collective sequence number at which it does.
+    pub seq: u64,
+    /// Only in this group (torch's group name); any group when None.
+    pub group: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Sleep this long before running the collective.
+    Delay(std::time::Duration),
+    /// Skip the collective: send nothing, so peers wait for it.
+    Drop,
+    /// Close all of the rank's links, as a crashed process would.
+    Kill,
+}
+
+impl FaultSpec {
+    /// Parses `action:rank=R:seq=S[:ms=N][:group=G]`, e.g.
+    /// `delay:rank=1:seq=3:ms=2000`, `drop:rank=0:seq=5`, `kill:rank=1:seq=2`.
+    pub fn parse(s: &str) -> Result<FaultSpec, String> {
+        let mut parts = s.split(':');
+        let action = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        let (mut rank, mut seq, mut ms, mut group) = (None, None, None, None);
+        for p in parts {
+            let (k, v) = p.split_once('=').ok_or_else(|| format!("expected key=value, got {p:?}"))?;
+            let num = || v.trim().parse::<u64>().map_err(|_| format!("{k}={v:?} is not a number"));
+            match k.trim() {
+                "rank" => rank = Some(num()? as usize),
+                "seq" => seq = Some(num()?),
+                "ms" => ms = Some(num()?),
+                "group" => group = Some(v.trim().to_string()),
+                other => return Err(format!("unknown key {other:?}")),
+            }
+        }
+        let action = match action.as_str() {
+            "delay" => FaultAction::Delay(std::time::Duration::from_millis(ms.ok_or("delay needs ms=N")?)),
+            "drop" => FaultAction::Drop,
+            "kill" => FaultAction::Kill,
+            other => return Err(format!("unknown action {other:?} (delay, drop or kill)")),
+        };
+        Ok(FaultSpec { action, rank: rank.ok_or("rank=R is required")?, seq: seq.ok_or("seq=S is required")?, group })
+    }
+}
+
 /// Log verbosity of `RUSTCCL_DEBUG`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
@@ -66,6 +117,10 @@ pub struct Config {
     pub cuda_timing: bool,
     pub transport: TransportMode,
     pub shm: ShmConfig,
+    pub flight_dir: Option<String>,
+    pub flight_size: usize,
+    pub fault: Option<FaultSpec>,
+    pub check: bool,
     pub debug: LogLevel,
 }
 
@@ -131,6 +186,26 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_CUDA_TIMING",
         default: "0",
         doc: "1: time every CUDA collective on the device (CUDA events) for rustccl.stats(); off by default, as torch's NCCL backend",
+    },
+    Setting {
+        name: "RUSTCCL_FLIGHT_RECORDER_DIR",
+        default: "",
+        doc: "directory the flight recorder is written to when a collective times out (rustccl-flight-<group>-rank<r>-<pid>.json)",
+    },
+    Setting {
+        name: "RUSTCCL_FLIGHT_RECORDER_SIZE",
+        default: "2000",
+        doc: "operations each communicator's flight recorder keeps",
+    },
+    Setting {
+        name: "RUSTCCL_CHECK",
+        default: "0",
+        doc: "1: before every collective, ranks compare (op, dtype, sizes, root) over the CPU links and fail with both sides' calls on a mismatch (slow; for debugging)",
+    },
+    Setting {
+        name: "RUSTCCL_FAULT",
+        default: "",
+        doc: "fault injection for tests: action:rank=R:seq=S[:ms=N][:group=G], action delay (needs ms), drop or kill; CPU transport only",
     },
     Setting {
         name: "RUSTCCL_DEBUG",
@@ -205,6 +280,16 @@ impl Config {
                 small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 256 << 10),
                 segment_bytes: env_usize("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
             },
+            flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
+            flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
+            fault: std::env::var("RUSTCCL_FAULT").ok().filter(|s| !s.is_empty()).and_then(|s| match FaultSpec::parse(&s) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    eprintln!("rustccl: ignoring RUSTCCL_FAULT={s:?}: {e}");
+                    None
+                }
+            }),
+            check: matches!(std::env::var("RUSTCCL_CHECK").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             cuda_timing: matches!(std::env::var("RUSTCCL_CUDA_TIMING").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
         }
@@ -230,6 +315,10 @@ impl Config {
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),
             ("RUSTCCL_CUDA_TIMING", (self.cuda_timing as u8).to_string()),
+            ("RUSTCCL_FLIGHT_RECORDER_DIR", self.flight_dir.clone().unwrap_or_default()),
+            ("RUSTCCL_FLIGHT_RECORDER_SIZE", self.flight_size.to_string()),
+            ("RUSTCCL_CHECK", (self.check as u8).to_string()),
+            ("RUSTCCL_FAULT", self.fault.as_ref().map(|f| format!("{f:?}")).unwrap_or_default()),
             ("RUSTCCL_DEBUG", format!("{:?}", self.debug).to_uppercase()),
         ]
     }
@@ -256,6 +345,15 @@ mod tests {
         assert_eq!(parse_size("64K"), Some(65536));
         assert_eq!(parse_size("2MiB"), Some(2 << 20));
         assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn fault_specs_parse() {
+        let f = FaultSpec::parse("delay:rank=1:seq=3:ms=2000").unwrap();
+        assert_eq!((f.rank, f.seq, f.action), (1, 3, FaultAction::Delay(std::time::Duration::from_millis(2000))));
+        assert_eq!(FaultSpec::parse("kill:rank=0:seq=5:group=7").unwrap().group.as_deref(), Some("7"));
+        assert!(FaultSpec::parse("delay:rank=1:seq=3").is_err());
+        assert!(FaultSpec::parse("explode:rank=1:seq=3").is_err());
     }
 
     #[test]

@@ -18,7 +18,7 @@ import torch  # noqa: F401
 from . import _rustccl
 from ._rustccl import Communicator, __version__, config, host_identity
 from .backend import BACKEND_NAME, register
-from .stats import reset_stats, stats
+from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 
 register()
@@ -29,6 +29,7 @@ __all__ = [
     "FileStore",
     "__version__",
     "config",
+    "flight_record",
     "host_identity",
     "register",
     "reset_stats",

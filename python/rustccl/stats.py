@@ -38,3 +38,16 @@ def stats(group=None) -> dict:
 def reset_stats(group=None) -> None:
     """Zeroes the counters of `group`, or of every rustccl group when None."""
     _rustccl._reset_stats(None if group is None else _group_name(group))
+
+
+def flight_record(group=None, path: str | None = None) -> dict:
+    """The last operations of `group` on this rank (the flight recorder):
+    for each, its sequence number, op, bytes, dtype, peers, device, state
+    (queued / running / done / failed), error, and queue / start / finish
+    times. Written as JSON into the directory `path`, or into
+    RUSTCCL_FLIGHT_RECORDER_DIR when that is set and `path` is None."""
+    import json
+    import os
+
+    directory = path if path is not None else (os.environ.get("RUSTCCL_FLIGHT_RECORDER_DIR") or None)
+    return json.loads(_rustccl._flight_record(_group_name(group), directory))

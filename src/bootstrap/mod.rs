@@ -217,6 +217,39 @@ mod tests {
     }
 
     #[test]
+    fn strangers_on_the_listening_port_are_refused() {
+        use std::io::Write;
+        let store = Arc::new(MemStore::new());
+        let eps = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|r| {
+                    let store = store.clone();
+                    s.spawn(move || rendezvous(store.as_ref(), r, 3, &opts()).unwrap())
+                })
+                .collect();
+            // Strangers connect to rank 0 before the real peers: one speaks
+            // garbage, one guesses the secret, one says nothing and leaves.
+            let rec = store.get("rustccl/1/peer/0", Duration::from_secs(10)).unwrap();
+            let addr = PeerInfo::decode(0, &rec).unwrap().addr;
+            let mut junk = std::net::TcpStream::connect(addr).unwrap();
+            junk.write_all(&[0xab; 64]).unwrap();
+            let mut guess = std::net::TcpStream::connect(addr).unwrap();
+            let mut hello = [0u8; 32];
+            hello[0..4].copy_from_slice(b"RCCL");
+            hello[4..6].copy_from_slice(&1u16.to_le_bytes());
+            hello[8..12].copy_from_slice(&2u32.to_le_bytes());
+            guess.write_all(&hello).unwrap();
+            drop(std::net::TcpStream::connect(addr).unwrap());
+            hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        });
+        for (r, ep) in eps.iter().enumerate() {
+            for p in (0..3).filter(|&p| p != r) {
+                assert!(ep.conns[CHANNEL_COLLECTIVE as usize][p].is_some(), "rank {r} lacks rank {p}");
+            }
+        }
+    }
+
+    #[test]
     fn regroup_under_same_store_uses_fresh_keys() {
         let store = Arc::new(MemStore::new());
         for _ in 0..3 {

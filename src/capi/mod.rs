@@ -109,12 +109,28 @@ pub extern "C" fn rustccl_comm_release(c: *const RustcclComm) {
     });
 }
 
+/// Runs `f` with the GIL released: shutting down joins engine threads,
+/// which may be waiting for the GIL to run a future's Python callbacks.
+/// (Attaching is re-entrant, so this works whether or not the caller holds
+/// the GIL; the limited API has no way to ask.)
+fn without_gil<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    // SAFETY: reads interpreter state; allowed from any thread at any time.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } != 0 {
+        pyo3::Python::attach(|py| py.detach(f))
+    } else {
+        f()
+    }
+}
+
+/// Stops the communicator's engines (`abort`: interrupt running work);
+/// idempotent.
 #[no_mangle]
 pub extern "C" fn rustccl_comm_shutdown(c: *const RustcclComm, abort: i32) {
     if c.is_null() {
         return;
     }
-    let _ = catch_unwind(AssertUnwindSafe(|| comm(c).shutdown(abort != 0)));
+    let c = comm(c);
+    let _ = catch_unwind(AssertUnwindSafe(|| without_gil(|| c.shutdown(abort != 0))));
 }
 
 #[no_mangle]

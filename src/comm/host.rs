@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::collectives::{self, AlgoName, Op, Scratch};
-use crate::config::{AlgoConfig, LogLevel};
+use crate::config::{AlgoConfig, FaultAction, FaultSpec, LogLevel};
 use crate::error::{Error, OpSite, Result};
 use crate::log_at;
 use crate::tensor::HostTensor;
@@ -78,7 +78,15 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 
 impl HostEngine {
     /// Starts the worker thread that owns `transport`.
-    pub fn start(mut transport: Box<dyn Transport>, group: String, algo: AlgoConfig, observer: Option<Observer>) -> Result<HostEngine> {
+    /// `fault`, if given, is injected at its sequence number (already
+    /// matched to this rank and group).
+    pub fn start(
+        mut transport: Box<dyn Transport>,
+        group: String,
+        algo: AlgoConfig,
+        observer: Option<Observer>,
+        fault: Option<FaultSpec>,
+    ) -> Result<HostEngine> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (exit_tx, exit_rx) = mpsc::channel::<()>();
         let interrupt = transport.interrupter();
@@ -95,8 +103,18 @@ impl HostEngine {
                     let seq = job.work.seq();
                     let started = std::time::Instant::now();
                     let mut algo_name: AlgoName = "none";
+                    let injected = fault.as_ref().filter(|f| f.seq == seq).map(|f| f.action);
+                    if let Some(FaultAction::Delay(d)) = injected {
+                        log_at!(LogLevel::Warn, "group '{g}' rank {}: RUSTCCL_FAULT: delaying {op_name} seq {seq} by {d:?}", transport.rank());
+                        std::thread::sleep(d);
+                    }
                     let result = if let Some(cause) = &poisoned {
                         Err(Error::Poisoned { op: op_name, cause: Box::new(cause.clone()) })
+                    } else if let Some(FaultAction::Drop) = injected {
+                        Err(Error::Internal(format!("RUSTCCL_FAULT: rank {} dropped {op_name} seq {seq}", transport.rank())))
+                    } else if let Some(FaultAction::Kill) = injected {
+                        transport.sever();
+                        Err(Error::Internal(format!("RUSTCCL_FAULT: rank {} closed its links at {op_name} seq {seq}", transport.rank())))
                     } else {
                         let site = OpSite { op: op_name, seq, group: g.clone() };
                         transport.begin(OpCtx::new(site, job.timeout));

@@ -4,6 +4,7 @@
 // `unsafe` lives only in `nccl` (and the cuda helpers it uses).
 #![deny(unsafe_code)]
 
+pub mod flight;
 pub mod host;
 pub mod nccl;
 pub mod p2p;
@@ -59,13 +60,25 @@ pub struct CommOptions {
     /// Shared memory between ranks of a host, or TCP only.
     pub transport: TransportMode,
     pub shm: crate::config::ShmConfig,
+    /// Compare every collective across ranks before running it.
+    pub check: bool,
+    /// Fault to inject (tests), any rank / group; filtered per communicator.
+    pub fault: Option<crate::config::FaultSpec>,
 }
 
 impl CommOptions {
     /// Options from the process's `RUSTCCL_*` settings.
     pub fn new(group: impl Into<String>, timeout: Duration) -> CommOptions {
         let c = Config::get();
-        CommOptions { group: group.into(), timeout, algo: c.algo, transport: c.transport, shm: c.shm }
+        CommOptions {
+            group: group.into(),
+            timeout,
+            algo: c.algo,
+            transport: c.transport,
+            shm: c.shm,
+            check: c.check,
+            fault: c.fault.clone(),
+        }
     }
 }
 
@@ -79,6 +92,12 @@ pub struct Communicator {
     p2p: Option<p2p::P2pEngine>,
     nccl: Mutex<Option<Arc<nccl::NcclEngine>>>,
     stats: Arc<stats::Stats>,
+    flight: Arc<flight::FlightRecorder>,
+}
+
+/// The fault of `opts` if it targets this rank and group.
+fn fault_for(opts: &CommOptions, rank: Rank) -> Option<crate::config::FaultSpec> {
+    opts.fault.clone().filter(|f| f.rank == rank && f.group.as_deref().is_none_or(|g| g == opts.group))
 }
 
 /// Feeds the host engine's reports into `stats`.
@@ -94,6 +113,47 @@ fn observer(stats: Arc<stats::Stats>) -> Observer {
             ok: d.result.is_ok(),
         });
     })
+}
+
+/// What the flight recorder notes about a submission.
+fn flight_meta(ops: &[Op<Tensor>]) -> flight::Meta {
+    let first = &ops[0];
+    let t = first.tensors();
+    let peers = match first {
+        Op::Broadcast { root, .. } | Op::Reduce { root, .. } | Op::Gather { root, .. } | Op::Scatter { root, .. } => format!("root={root}"),
+        Op::Send { peer, .. } => format!("to={peer}"),
+        Op::Recv { peer: Some(p), .. } => format!("from={p}"),
+        Op::Recv { peer: None, .. } => "from=any".into(),
+        _ => "all".into(),
+    };
+    let op = if ops.len() > 1 { "coalesced" } else { first.kind().name() };
+    flight::Meta {
+        op,
+        bytes: ops.iter().map(|o| o.bytes()).sum(),
+        dtype: t.first().map(|t| t.dtype().name()).unwrap_or_default(),
+        peers,
+        device: first.device().to_string(),
+    }
+}
+
+/// A rank-independent description of a collective for RUSTCCL_CHECK.
+fn describe(ops: &[Op<Tensor>]) -> String {
+    let one = |o: &Op<Tensor>| -> String {
+        let dt = o.tensors().first().map(|t| t.dtype().name()).unwrap_or_default();
+        match o {
+            Op::AllReduce { bufs, op } => format!("all_reduce({}) of {:?} {dt}", op.name(), bufs.iter().map(|b| b.numel()).collect::<Vec<_>>()),
+            Op::Broadcast { buf, root } => format!("broadcast of {} {dt} from {root}", buf.numel()),
+            Op::Reduce { buf, op, root } => format!("reduce({}) of {} {dt} to {root}", op.name(), buf.numel()),
+            Op::AllGather { input, .. } => format!("all_gather of {} {dt}", input.numel()),
+            Op::ReduceScatter { output, op, .. } => format!("reduce_scatter({}) of {} {dt}", op.name(), output.numel()),
+            Op::AllToAll { .. } => format!("all_to_all of {dt}"),
+            Op::Gather { input, root, .. } => format!("gather of {} {dt} to {root}", input.numel()),
+            Op::Scatter { output, root, .. } => format!("scatter of {} {dt} from {root}", output.numel()),
+            Op::Barrier => "barrier".into(),
+            Op::Send { .. } | Op::Recv { .. } => "point-to-point".into(),
+        }
+    };
+    ops.iter().map(one).collect::<Vec<_>>().join(" + ")
 }
 
 /// Tag of the point-to-point messages that carry a pair's NCCL unique id
@@ -126,7 +186,8 @@ impl Communicator {
         );
         let transport_kind = transport.kind();
         let stats = Arc::new(stats::Stats::default());
-        let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())))?;
+        let fault = fault_for(&opts, rank);
+        let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
         let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns);
         Ok(Communicator {
             rank,
@@ -138,6 +199,7 @@ impl Communicator {
             p2p: Some(p2p),
             nccl: Mutex::new(None),
             stats,
+            flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
         })
     }
 
@@ -180,8 +242,20 @@ impl Communicator {
     pub fn with_transport(transport: Box<dyn Transport>, opts: CommOptions) -> Result<Communicator> {
         let (rank, size, kind) = (transport.rank(), transport.size(), transport.kind());
         let stats = Arc::new(stats::Stats::default());
-        let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())))?;
-        Ok(Communicator { rank, size, opts, peers: Vec::new(), transport_kind: kind, host, p2p: None, nccl: Mutex::new(None), stats })
+        let fault = fault_for(&opts, rank);
+        let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
+        Ok(Communicator {
+            rank,
+            size,
+            opts,
+            peers: Vec::new(),
+            transport_kind: kind,
+            host,
+            p2p: None,
+            nccl: Mutex::new(None),
+            stats,
+            flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
+        })
     }
 
     pub fn rank(&self) -> Rank {
@@ -217,14 +291,81 @@ impl Communicator {
     /// overrides the group's; `callback` runs once when the work finishes.
     /// An `Err` means nothing was submitted and the group is unaffected.
     pub fn submit(&self, specs: Vec<OpSpec>, timeout: Option<Duration>, callback: Option<Callback>) -> Result<Work> {
-        let timeout = timeout.unwrap_or(self.opts.timeout);
-        let first = specs.first().map(|s| s.kind).ok_or_else(|| Error::Internal("empty submission".into()))?;
-        let stream = specs[0].stream;
-        let name = first.name();
+        let timeout_d = timeout.unwrap_or(self.opts.timeout);
         let mut ops = Vec::with_capacity(specs.len());
+        let stream = specs.first().map_or(0, |s| s.stream);
         for spec in specs {
             ops.push(Op::from_spec(spec, self.rank, self.size)?);
         }
+        if ops.is_empty() {
+            return Err(Error::Internal("empty submission".into()));
+        }
+        if self.opts.check && self.size > 1 && !ops[0].kind().is_p2p() {
+            self.check_collective(&ops, timeout_d)?;
+        }
+        let meta = flight_meta(&ops);
+        let w = self.dispatch(ops, stream, timeout_d, callback)?;
+        self.flight.record(meta, &w);
+        if let Some(dir) = &Config::get().flight_dir {
+            let (fr, dir, g, r, n) = (self.flight.clone(), dir.clone(), self.opts.group.clone(), self.rank, self.size);
+            w.on_complete(Box::new(move |res, _| {
+                if let Err(Error::Timeout { .. }) = res {
+                    match fr.dump(&dir, &g, r, n) {
+                        Ok(path) => log_at!(LogLevel::Warn, "group '{g}' rank {r}: flight record written to {path}"),
+                        Err(e) => log_at!(LogLevel::Warn, "group '{g}' rank {r}: cannot write the flight record: {e}"),
+                    }
+                }
+            }));
+        }
+        Ok(w)
+    }
+
+    /// The flight recorder as JSON (and written to `dir` when given).
+    pub fn flight_record(&self, dir: Option<&str>) -> Result<String> {
+        if let Some(d) = dir {
+            self.flight
+                .dump(d, &self.opts.group, self.rank, self.size)
+                .map_err(|e| Error::Internal(format!("writing the flight record to {d}: {e}")))?;
+        }
+        Ok(self.flight.to_json(&self.opts.group, self.rank, self.size))
+    }
+
+    /// RUSTCCL_CHECK: every rank's description of the collective, compared
+    /// over the CPU links; a mismatch fails here on every rank, before
+    /// anything is sent, so the group stays usable.
+    fn check_collective(&self, ops: &[Op<Tensor>], timeout: Duration) -> Result<()> {
+        const REC: usize = 160;
+        let desc = describe(ops);
+        let mut mine = [0u8; REC];
+        let n = desc.len().min(REC);
+        mine[..n].copy_from_slice(&desc.as_bytes()[..n]);
+        let input = SharedBuf::new(DType::U8, &mine[..]);
+        let all = SharedBuf::zeros(DType::U8, REC * self.size);
+        let lent = |b: &Arc<SharedBuf>| b.tensor().ok_or_else(|| Error::Internal("fresh buffer lent".into()));
+        let op = Op::AllGather {
+            input: lent(&input)?,
+            outputs: crate::collectives::Parts::Flat { t: lent(&all)?, lens: vec![REC; self.size] },
+        };
+        self.host.submit(vec![into_host(op)?], REC, timeout, |_| {})?.wait(None)?;
+        let bytes = all.bytes().ok_or_else(|| Error::Internal("buffer still lent".into()))?;
+        let text = |r: usize| String::from_utf8_lossy(&bytes[r * REC..(r + 1) * REC]).trim_end_matches('\0').to_string();
+        let name = ops[0].kind().name();
+        if let Some(bad) = (0..self.size).find(|&r| text(r) != desc) {
+            return Err(Error::invalid(name, format!(
+                "RUSTCCL_CHECK: ranks disagree about collective {} of group '{}': rank {} (this process) calls {desc}, rank {bad} calls {}",
+                self.host.seq(),
+                self.opts.group,
+                self.rank,
+                text(bad)
+            )));
+        }
+        Ok(())
+    }
+
+    fn dispatch(&self, ops: Vec<Op<Tensor>>, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
+        let timeout = timeout;
+        let first = ops[0].kind();
+        let name = first.name();
         let p2p = ops.iter().filter(|o| o.kind().is_p2p()).count();
         if p2p != 0 && p2p != ops.len() {
             return Err(Error::invalid(name, "a batch cannot mix point-to-point operations and collectives"));
@@ -296,7 +437,7 @@ impl Communicator {
     /// Stops the engines. `abort` interrupts a running collective; without
     /// it, queued collectives finish first (bounded by the group timeout).
     pub fn shutdown(&self, abort: bool) {
-        let grace = if abort { Duration::from_secs(5) } else { self.opts.timeout.min(Duration::from_secs(60)) };
+        let grace = if abort { Duration::from_secs(5) } else { self.opts.timeout.min(Duration::from_secs(10)) };
         if let Some(n) = self.nccl_if_started() {
             n.shutdown(abort, grace);
         }

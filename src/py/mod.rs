@@ -367,6 +367,15 @@ fn _reset_stats(group: Option<&str>) -> PyResult<()> {
     Ok(())
 }
 
+/// The flight record of group `group` as JSON; also written to `dir`.
+#[pyfunction]
+#[pyo3(signature = (group, dir=None))]
+fn _flight_record(group: &str, dir: Option<&str>) -> PyResult<String> {
+    let c = crate::comm::stats::lookup(group)
+        .ok_or_else(|| PyValueError::new_err(format!("rustccl.flight_record: no live rustccl process group named {group:?}")))?;
+    c.flight_record(dir).map_err(to_py)
+}
+
 /// This host's identity as rustccl sees it (for debugging placement).
 #[pyfunction]
 fn host_identity() -> String {
@@ -381,5 +390,6 @@ fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host_identity, m)?)?;
     m.add_function(wrap_pyfunction!(_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_reset_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(_flight_record, m)?)?;
     Ok(())
 }

@@ -338,6 +338,15 @@ impl Transport for Mesh {
         self.interrupt.clone()
     }
 
+    fn sever(&mut self) {
+        for l in self.links.iter().flatten() {
+            match l {
+                Link::Tcp(t) => t.shutdown(),
+                Link::Shm(s) => s.shutdown(),
+            }
+        }
+    }
+
     fn direct(&mut self) -> Option<(Arc<ShmLocal>, &mut dyn PhaseWait)> {
         let local = self.local.clone()?;
         if !local.complete || local.ranks.len() != self.size {

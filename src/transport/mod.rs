@@ -132,6 +132,10 @@ pub trait Transport: Send {
     /// A handle that interrupts this transport from another thread.
     fn interrupter(&self) -> Interrupter;
 
+    /// Closes every link at once, as a crashed process would (fault
+    /// injection); peers see their connections close.
+    fn sever(&mut self) {}
+
     /// Shared-memory access to every rank of the communicator, when they
     /// all share this host (for the direct algorithms of `shm::direct`).
     fn direct(&mut self) -> Option<(std::sync::Arc<shm::ShmLocal>, &mut dyn shm::direct::PhaseWait)> {

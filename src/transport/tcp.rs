@@ -29,6 +29,10 @@ impl TcpLink {
         registry.register(&mut self.stream, token, Interest::READABLE | Interest::WRITABLE)
     }
 
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
     pub fn send_step(&mut self, data: &[u8], st: &mut Progress) -> io::Result<Step> {
         let mut moved = false;
         loop {

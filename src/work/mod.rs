@@ -96,6 +96,12 @@ impl Work {
         self.lock().source
     }
 
+    /// (started, finished) instants, where known.
+    pub fn times(&self) -> (Option<Instant>, Option<Instant>) {
+        let s = self.lock();
+        (s.started, s.finished)
+    }
+
     /// Time from start to finish, once finished.
     pub fn duration(&self) -> Option<Duration> {
         let s = self.lock();

@@ -126,6 +126,11 @@ impl ShmLink {
         n
     }
 
+    /// Closes the watched connection, so the peer sees this rank as gone.
+    pub fn shutdown(&self) {
+        let _ = self.watch.shutdown(std::net::Shutdown::Both);
+    }
+
     /// Err if the peer's process is gone (its TCP connection closed).
     pub fn alive(&self) -> Result<(), String> {
         let mut b = [0u8; 1];

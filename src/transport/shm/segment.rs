@@ -262,3 +262,25 @@ fn futex_wake(word: &AtomicU32) {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn segments_are_private_exclusive_and_unlinked() {
+        let path = PathBuf::from(format!("/dev/shm/rustccl-test-{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
+        let layout = Layout::new(2, 4096, 256, 256);
+        let seg = Segment::create(&path, layout).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(Segment::create(&path, layout).is_err(), "a second job cannot take the same name");
+        let peer = Segment::open(&path, layout).unwrap();
+        seg.phase().store(7, Ordering::Release);
+        assert_eq!(peer.phase().load(Ordering::Acquire), 7, "both mappings see one memory");
+        seg.unlink();
+        assert!(!path.exists());
+        assert!(Segment::open(&path, Layout::new(3, 4096, 256, 256)).is_err());
+        drop(peer);
+    }
+}

@@ -1,0 +1,90 @@
+"""Nothing hangs, nothing leaks: timeouts, dead peers, aborts, mismatched
+input and init/destroy cycles (CPU). Short group timeouts keep these fast."""
+
+import os
+import tempfile
+
+import pytest
+
+import launch
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_stalled_rank_times_out_on_every_rank(transport):
+    env = {"RUSTCCL_FAULT": "delay:rank=2:seq=1:ms=6000", "RUSTCCL_TRANSPORT": transport}
+    res = launch.run("w_faults:stalled", 3, env=env, pg_timeout=2, timeout=120)
+    for r in (0, 1):
+        first, later = res[r]["first"], res[r]["later"]
+        assert first["type"] == "DistBackendError", first
+        assert "timed out" in first["msg"] and "seq 1" in first["msg"] and "rustccl all_reduce" in first["msg"], first
+        assert first["s"] < 2 + 3, f"rank {r} took {first['s']:.1f} s for a 2 s timeout"
+        assert later["runtime_error"] and later["s"] < 1, later  # fails fast afterwards
+        assert "timed out" in later["msg"], later  # with the same cause
+    # The late rank may still complete seq 1 (its peers' data had arrived
+    # before they gave up), but its next collective fails at once.
+    assert res[2]["later"]["runtime_error"] and res[2]["later"]["s"] < 5, res[2]
+
+
+def test_wait_honours_its_own_timeout():
+    res = launch.run("w_faults:wait_timeout", 2, env={"RUSTCCL_FAULT": "delay:rank=1:seq=0:ms=3000"}, pg_timeout=30)
+    short = res[0]["short"]
+    assert short["type"] == "DistBackendError" and "wait() timed out" in short["msg"], short
+    assert 0.4 < short["s"] < 1.5, short
+    assert res[0]["value"] == [3.0] * 8 and res[1]["value"] == [3.0] * 8  # the operation itself went on
+
+
+@pytest.mark.parametrize("how", ["sigkill", "fault"])
+def test_dead_rank_fails_survivors_promptly(how):
+    env = {"RUSTCCL_FAULT": "kill:rank=2:seq=1"} if how == "fault" else {}
+    res = launch.run("w_faults:killed", 3, how, env=env, pg_timeout=60, timeout=120, may_die=[2])
+    for r in (0, 1):
+        first = res[r]["first"]
+        assert first["runtime_error"] and first["type"] in ("DistNetworkError", "DistBackendError"), first
+        assert first["s"] < 10, f"rank {r} needed {first['s']:.1f} s (timeout 60 s)"
+        assert "rustccl all_reduce (seq 1" in first["msg"], first
+        assert res[r]["later"]["runtime_error"] and res[r]["later"]["s"] < 1
+
+
+def test_mismatched_sizes_fail_on_every_rank():
+    res = launch.run("w_faults:mismatched", 2, pg_timeout=10)
+    for r in (0, 1):
+        bad = res[r]["bad"]
+        assert bad["runtime_error"] and ("different tensor" in bad["msg"] or "different tensors" in bad["msg"]), bad
+
+
+def test_rustccl_check_keeps_the_group_working():
+    res = launch.run("w_faults:mismatched", 2, env={"RUSTCCL_CHECK": "1"}, pg_timeout=10)
+    for r in (0, 1):
+        bad, good = res[r]["bad"], res[r]["good"]
+        assert bad["type"] == "RuntimeError" and "RUSTCCL_CHECK" in bad["msg"], bad
+        assert "all_reduce(SUM) of [10] float32" in bad["msg"] and "[11]" in bad["msg"], bad
+        assert good["type"] is None and res[r]["y"] == [2.0] * 4, res[r]
+
+
+def test_flight_recorder_on_timeout():
+    d = tempfile.mkdtemp(prefix="rustccl-fr-")
+    res = launch.run("w_faults:flight", 2, d, env={"RUSTCCL_FLIGHT_RECORDER_DIR": d}, pg_timeout=2, timeout=60)
+    assert res[0]["err"]["type"] == "DistBackendError", res[0]
+    assert any(f.startswith("rustccl-flight-") and "rank0" in f for f in res[0]["files"]), res[0]["files"]
+    entries = res[0]["record"]["entries"]
+    states = [(e["seq"], e["op"], e["state"]) for e in entries]
+    assert (0, "all_reduce", "done") in states and (1, "all_reduce", "failed") in states, states
+    failed = [e for e in entries if e["state"] == "failed"][0]
+    assert "timed out" in failed["error"] and failed["bytes"] == 64 and failed["dtype"] == "float32", failed
+
+
+def test_abort_fails_a_stuck_collective():
+    res = launch.run("w_faults:abort", 2, pg_timeout=60, timeout=60)
+    out = res[0]["out"]
+    assert out["runtime_error"] and out["since_abort"] < 6, out
+
+
+def test_init_destroy_cycles_leak_nothing():
+    res = launch.run("w_faults:cycles", 2, 200, init="none", timeout=400)
+    for r in res:
+        a, b = r["after_warmup"], r["end"]
+        assert b["rustccl_threads"] == 0, r
+        assert b["threads"] <= a["threads"], r
+        assert b["fds"] <= a["fds"], r
+        assert b["rss"] - a["rss"] < 64 << 20, r
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith("rustccl-")]

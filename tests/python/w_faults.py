@@ -1,0 +1,126 @@
+"""Rank-side bodies of the fault tests: each returns what it observed
+(error type, message, seconds until the error) for the parent to judge."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import rustccl
+
+
+def _timed(fn):
+    t0 = time.monotonic()
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the test inspects it
+        return {"type": type(e).__name__, "msg": str(e), "s": time.monotonic() - t0,
+                "runtime_error": isinstance(e, RuntimeError)}
+    return {"type": None, "msg": "", "s": time.monotonic() - t0, "runtime_error": False}
+
+
+def stalled(rank: int, world: int) -> dict:
+    """RUSTCCL_FAULT delays rank 2's collective seq 1 beyond the timeout."""
+    x = torch.ones(1000)
+    dist.all_reduce(x)  # seq 0: fine
+    first = _timed(lambda: dist.all_reduce(x))  # seq 1: rank 2 is late
+    later = _timed(lambda: dist.all_reduce(x))  # fails fast with the same cause
+    return {"first": first, "later": later}
+
+
+def wait_timeout(rank: int, world: int) -> dict:
+    """RUSTCCL_FAULT delays rank 1's first collective by 3 s; work.wait(0.5 s)
+    gives up, the operation goes on and a later wait() sees it finish."""
+    x = torch.full((8,), float(rank + 1))
+    w = dist.all_reduce(x, async_op=True)
+    short = _timed(lambda: w.wait(timeout=timedelta(milliseconds=500))) if rank == 0 else None
+    w.wait()
+    return {"short": short, "value": x.tolist()}
+
+
+def killed(rank: int, world: int, how: str) -> dict | None:
+    """Rank 2 dies before collective seq 1 (SIGKILL, or RUSTCCL_FAULT=kill)."""
+    x = torch.ones(1 << 16)
+    dist.all_reduce(x)
+    if rank == 2 and how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    first = _timed(lambda: dist.all_reduce(x))
+    later = _timed(lambda: dist.all_reduce(x))
+    return {"first": first, "later": later}
+
+
+def mismatched(rank: int, world: int) -> dict:
+    """Different sizes on different ranks; with RUSTCCL_CHECK=1 the group
+    keeps working after the error."""
+    bad = _timed(lambda: dist.all_reduce(torch.ones(10 + rank)))
+    y = torch.ones(4)
+    good = _timed(lambda: dist.all_reduce(y))
+    return {"bad": bad, "good": good, "y": y.tolist()}
+
+
+def flight(rank: int, world: int, directory: str) -> dict:
+    """A timeout writes the flight recorder; flight_record() returns it."""
+    x = torch.ones(16)
+    dist.all_reduce(x)
+    err = None
+    if rank == 0:
+        err = _timed(lambda: dist.all_reduce(x))  # rank 1 never calls it
+    else:
+        time.sleep(4)
+    rec = rustccl.flight_record()
+    files = sorted(f for f in os.listdir(directory) if f.startswith("rustccl-flight-"))
+    return {"err": err, "record": rec, "files": files}
+
+
+def abort(rank: int, world: int) -> dict:
+    """pg.abort() makes a stuck collective fail at once."""
+    x = torch.ones(16)
+    dist.all_reduce(x)
+    out = None
+    if rank == 0:
+        w = dist.all_reduce(x, async_op=True)  # rank 1 never joins
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        dist.distributed_c10d._get_default_group().abort()
+        out = _timed(w.wait)
+        out["since_abort"] = time.monotonic() - t0
+    else:
+        time.sleep(2)
+    return {"out": out}
+
+
+def cycles(rank: int, world: int, n: int) -> dict:
+    """n init / destroy cycles in one process: threads, descriptors and
+    memory must not grow."""
+    port = int(os.environ["MASTER_PORT"])
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=(rank == 0), timeout=timedelta(seconds=60))
+
+    def counts():
+        tasks = os.listdir("/proc/self/task")
+        names = []
+        for t in tasks:
+            try:
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    names.append(f.read().strip())
+            except OSError:
+                pass
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return {"threads": len(tasks), "rustccl_threads": sum(n.startswith("rustccl") for n in names),
+                "fds": len(os.listdir("/proc/self/fd")), "rss": rss}
+
+    samples = []
+    for k in range(n):
+        dist.init_process_group("rustccl", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=60))
+        x = torch.full((1000,), float(k))
+        dist.all_reduce(x)
+        assert x[0].item() == k * world
+        dist.destroy_process_group()
+        if k in (n // 4, n - 1):
+            samples.append(counts())
+    return {"after_warmup": samples[0], "end": samples[1]}
