@@ -347,6 +347,21 @@ fn shm_all_reduce_every_dtype_and_op() {
     }
 }
 
+#[test]
+fn hosts_mix_shared_memory_and_tcp() {
+    // Simulated hosts: shared memory within a host, TCP across, the
+    // hierarchical all_reduce, and every other collective over mixed links.
+    let shm = rustccl::config::ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256 };
+    for layout in [vec![0, 0, 1, 1], vec![0, 1, 0, 1, 1], vec![0, 0, 1]] {
+        let comms = hosts_comms(&layout, tiny_algo(), std::time::Duration::from_secs(60), rustccl::config::TransportMode::Auto, shm);
+        assert_eq!(comms[0].transport_kind(), "shm+tcp", "{layout:?}");
+        all_reduce_sweep(&comms, &[DType::F32, DType::I32, DType::BF16], &sizes(layout.len()));
+        mesh_sweep(&comms);
+        let algos: Vec<_> = comms.iter().map(|c| c.stats().snapshot()["all_reduce"].algorithm).collect();
+        assert!(algos.iter().all(|a| *a == "hierarchical"), "{layout:?}: {algos:?}");
+    }
+}
+
 fn mesh_sweep(comms: &[rustccl::Communicator]) {
     let n = comms.len();
     {

@@ -37,6 +37,8 @@ pub struct BootstrapOpts {
     pub group: String,
     pub timeout: Duration,
     pub listen_ip: IpAddr,
+    /// This rank's host identity (ranks with equal ones may share memory).
+    pub host: String,
 }
 
 #[derive(Debug, Clone)]
@@ -131,7 +133,7 @@ pub fn rendezvous(store: &dyn Store, rank: Rank, size: usize, opts: &BootstrapOp
         unhex(&v).ok_or_else(|| berr(rank, "malformed rendezvous secret in the store"))?
     };
 
-    let me = PeerInfo { rank, addr: local, host: addr::host_identity(), pid: std::process::id() };
+    let me = PeerInfo { rank, addr: local, host: opts.host.clone(), pid: std::process::id() };
     store.set(&format!("{prefix}/peer/{rank}"), &me.encode()).map_err(|e| berr(rank, e))?;
     let mut peers = Vec::with_capacity(size);
     for p in 0..size {
@@ -169,6 +171,7 @@ mod tests {
             group: "t".into(),
             timeout: Duration::from_secs(20),
             listen_ip: "127.0.0.1".parse().unwrap(),
+            host: "test".into(),
         }
     }
 

@@ -5,6 +5,7 @@
 //! |-----------------|-------------------------------|-----------------------------|
 //! | all_reduce      | recursive doubling            | ring (reduce-scatter + all-gather) |
 //! | all_reduce, one host (shm) | one round over peers' copies | pipelined reduce-scatter + all-gather in place |
+//! | all_reduce, several hosts with shm | within hosts (shm), across leaders (tcp), broadcast within hosts | same |
 //! | broadcast       | binomial tree                 | pipelined chain             |
 //! | reduce          | binomial tree                 | ring reduce-scatter + gather to root |
 //! | all_gather      | ring                          | ring                        |
@@ -15,6 +16,7 @@
 
 pub mod chain;
 pub mod direct;
+pub mod hierarchical;
 pub mod op;
 pub mod plan;
 pub mod recursive_doubling;
@@ -34,7 +36,7 @@ use crate::types::{DType, ReduceOp};
 /// Which algorithm ran (for stats and logs).
 pub type AlgoName = &'static str;
 
-fn all_reduce_bytes(
+pub(crate) fn all_reduce_bytes(
     t: &mut dyn Transport,
     buf: &mut [u8],
     dtype: DType,
@@ -45,15 +47,23 @@ fn all_reduce_bytes(
     if t.size() == 1 {
         return Ok("local");
     }
+    let size = t.size();
     if let Some((local, wait)) = t.direct() {
         use crate::transport::shm::direct;
-        return if buf.len() <= direct::small_capacity(&local) {
-            direct::all_reduce_small(&local, wait, buf, dtype, op)?;
-            Ok("shm_one_round")
-        } else {
-            direct::all_reduce_large(&local, wait, buf, dtype, op)?;
-            Ok("shm_pipelined")
-        };
+        if local.ranks.len() == size {
+            return if buf.len() <= direct::small_capacity(&local) {
+                direct::all_reduce_small(&local, wait, buf, dtype, op)?;
+                Ok("shm_one_round")
+            } else {
+                direct::all_reduce_large(&local, wait, buf, dtype, op)?;
+                Ok("shm_pipelined")
+            };
+        }
+    }
+    if let Some(hosts) = t.hosts() {
+        if hosts.iter().any(|h| h.len() > 1) {
+            return hierarchical::all_reduce(t, &hosts, buf, dtype, op, cfg, scratch);
+        }
     }
     if buf.len() <= cfg.small_allreduce_bytes {
         recursive_doubling::all_reduce(t, buf, dtype, op, scratch)?;

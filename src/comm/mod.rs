@@ -64,6 +64,8 @@ pub struct CommOptions {
     pub check: bool,
     /// Fault to inject (tests), any rank / group; filtered per communicator.
     pub fault: Option<crate::config::FaultSpec>,
+    /// Host identity override (tests simulate hosts in one process).
+    pub host_id: Option<String>,
 }
 
 impl CommOptions {
@@ -78,6 +80,7 @@ impl CommOptions {
             shm: c.shm,
             check: c.check,
             fault: c.fault.clone(),
+            host_id: None,
         }
     }
 }
@@ -93,6 +96,8 @@ pub struct Communicator {
     nccl: Mutex<Option<Arc<nccl::NcclEngine>>>,
     stats: Arc<stats::Stats>,
     flight: Arc<flight::FlightRecorder>,
+    /// Link kind per peer ("shm" / "tcp").
+    links: Vec<&'static str>,
 }
 
 /// The fault of `opts` if it targets this rank and group.
@@ -113,6 +118,18 @@ fn observer(stats: Arc<stats::Stats>) -> Observer {
             ok: d.result.is_ok(),
         });
     })
+}
+
+/// Ranks grouped by host identity, hosts ordered by their lowest rank.
+fn hosts_of(peers: &[PeerInfo]) -> Vec<Vec<Rank>> {
+    let mut hosts: Vec<(String, Vec<Rank>)> = Vec::new();
+    for p in peers {
+        match hosts.iter_mut().find(|(h, _)| h == &p.host) {
+            Some((_, v)) => v.push(p.rank),
+            None => hosts.push((p.host.clone(), vec![p.rank])),
+        }
+    }
+    hosts.into_iter().map(|(_, v)| v).collect()
 }
 
 /// What the flight recorder notes about a submission.
@@ -169,13 +186,18 @@ impl Communicator {
         opts: CommOptions,
         listen_ip: std::net::IpAddr,
     ) -> Result<Communicator> {
-        let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip };
+        let host = opts.host_id.clone().unwrap_or_else(bootstrap::addr::host_identity);
+        let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip, host };
         let mut ep = bootstrap::rendezvous(store, rank, size, &bopts)?;
         let mut coll = ep.take_channel(CHANNEL_COLLECTIVE);
         let p2p_conns = ep.take_channel(CHANNEL_P2P);
         let shm = Self::connect_shm(&ep, &mut coll, &opts)?;
-        let transport = Mesh::new(rank, size, coll, shm)
+        let any_shm = shm.is_some();
+        let mut transport = Mesh::new(rank, size, coll, shm, hosts_of(&ep.peers))
             .map_err(|e| Error::Bootstrap { rank, detail: format!("setting up links: {e}") })?;
+        if any_shm || opts.transport != TransportMode::Tcp {
+            transport.agree_shm(opts.timeout)?;
+        }
         log_at!(
             LogLevel::Info,
             "group '{}' rank {rank}/{size}: connected over {}; all_reduce <= {} B recursive doubling, ring above; segments {} B",
@@ -185,6 +207,7 @@ impl Communicator {
             opts.algo.segment_bytes
         );
         let transport_kind = transport.kind();
+        let links = transport.link_kinds();
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
         let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
@@ -200,6 +223,7 @@ impl Communicator {
             nccl: Mutex::new(None),
             stats,
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
+            links,
         })
     }
 
@@ -255,6 +279,7 @@ impl Communicator {
             nccl: Mutex::new(None),
             stats,
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
+            links: vec![kind; size],
         })
     }
 
@@ -275,6 +300,10 @@ impl Communicator {
     }
     pub fn transport_kind(&self) -> &'static str {
         self.transport_kind
+    }
+    /// Link kind per peer: "shm" or "tcp" ("" for this rank).
+    pub fn link_kinds(&self) -> &[&'static str] {
+        &self.links
     }
     /// Per-collective counters.
     pub fn stats(&self) -> &stats::Stats {

@@ -318,6 +318,7 @@ fn stats_dict<'py>(py: Python<'py>, c: &crate::Communicator) -> PyResult<Bound<'
     out.set_item("rank", c.rank())?;
     out.set_item("size", c.size())?;
     out.set_item("transport", c.transport_kind())?;
+    out.set_item("links", c.link_kinds().to_vec())?;
     out.set_item("nccl", c.nccl_version())?;
     let ops = PyDict::new(py);
     for (name, s) in c.stats().snapshot() {

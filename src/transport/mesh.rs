@@ -48,17 +48,22 @@ pub struct Mesh {
     ctx: OpCtx,
     interrupt: Interrupter,
     local: Option<Arc<ShmLocal>>,
+    /// Every rank agreed to use shared memory (see `agree_shm`).
+    shm_agreed: bool,
+    hosts: Arc<Vec<Vec<Rank>>>,
     kind: &'static str,
     last_alive: Instant,
 }
 
 impl Mesh {
     /// TCP links for every peer in `tcp` that has no shared-memory link.
+    /// `hosts`: every rank grouped by host.
     pub fn new(
         rank: Rank,
         size: usize,
         tcp: Vec<Option<Conn>>,
         shm: Option<(Arc<ShmLocal>, Vec<(Rank, ShmLink)>)>,
+        hosts: Vec<Vec<Rank>>,
     ) -> io::Result<Mesh> {
         let poll = Poll::new()?;
         let mut links: Vec<Option<Link>> = (0..size).map(|_| None).collect();
@@ -105,9 +110,48 @@ impl Mesh {
             ctx,
             interrupt: Interrupter::new(Some(waker)),
             local,
+            shm_agreed: false,
+            hosts: Arc::new(hosts),
             kind,
             last_alive: Instant::now(),
         })
+    }
+
+    /// The kind of link to each peer ("shm", "tcp", "" for ourselves).
+    pub fn link_kinds(&self) -> Vec<&'static str> {
+        self.links
+            .iter()
+            .map(|l| match l {
+                Some(Link::Shm(_)) => "shm",
+                Some(Link::Tcp(_)) => "tcp",
+                None => "",
+            })
+            .collect()
+    }
+
+    /// All ranks agree whether shared-memory algorithms are usable: each
+    /// says whether every link to its own host's ranks is shared memory,
+    /// and they are used only if all say yes (so no rank runs a direct
+    /// algorithm while another runs a link-based one).
+    pub fn agree_shm(&mut self, timeout: Duration) -> crate::error::Result<bool> {
+        let alone = self.hosts.iter().any(|h| h.len() == 1 && h[0] == self.rank);
+        let mine = (alone || self.local.as_ref().is_some_and(|l| l.complete)) as u8;
+        self.begin(OpCtx::new(OpSite { op: "setup", seq: u32::MAX as u64, group: String::new() }, timeout));
+        let mut got = vec![[0u8; 1]; self.size];
+        let me = [mine];
+        {
+            let mut x: Vec<Xfer> = Vec::new();
+            for p in (0..self.size).filter(|&p| p != self.rank) {
+                x.push(Xfer::Send { peer: p, data: &me });
+            }
+            for (p, g) in got.iter_mut().enumerate().filter(|(p, _)| *p != self.rank) {
+                x.push(Xfer::Recv { peer: p, data: g });
+            }
+            self.exchange(&mut x)?;
+        }
+        let all = mine == 1 && got.iter().enumerate().all(|(p, g)| p == self.rank || g[0] == 1);
+        self.shm_agreed = all;
+        Ok(all)
     }
 
     fn lost(&self, peer: Rank, detail: String) -> Error {
@@ -348,11 +392,15 @@ impl Transport for Mesh {
     }
 
     fn direct(&mut self) -> Option<(Arc<ShmLocal>, &mut dyn PhaseWait)> {
-        let local = self.local.clone()?;
-        if !local.complete || local.ranks.len() != self.size {
+        if !self.shm_agreed {
             return None;
         }
+        let local = self.local.clone()?;
         Some((local, self as &mut dyn PhaseWait))
+    }
+
+    fn hosts(&self) -> Option<Arc<Vec<Vec<Rank>>>> {
+        (self.shm_agreed && self.hosts.len() > 1).then(|| self.hosts.clone())
     }
 
     fn exchange(&mut self, xfers: &mut [Xfer<'_>]) -> Result<()> {

@@ -15,6 +15,7 @@ pub mod frame;
 pub mod loopback;
 pub mod mesh;
 pub mod shm;
+pub mod sub;
 pub mod tcp;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,9 +137,15 @@ pub trait Transport: Send {
     /// injection); peers see their connections close.
     fn sever(&mut self) {}
 
-    /// Shared-memory access to every rank of the communicator, when they
-    /// all share this host (for the direct algorithms of `shm::direct`).
+    /// Shared-memory access to the ranks of this host (for the direct
+    /// algorithms of `shm::direct`), when every rank agreed to use it.
     fn direct(&mut self) -> Option<(std::sync::Arc<shm::ShmLocal>, &mut dyn shm::direct::PhaseWait)> {
+        None
+    }
+
+    /// The ranks grouped by host (hosts ordered by their lowest rank), when
+    /// the group spans several hosts and shared memory is in use on each.
+    fn hosts(&self) -> Option<std::sync::Arc<Vec<Vec<Rank>>>> {
         None
     }
 

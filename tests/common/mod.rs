@@ -68,6 +68,13 @@ pub fn shm_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communica
 }
 
 pub fn mesh_comms(n: usize, algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig) -> Vec<Communicator> {
+    hosts_comms(&vec![0; n], algo, timeout, transport, shm)
+}
+
+/// Ranks on simulated hosts: rank r claims host `hosts[r]` (shared memory
+/// within a host, TCP between hosts).
+pub fn hosts_comms(hosts: &[usize], algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig) -> Vec<Communicator> {
+    let n = hosts.len();
     let store = Arc::new(MemStore::new());
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
@@ -77,6 +84,7 @@ pub fn mesh_comms(n: usize, algo: AlgoConfig, timeout: Duration, transport: Tran
                     let mut o = opts(timeout, algo);
                     o.transport = transport;
                     o.shm = shm;
+                    o.host_id = Some(format!("host{}", hosts[r]));
                     Communicator::bootstrap(store.as_ref(), r, n, o, "127.0.0.1".parse().unwrap())
                     .unwrap()
                 })
