@@ -46,6 +46,8 @@ pub struct ShmConfig {
     pub ring_bytes: usize,
     pub small_bytes: usize,
     pub segment_bytes: usize,
+    /// Threads per rank in the direct algorithms; 0 = from the core count.
+    pub threads: usize,
 }
 
 /// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
@@ -165,7 +167,12 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_SEGMENT_BYTES",
         default: "262144",
-        doc: "piece of each rank's chunk moved per round by the pipelined shared-memory all_reduce",
+        doc: "piece of each rank's chunk moved per round (per thread) by the pipelined shared-memory all_reduce",
+    },
+    Setting {
+        name: "RUSTCCL_SHM_THREADS",
+        default: "0",
+        doc: "threads each rank uses for its copies and reductions in the shared-memory all_reduce; 0: cores / ranks on the host, 1 to 8",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
@@ -279,6 +286,7 @@ impl Config {
                 ring_bytes: env_usize("RUSTCCL_SHM_RING_BYTES", 1 << 20),
                 small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 256 << 10),
                 segment_bytes: env_usize("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
+                threads: env_usize("RUSTCCL_SHM_THREADS", 0),
             },
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
@@ -311,6 +319,7 @@ impl Config {
             ("RUSTCCL_SHM_RING_BYTES", self.shm.ring_bytes.to_string()),
             ("RUSTCCL_SHM_SMALL_BYTES", self.shm.small_bytes.to_string()),
             ("RUSTCCL_SHM_SEGMENT_BYTES", self.shm.segment_bytes.to_string()),
+            ("RUSTCCL_SHM_THREADS", self.shm.threads.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

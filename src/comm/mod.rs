@@ -243,7 +243,12 @@ impl Communicator {
         if opts.transport == TransportMode::Tcp || local.len() < 2 {
             return Ok(None);
         }
-        let sizes = shm::ShmSizes { ring: opts.shm.ring_bytes, small: opts.shm.small_bytes, seg: opts.shm.segment_bytes };
+        let sizes = shm::ShmSizes {
+            ring: opts.shm.ring_bytes,
+            small: opts.shm.small_bytes,
+            seg: opts.shm.segment_bytes,
+            threads: opts.shm.threads,
+        };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {
             Ok((l, links)) => {

@@ -142,6 +142,7 @@ pub fn all_reduce_large(local: &ShmLocal, w: &mut dyn PhaseWait, buf: &mut [u8],
     let chunks = even_chunks(buf.len() / e, n);
     let segs: Vec<Vec<_>> = chunks.iter().map(|c| segments(c.clone(), seg).collect()).collect();
     let rounds = segs.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
+    let wk = &local.workers;
     for k in 0..rounds {
         let p = phase(local);
         w.wait_phase(p)?; // peers finished reading our areas of the last round
@@ -151,9 +152,13 @@ pub fn all_reduce_large(local: &ShmLocal, w: &mut dyn PhaseWait, buf: &mut [u8],
         }
         for (c, s) in segs.iter().enumerate() {
             if let (true, Some(g)) = (c != me, s.get(k)) {
-                // SAFETY: peers read our input area only between our p+1 and
-                // their p+2; all are at >= p.
-                unsafe { local.mine().write(l.in_off + c * l.seg, &buf[bytes(g, e)]) };
+                let src = &buf[bytes(g, e)];
+                wk.for_pieces(src.len(), |r| {
+                    // SAFETY: peers read our input area only between our
+                    // p+1 and their p+2; all are at >= p.
+                    unsafe { local.mine().write(l.in_off + c * l.seg + r.start, &src[r]) };
+                    Ok::<(), Error>(())
+                })?;
             }
         }
         publish(local, p + 1);
@@ -163,29 +168,35 @@ pub fn all_reduce_large(local: &ShmLocal, w: &mut dyn PhaseWait, buf: &mut [u8],
         }
         if let Some(g) = segs[me].get(k) {
             let r = bytes(g, e);
-            for (i, sgm) in local.segs.iter().enumerate() {
-                if i != me {
-                    // SAFETY: rank i wrote this sub-slot before its p+1 and
-                    // rewrites it only after we publish p+3.
-                    let theirs = unsafe { sgm.view(l.in_off + me * l.seg, r.len()) };
-                    reduce_into(op, dtype, &mut buf[r.clone()], theirs)?;
+            wk.for_pieces_mut(&mut buf[r.clone()], |off, piece| {
+                for (i, sgm) in local.segs.iter().enumerate() {
+                    if i != me {
+                        // SAFETY: rank i wrote this sub-slot before its p+1
+                        // and rewrites it only after we publish p+3.
+                        let theirs = unsafe { sgm.view(l.in_off + me * l.seg + off, piece.len()) };
+                        reduce_into(op, dtype, piece, theirs)?;
+                    }
                 }
-            }
-            if op == ReduceOp::Avg {
-                finish_avg(dtype, &mut buf[r.clone()], n)?;
-            }
-            // SAFETY: peers read our output area only between our p+2 and
-            // their p+3; all are at >= p+1.
-            unsafe { local.mine().write(l.out_off, &buf[r]) };
+                if op == ReduceOp::Avg {
+                    finish_avg(dtype, piece, n)?;
+                }
+                // SAFETY: peers read our output area only between our p+2
+                // and their p+3; all are at >= p+1.
+                unsafe { local.mine().write(l.out_off + off, piece) };
+                Ok(())
+            })?;
         }
         publish(local, p + 2);
         w.wait_phase(p + 2)?;
         for (c, s) in segs.iter().enumerate() {
             if let (true, Some(g)) = (c != me, s.get(k)) {
                 let r = bytes(g, e);
-                // SAFETY: rank c wrote its output area before its p+2 and
-                // rewrites it only after we publish p+3.
-                unsafe { local.segs[c].read(l.out_off, &mut buf[r]) };
+                wk.for_pieces_mut(&mut buf[r], |off, piece| {
+                    // SAFETY: rank c wrote its output area before its p+2
+                    // and rewrites it only after we publish p+3.
+                    unsafe { local.segs[c].read(l.out_off + off, piece) };
+                    Ok::<(), Error>(())
+                })?;
             }
         }
         publish(local, p + 3);

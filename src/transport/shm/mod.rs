@@ -17,6 +17,7 @@
 
 pub mod direct;
 pub mod segment;
+pub mod workers;
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use segment::{Layout, Segment};
+pub use workers::Workers;
 
 use crate::config::LogLevel;
 use crate::log_at;
@@ -42,6 +44,9 @@ pub struct ShmLocal {
     pub segs: Vec<Arc<Segment>>,
     /// Every local peer is reachable through shared memory.
     pub complete: bool,
+    /// Threads that share this rank's copies and reductions in the direct
+    /// algorithms (one on small machines).
+    pub workers: Workers,
 }
 
 impl ShmLocal {
@@ -149,6 +154,18 @@ pub struct ShmSizes {
     pub ring: usize,
     pub small: usize,
     pub seg: usize,
+    /// Threads per rank for the direct algorithms (0: from the core count).
+    pub threads: usize,
+}
+
+/// Threads per rank: the setting, or the cores left per local rank (at
+/// most 8), so a 2-core machine keeps one and a 64-core host uses several.
+fn threads_for(sizes: ShmSizes, local_ranks: usize) -> usize {
+    if sizes.threads > 0 {
+        return sizes.threads;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / local_ranks.max(1)).clamp(1, 8)
 }
 
 fn exchange_byte(s: &mut TcpStream, out: u8, deadline: Instant) -> io::Result<u8> {
@@ -175,7 +192,9 @@ pub fn connect(
 ) -> io::Result<(Arc<ShmLocal>, Vec<(Rank, ShmLink)>)> {
     let n = ranks.len();
     let my_idx = ranks.iter().position(|&r| r == me).expect("me is local");
-    let layout = Layout::new(n, sizes.ring, sizes.small, sizes.seg);
+    let threads = threads_for(sizes, n);
+    // Each round of the pipelined all_reduce moves `seg` per thread.
+    let layout = Layout::new(n, sizes.ring, sizes.small, sizes.seg * threads);
     let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
     let mine = Segment::create(&path(me), layout);
     let created = mine.is_ok() as u8;
@@ -216,7 +235,8 @@ pub fn connect(
     };
     let complete = agreed.iter().enumerate().all(|(i, &a)| a || i == my_idx);
     let all: Vec<Arc<Segment>> = segs.iter().map(|s| s.clone().unwrap_or_else(|| mine.clone())).collect();
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete });
+    let workers = Workers::new(threads, me)?;
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers });
     let mut links = Vec::new();
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

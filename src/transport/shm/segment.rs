@@ -122,7 +122,10 @@ impl Segment {
         }
         let map = MmapRaw::map_raw(&file)?;
         let s = Segment { map, _file: file, path: path.to_path_buf(), owner: false, unlinked: AtomicBool::new(true), layout };
-        if s.u64_at(0).load(Ordering::Acquire) != MAGIC || s.u64_at(8).load(Ordering::Relaxed) != layout.n as u64 {
+        if s.u64_at(0).load(Ordering::Acquire) != MAGIC
+            || s.u64_at(8).load(Ordering::Relaxed) != layout.n as u64
+            || s.u64_at(32).load(Ordering::Relaxed) != layout.seg as u64
+        {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "segment header mismatch"));
         }
         Ok(s)
