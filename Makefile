@@ -1,6 +1,7 @@
 # The README's two commands:
 #   make demo   set up, build, and train the seeds' toy model over rustccl (2 ranks, torchrun, CPU)
 #   make test   set up, build, and run every test (cargo + pytest)
+#   make bench  rustccl vs gloo on this machine (2 ranks, CPU)
 # Everything installs into .venv (torch==2.11.0 from PyPI, ~5 GB on first run).
 
 PYTHON ?= python3
@@ -36,6 +37,11 @@ test: test-rust test-python
 
 demo: build
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --nproc_per_node=$(NPROC) examples/train_ddp.py
+
+# rustccl vs gloo, 2 ranks on this machine's CPU, every op, results verified;
+# files in bench-results/ (see benchmarks/README.md).
+bench: build
+	$(PY) -m rustccl.bench --check --ddp --repeats 3
 
 clean:
 	cargo clean
