@@ -3,8 +3,14 @@ same processes on the same tensors, backends interleaved, median of rounds.
 
     torchrun --nproc_per_node=N benchmarks/cuda_probe.py
 
-Also reports the host-side launch cost (async calls without waiting for the
-device). The full sweep is `python -m rustccl.bench --device cuda`.
+Per size, two timings per backend:
+  - eager: a host loop of synchronous calls, device sync at the end (as the
+    anchors measure), so host cost per call counts;
+  - graph: 50 calls captured in a CUDA graph, replays timed with CUDA
+    events, so only device time counts (the kernels alone, back to back).
+Also the algorithm rustccl used, and the host-side launch cost (async calls
+queued behind a busy device). The full sweep is
+`python -m rustccl.bench --device cuda`.
 """
 import json
 import os
@@ -14,7 +20,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import rustccl  # noqa: F401
+import rustccl
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.cuda.set_device(rank)
@@ -31,7 +37,33 @@ def timed(fn, iters):
     return (time.perf_counter() - t0) / iters * 1e6
 
 
-for nbytes in [8, 1024, 32768, 65536, 1 << 20, 1 << 24, 1 << 28]:
+def graph_us(x, g, calls=50, replays=5):
+    """Device time per call of `calls` all_reduces captured in one graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            dist.all_reduce(x, group=g)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            dist.all_reduce(x, group=g)
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        torch.cuda.synchronize()
+        dist.all_reduce(torch.zeros(1))  # CPU barrier: replays start together
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times)
+
+
+for nbytes in [8, 1024, 32768, 65536, 262144, 1 << 20, 1 << 24, 1 << 28]:
     x = torch.ones(max(nbytes // 4, 1), device="cuda")
     iters = 100 if nbytes <= (1 << 20) else 10
     samples = {k: [] for k in groups}
@@ -47,6 +79,10 @@ for nbytes in [8, 1024, 32768, 65536, 1 << 20, 1 << 24, 1 << 28]:
         row[name + "_us"] = round(us, 2)
         row[name + "_busbw"] = round(nbytes / us / 1e3 * 2 * (world - 1) / world, 2)
     row["ratio_us"] = round(row["rustccl_us"] / row["nccl_us"], 3)
+    row["rustccl_algorithm"] = rustccl.stats()["ops"]["all_reduce"]["algorithm"]
+    for name, g in groups.items():
+        row[name + "_graph_us"] = round(graph_us(x, g), 2)
+    row["ratio_graph_us"] = round(row["rustccl_graph_us"] / row["nccl_graph_us"], 3)
     if rank == 0:
         print(json.dumps(row), flush=True)
 

@@ -117,6 +117,11 @@ pub struct Config {
     pub host_id: Option<String>,
     pub nccl_library: Option<String>,
     pub cuda_timing: bool,
+    /// rustccl's own NVLink all-reduce for small CUDA tensors.
+    pub custom_allreduce: bool,
+    /// Largest CUDA all_reduce (bytes) that takes the NVLink one-shot path.
+    pub custom_allreduce_max_bytes: usize,
+    pub nvrtc_library: Option<String>,
     pub transport: TransportMode,
     pub shm: ShmConfig,
     pub flight_dir: Option<String>,
@@ -193,6 +198,21 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_CUDA_TIMING",
         default: "0",
         doc: "1: time every CUDA collective on the device (CUDA events) for rustccl.stats(); off by default, as torch's NCCL backend",
+    },
+    Setting {
+        name: "RUSTCCL_CUSTOM_ALLREDUCE",
+        default: "1",
+        doc: "1: CUDA all_reduce of small tensors on GPUs that reach each other over NVLink runs rustccl's one-shot kernel instead of NCCL; 0: always NCCL",
+    },
+    Setting {
+        name: "RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES",
+        default: "1048576",
+        doc: "largest CUDA all_reduce (bytes) that takes the one-shot kernel; also the size of each rank's two registered buffers",
+    },
+    Setting {
+        name: "RUSTCCL_NVRTC_LIBRARY",
+        default: "",
+        doc: "path of the libnvrtc used to compile the one-shot kernel; default: the one torch loaded, else libnvrtc.so.<major> on the library path",
     },
     Setting {
         name: "RUSTCCL_FLIGHT_RECORDER_DIR",
@@ -299,6 +319,9 @@ impl Config {
             }),
             check: matches!(std::env::var("RUSTCCL_CHECK").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             cuda_timing: matches!(std::env::var("RUSTCCL_CUDA_TIMING").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
+            custom_allreduce: !matches!(std::env::var("RUSTCCL_CUSTOM_ALLREDUCE").as_deref(), Ok("0") | Ok("false") | Ok("FALSE")),
+            custom_allreduce_max_bytes: env_usize("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES", 1 << 20).min(64 << 20),
+            nvrtc_library: std::env::var("RUSTCCL_NVRTC_LIBRARY").ok().filter(|s| !s.is_empty()),
             debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
         }
     }
@@ -324,6 +347,9 @@ impl Config {
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),
             ("RUSTCCL_CUDA_TIMING", (self.cuda_timing as u8).to_string()),
+            ("RUSTCCL_CUSTOM_ALLREDUCE", (self.custom_allreduce as u8).to_string()),
+            ("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES", self.custom_allreduce_max_bytes.to_string()),
+            ("RUSTCCL_NVRTC_LIBRARY", self.nvrtc_library.clone().unwrap_or_default()),
             ("RUSTCCL_FLIGHT_RECORDER_DIR", self.flight_dir.clone().unwrap_or_default()),
             ("RUSTCCL_FLIGHT_RECORDER_SIZE", self.flight_size.to_string()),
             ("RUSTCCL_CHECK", (self.check as u8).to_string()),

@@ -40,6 +40,20 @@ impl nccl::IdExchange for Communicator {
         id.copy_from_slice(&buf.bytes().ok_or_else(|| Error::Internal("buffer still lent".into()))?);
         Ok(())
     }
+
+    fn all_gather(&self, mine: &[u8]) -> Result<Vec<u8>> {
+        let input = SharedBuf::new(DType::U8, mine);
+        let output = SharedBuf::zeros(DType::U8, mine.len() * self.size);
+        let mut s = OpSpec::new(OpKind::AllGather);
+        s.inputs = vec![input.tensor().ok_or_else(|| Error::Internal("fresh buffer lent".into()))?];
+        s.outputs = vec![output.tensor().ok_or_else(|| Error::Internal("fresh buffer lent".into()))?];
+        self.submit(vec![s], None, None)?.wait(None)?;
+        output.bytes().ok_or_else(|| Error::Internal("buffer still lent".into()))
+    }
+
+    fn single_host(&self) -> bool {
+        !self.peers.is_empty() && self.peers.iter().all(|p| p.host == self.peers[0].host)
+    }
 }
 use crate::config::TransportMode;
 use crate::transport::mesh::Mesh;

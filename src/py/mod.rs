@@ -383,6 +383,13 @@ fn host_identity() -> String {
     addr::host_identity()
 }
 
+/// PTX of the one-shot all-reduce kernels for compute capability
+/// (`major`, `minor`), compiled with NVRTC; no GPU needed (tests).
+#[pyfunction]
+fn _one_shot_ptx(major: i32, minor: i32) -> PyResult<String> {
+    crate::comm::nccl::custom::ptx((major, minor)).map_err(|e| PyRuntimeError::new_err(format!("rustccl: {e}")))
+}
+
 #[pymodule]
 fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -392,5 +399,6 @@ fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_reset_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_flight_record, m)?)?;
+    m.add_function(wrap_pyfunction!(_one_shot_ptx, m)?)?;
     Ok(())
 }

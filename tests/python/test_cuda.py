@@ -34,3 +34,17 @@ def test_cuda_ddp_matches_nccl(world):
 
 def test_eager_connect_with_device_id():
     _ok(launch.run("w_cuda:eager", 2, init="none", timeout=300))
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_one_shot_all_reduce(world):
+    _ok(launch.run("w_cuda:one_shot", world, timeout=300))
+
+
+def test_one_shot_off_uses_nccl():
+    _ok(launch.run("w_cuda:one_shot", 2, timeout=300, env={"RUSTCCL_CUSTOM_ALLREDUCE": "0", "RUSTCCL_TEST_EXPECT_NCCL": "1"}))
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_cuda_graph_capture(world):
+    _ok(launch.run("w_cuda:graphs", world, timeout=300))

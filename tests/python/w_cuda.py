@@ -240,3 +240,145 @@ def eager(rank: int, world: int) -> tuple[int, list[str]]:
     c.true("rustccl imported", rustccl.BACKEND_NAME == "rustccl")
     dist.destroy_process_group()
     return c.count, c.failures
+
+
+def _stats_algo() -> str:
+    import rustccl
+
+    return rustccl.stats()["ops"]["all_reduce"]["algorithm"]
+
+
+def one_shot(rank: int, world: int) -> tuple[int, list[str]]:
+    """The NVLink one-shot all-reduce: chosen where it should be, results vs
+    a float64 reference, bitwise identical on every rank, misaligned views,
+    many calls in flight mixed with NCCL ones, NaN in MIN / MAX, and
+    RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES as the boundary."""
+    import rustccl
+
+    dev = _dev(rank)
+    c = Checker(rank)
+    cap = int(rustccl.config()["RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES"]["value"])
+    import os
+
+    nvlink = all(torch.cuda.can_device_access_peer(rank, r) for r in range(world) if r != rank)
+    nvlink = nvlink and os.environ.get("RUSTCCL_TEST_EXPECT_NCCL") != "1"
+    x = torch.ones(cap // 4, device=dev)
+    dist.all_reduce(x)
+    c.eq("cap-sized all_reduce", x.cpu(), torch.full((cap // 4,), float(world)))
+    c.true(f"cap-sized all_reduce takes the one-shot path (nvlink={nvlink}): {_stats_algo()}",
+           _stats_algo() == ("one_shot" if nvlink else "nccl"))
+    x = torch.ones(cap // 4 + 1, device=dev)
+    dist.all_reduce(x)
+    c.eq("cap+4 all_reduce", x.cpu(), torch.full((cap // 4 + 1,), float(world)))
+    c.true(f"above the cap NCCL runs it: {_stats_algo()}", _stats_algo() == "nccl")
+    # random values, every float dtype and op, sizes off 16-byte multiples
+    tol = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+    for dtype in tol:
+        for opname in ("SUM", "AVG", "PRODUCT", "MIN", "MAX"):
+            for n in (1, 3, 37, 4097, 70_001):
+                if n * dtype.itemsize > cap:
+                    continue
+                ins = [torch.randn(n, generator=torch.Generator().manual_seed(1000 * r + n), dtype=torch.float64)
+                       .to(dtype) for r in range(world)]
+                if opname == "PRODUCT":
+                    ins = [(t.double().abs() * 0.5 + 0.75).to(dtype) for t in ins]
+                x = ins[rank].to(dev)
+                dist.all_reduce(x, op=OPS[opname])
+                s = torch.stack([t.double() for t in ins])
+                want = {"SUM": s.sum(0), "AVG": s.sum(0) / world, "PRODUCT": s.prod(0),
+                        "MIN": s.amin(0), "MAX": s.amax(0)}[opname]
+                got = x.cpu().double()
+                t = tol[dtype]
+                c.true(f"{dtype} {opname} n={n}: max err {(got - want).abs().max().item():.3g}",
+                       torch.allclose(got, want, rtol=t, atol=t * world))
+                everyone = [torch.empty(n * dtype.itemsize, dtype=torch.uint8, device=dev) for _ in range(world)]
+                dist.all_gather(everyone, x.view(torch.uint8))
+                c.true(f"{dtype} {opname} n={n}: identical on every rank",
+                       all(torch.equal(everyone[0], e) for e in everyone))
+    # misaligned (4 bytes past a 16-byte boundary) view; neighbours untouched
+    base = torch.full((1003,), -7.0, device=dev)
+    view = base[1:1002]
+    view.copy_(torch.arange(1001, dtype=torch.float32) + rank)
+    dist.all_reduce(view)
+    want = (torch.arange(1001, dtype=torch.float32) * world + sum(range(world)))
+    c.eq("misaligned view", view.cpu(), want)
+    c.true("misaligned view's neighbours", base[0].item() == -7.0 and base[1002].item() == -7.0)
+    # NaN propagates through MIN / MAX
+    for opname in ("MIN", "MAX"):
+        x = torch.arange(10, dtype=torch.float32, device=dev)
+        if rank == world - 1:
+            x[3] = float("nan")
+        dist.all_reduce(x, op=OPS[opname])
+        c.true(f"NaN through {opname}", bool(torch.isnan(x[3]).item()) and not bool(torch.isnan(x[4]).item()))
+    # many in flight, one-shot and NCCL interleaved on the group's stream
+    small = [torch.full((1000 + k,), float(rank + k), device=dev) for k in range(64)]
+    large = [torch.full((cap // 4 + 64,), float(rank * k), device=dev) for k in range(4)]
+    works = []
+    for k, t in enumerate(small):
+        works.append(dist.all_reduce(t, async_op=True))
+        if k % 16 == 0:
+            works.append(dist.all_reduce(large[k // 16], async_op=True))
+            t.add_(0)  # a kernel on the caller's stream between the two
+    for w in works:
+        w.wait()
+    for k, t in enumerate(small):
+        c.eq(f"in flight {k}", t.cpu(), torch.full((1000 + k,), float(sum(r + k for r in range(world)))))
+    for k, t in enumerate(large):
+        c.eq(f"in flight large {k}", t.cpu(), torch.full((cap // 4 + 64,), float(sum(r * k for r in range(world)))))
+    # integer wrap-around, as on the CPU path
+    x = torch.full((5,), 2**31 - 1, dtype=torch.int32, device=dev)
+    dist.all_reduce(x)
+    want = torch.tensor([(2**31 - 1) * world], dtype=torch.int64).to(torch.int32).expand(5)
+    c.eq("int32 sum wraps", x.cpu(), want.contiguous())
+    return c.count, c.failures
+
+
+def graphs(rank: int, world: int) -> tuple[int, list[str]]:
+    """all_reduce captured in a CUDA graph (one-shot and NCCL sizes) replays
+    with new inputs; uncapturable calls fail with a clear error."""
+    import rustccl
+
+    dev = _dev(rank)
+    c = Checker(rank)
+    cap = int(rustccl.config()["RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES"]["value"])
+    small = torch.zeros(1000, device=dev)
+    big = torch.zeros(cap // 4 + 1000, device=dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm up: communicators and one-shot buffers exist before capture
+            dist.all_reduce(small)
+            dist.all_reduce(big)
+            dist.all_reduce(small, op=dist.ReduceOp.MAX)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        dist.all_reduce(small)
+        small.mul_(2)
+        dist.all_reduce(big)
+        dist.all_reduce(small, op=dist.ReduceOp.MAX)
+    for it in range(5):
+        small.copy_(torch.arange(1000, dtype=torch.float32) * (rank + 1) + it)
+        big.fill_(float(rank + it))
+        g.replay()
+        s = sum(torch.arange(1000, dtype=torch.float32) * (r + 1) + it for r in range(world)) * 2
+        c.eq(f"replay {it}: one-shot all_reduce + mul + MAX", small.cpu(), s)
+        c.eq(f"replay {it}: NCCL all_reduce", big.cpu(), torch.full_like(big, float(sum(r + it for r in range(world)))).cpu())
+    # eager calls after the graph still line up with the replays
+    x = torch.full((77,), float(rank), device=dev)
+    dist.all_reduce(x)
+    c.eq("eager after replays", x.cpu(), torch.full((77,), float(sum(range(world)))))
+    # a reduction staged through host memory cannot be captured: clear error
+    b = torch.ones(8, dtype=torch.int32, device=dev)
+    g2 = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g2):
+            dist.all_reduce(b, op=dist.ReduceOp.BXOR)
+        c.true("BXOR under capture raises", False)
+    except RuntimeError as e:
+        c.true(f"BXOR under capture message: {e}", "rustccl all_reduce" in str(e) and "graph" in str(e))
+    torch.cuda.synchronize()
+    x = torch.full((5,), float(rank), device=dev)
+    dist.all_reduce(x)
+    c.eq("group works after the refused capture", x.cpu(), torch.full((5,), float(sum(range(world)))))
+    return c.count, c.failures

@@ -16,6 +16,7 @@
 
 #![allow(unsafe_code)]
 
+pub mod custom;
 mod lib;
 pub mod plan;
 pub mod staging;
@@ -45,6 +46,11 @@ pub trait IdExchange {
     fn broadcast(&self, id: &mut [u8; 128]) -> Result<()>;
     /// The lower rank's id to `peer` (point-to-point over the CPU links).
     fn pair(&self, peer: Rank, id: &mut [u8; 128], i_send: bool) -> Result<()>;
+    /// Every rank's `mine` (the same length on every rank), concatenated in
+    /// rank order (a collective over the CPU links).
+    fn all_gather(&self, mine: &[u8]) -> Result<Vec<u8>>;
+    /// True when every rank of the group runs on this host.
+    fn single_host(&self) -> bool;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -76,10 +82,19 @@ struct Pending {
     done: Arc<Event>,
     kind: crate::types::OpKind,
     bytes: u64,
+    /// For stats: "nccl" / "nccl", or "one_shot" / "nvlink".
+    algorithm: &'static str,
+    transport: &'static str,
     _ops: Vec<Op<Tensor>>,
     _temps: Vec<DeviceBuffer>,
     work: Work,
     deadline: Instant,
+}
+
+/// What a submission runs on the communicator's stream.
+enum Body {
+    Nccl(Plan),
+    OneShot { ar: Arc<custom::CustomAr>, dt: crate::types::DType, op: crate::types::ReduceOp, timeout: Duration },
 }
 
 /// Work in flight, one FIFO per communicator stream: work on one stream
@@ -112,6 +127,8 @@ struct Shared {
     events: Mutex<Vec<Event>>,
     stats: Arc<Stats>,
     timing: bool,
+    /// The one-shot all-reduce per device, once set up (`None`: unavailable).
+    custom: Mutex<HashMap<i32, Option<Arc<custom::CustomAr>>>>,
 }
 
 pub struct NcclEngine {
@@ -120,6 +137,8 @@ pub struct NcclEngine {
     bound: Mutex<Option<i32>>,
     seq: AtomicU64,
     watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Held while the one-shot all-reduce is being set up.
+    custom_setup: Mutex<()>,
 }
 
 struct Mark {
@@ -180,13 +199,14 @@ impl NcclEngine {
             events: Mutex::new(Vec::new()),
             stats,
             timing: crate::config::Config::get().cuda_timing,
+            custom: Mutex::new(HashMap::new()),
         });
         let w = sh.clone();
         let handle = std::thread::Builder::new()
             .name(format!("rustccl-cuda-{}-r{rank}", sh.group))
             .spawn(move || watchdog(w))
             .map_err(|e| format!("cannot start the CUDA watchdog: {e}"))?;
-        Ok(NcclEngine { sh, size, bound: Mutex::new(None), seq: AtomicU64::new(0), watchdog: Mutex::new(Some(handle)) })
+        Ok(NcclEngine { sh, size, bound: Mutex::new(None), seq: AtomicU64::new(0), watchdog: Mutex::new(Some(handle)), custom_setup: Mutex::new(()) })
     }
 
     pub fn nccl_version(&self) -> String {
@@ -278,8 +298,43 @@ impl NcclEngine {
         self.comm(Key::Group(device), ids)
     }
 
+    /// The one-shot all-reduce for `ops`, when it can run them: set up on
+    /// the first eligible call (never during graph capture, where its
+    /// allocations are not allowed; every rank decides alike).
+    #[allow(clippy::type_complexity)]
+    fn one_shot(
+        &self,
+        dc: &DeviceComm,
+        ops: &[Op<Tensor>],
+        device: i32,
+        capturing: bool,
+        ids: &dyn IdExchange,
+    ) -> Result<Option<(Arc<custom::CustomAr>, crate::types::DType, crate::types::ReduceOp)>> {
+        let cfg = crate::config::Config::get();
+        if !cfg.custom_allreduce || ops.len() != 1 || !matches!(dc.key, Key::Group(_)) {
+            return Ok(None);
+        }
+        let Some((dt, op)) = custom::eligible(&ops[0], self.size, cfg.custom_allreduce_max_bytes) else {
+            return Ok(None);
+        };
+        if let Some(state) = lock(&self.sh.custom).get(&device) {
+            return Ok(state.clone().map(|a| (a, dt, op)));
+        }
+        if capturing || !ids.single_host() {
+            return Ok(None);
+        }
+        let _setup = lock(&self.custom_setup);
+        if let Some(state) = lock(&self.sh.custom).get(&device) {
+            return Ok(state.clone().map(|a| (a, dt, op)));
+        }
+        let ar = custom::CustomAr::setup(device, self.sh.rank, self.size, cfg.custom_allreduce_max_bytes, ids)?.map(Arc::new);
+        lock(&self.sh.custom).insert(device, ar.clone());
+        Ok(ar.map(|a| (a, dt, op)))
+    }
+
     /// Launches `ops` (all on `device`) after the work already queued on
-    /// `caller_stream`.
+    /// `caller_stream`. Under CUDA graph capture the work is captured, not
+    /// run: it is finished at once and not watched.
     pub fn submit(
         &self,
         ops: Vec<Op<Tensor>>,
@@ -295,21 +350,53 @@ impl NcclEngine {
         }
         self.bind(name, device)?;
         let dc = self.pick(&ops, device, ids)?;
-        let map = |p: Rank| dc.ranks.get(p).copied().flatten().unwrap_or(usize::MAX);
-        let plan = plan::plan(&ops, self.sh.rank, &map)?;
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let seq = self.seq.load(Ordering::Relaxed);
         let site = OpSite { op: name, seq, group: self.sh.group.clone() };
+        let derr = |detail: String| Error::Device { site: site.clone(), rank: self.sh.rank, device, detail };
+        dc.ctx.bind().map_err(|e| derr(e.0))?;
+        let capturing = cuda::is_capturing(caller_stream).map_err(|e| derr(e.0))?;
+        let body = match self.one_shot(&dc, &ops, device, capturing, ids)? {
+            Some((ar, dt, op)) => Body::OneShot { ar, dt, op, timeout },
+            None => {
+                let map = |p: Rank| dc.ranks.get(p).copied().flatten().unwrap_or(usize::MAX);
+                let plan = plan::plan(&ops, self.sh.rank, &map)?;
+                if capturing && !plan.temps.is_empty() {
+                    return Err(Error::unsupported(name, "this call needs scratch memory, which rustccl does not allocate under CUDA graph capture"));
+                }
+                Body::Nccl(plan)
+            }
+        };
+        let (algorithm, transport) = match body {
+            Body::OneShot { .. } => ("one_shot", "nvlink"),
+            Body::Nccl(_) => ("nccl", "nccl"),
+        };
+        self.seq.fetch_add(1, Ordering::Relaxed);
         let kind = ops[0].kind();
         let bytes: u64 = ops.iter().map(|o| o.bytes() as u64).sum();
-        let (start, done, temps) = self
-            .launch(&dc, &plan, caller_stream)
-            .map_err(|detail| Error::Device { site: site.clone(), rank: self.sh.rank, device, detail })?;
+        let (start, done, temps) = self.launch(&dc, &body, &ops, caller_stream, capturing).map_err(derr)?;
         let work = Work::new(name, seq);
         work.set_mark(Arc::new(Mark { device, stream: dc.stream.raw(), done: done.clone() }));
         prepare(&work);
         work.mark_started();
+        if capturing {
+            // Runs when the graph is replayed; the caller owns the tensors.
+            work.finish(Ok(()));
+            return Ok(work);
+        }
         let now = Instant::now();
-        let entry = Pending { started: now, start, done, kind, bytes, _ops: ops, _temps: temps, work: work.clone(), deadline: now + timeout };
+        let entry = Pending {
+            started: now,
+            start,
+            done,
+            kind,
+            bytes,
+            algorithm,
+            transport,
+            _ops: ops,
+            _temps: temps,
+            work: work.clone(),
+            deadline: now + timeout,
+        };
         let wake = {
             let mut w = lock(&self.sh.watch);
             let was_idle = w.is_empty();
@@ -329,15 +416,17 @@ impl NcclEngine {
         if self.sh.timing { Event::timed() } else { Event::new() }.map_err(|e| e.0)
     }
 
-    /// Enqueues `plan` on the communicator's stream after `caller_stream`;
+    /// Enqueues `body` on the communicator's stream after `caller_stream`;
     /// returns the (timed) start event, the `done` event and the scratch
     /// buffers to keep until `done`.
     #[allow(clippy::type_complexity)]
     fn launch(
         &self,
         dc: &DeviceComm,
-        plan: &Plan,
+        body: &Body,
+        ops: &[Op<Tensor>],
         caller_stream: u64,
+        capturing: bool,
     ) -> std::result::Result<(Option<Event>, Arc<Event>, Vec<DeviceBuffer>), String> {
         let raw = lock(&dc.raw);
         let comm = raw.as_ref().ok_or("the NCCL communicator was aborted")?.0;
@@ -345,13 +434,29 @@ impl NcclEngine {
         let s = dc.stream.raw();
         dc.ready.record(caller_stream).map_err(|e| e.0)?;
         dc.stream.wait(&dc.ready).map_err(|e| e.0)?;
-        let start = if self.sh.timing {
+        let start = if self.sh.timing && !capturing {
             let e = self.event()?;
             e.record(s).map_err(|e| e.0)?;
             Some(e)
         } else {
             None
         };
+        let temps = match body {
+            Body::OneShot { ar, dt, op, timeout } => {
+                let Some(Op::AllReduce { bufs, .. }) = ops.first() else { return Err("one-shot all-reduce without a tensor".into()) };
+                ar.launch(*dt, *op, &bufs[0], s, *timeout)?;
+                Vec::new()
+            }
+            Body::Nccl(plan) => self.launch_plan(comm, plan, s)?,
+        };
+        // Captured events are graph nodes: never pooled or queried.
+        let done = Arc::new(if capturing { Event::new().map_err(|e| e.0)? } else { self.event()? });
+        done.record(s).map_err(|e| e.0)?;
+        Ok((start, done, temps))
+    }
+
+    /// Enqueues the copies and NCCL calls of `plan` on stream `s`.
+    fn launch_plan(&self, comm: ncclComm_t, plan: &Plan, s: u64) -> std::result::Result<Vec<DeviceBuffer>, String> {
         let temps = plan.temps.iter().map(|&b| DeviceBuffer::new(b, s)).collect::<std::result::Result<Vec<_>, _>>().map_err(|e| e.0)?;
         let at = |a: Addr| match a {
             Addr::Dev(p) => p,
@@ -395,9 +500,7 @@ impl NcclEngine {
             // SAFETY: as above.
             unsafe { cuda::copy_async(at(c.dst), at(c.src), c.bytes, s) }.map_err(|e| e.0)?;
         }
-        let done = Arc::new(self.event()?);
-        done.record(s).map_err(|e| e.0)?;
-        Ok((start, done, temps))
+        Ok(temps)
     }
 
     /// Blocks until every CUDA operation of the group has run on its device.
@@ -467,10 +570,15 @@ fn fail_all(sh: &Shared, e: Error, abort: bool) {
             }
         }
     }
+    if abort {
+        for ar in lock(&sh.custom).values().flatten() {
+            ar.abort();
+        }
+    }
     let pending = lock(&sh.watch).drain();
     for p in pending {
-        let Pending { work, kind, bytes, .. } = p;
-        sh.stats.record(Sample { op: kind, bytes, duration: None, algorithm: "nccl", transport: "nccl", ok: false });
+        let Pending { work, kind, bytes, algorithm, transport, .. } = p;
+        sh.stats.record(Sample { op: kind, bytes, duration: None, algorithm, transport, ok: false });
         work.finish(Err(e.clone()));
     }
     sh.cv.notify_all();
@@ -484,6 +592,9 @@ fn poison(sh: &Shared, e: Error) {
 
 /// Reaps finished work, enforces deadlines, watches for NCCL errors.
 fn watchdog(sh: Arc<Shared>) {
+    // Event queries from here must not invalidate a graph capture running
+    // on the user's thread (torch's NCCL watchdog does the same).
+    cuda::relax_capture_mode();
     let mut last_error_check = Instant::now();
     loop {
         let mut finished = Vec::new();
@@ -528,9 +639,9 @@ fn watchdog(sh: Arc<Shared>) {
         }
         let reaped = !finished.is_empty();
         for p in finished {
-            let Pending { work, done, start, kind, bytes, .. } = p; // tensors and scratch released here
+            let Pending { work, done, start, kind, bytes, algorithm, transport, .. } = p; // tensors and scratch released here
             let duration = start.as_ref().and_then(|s| done.since(s).ok());
-            sh.stats.record(Sample { op: kind, bytes, duration, algorithm: "nccl", transport: "nccl", ok: true });
+            sh.stats.record(Sample { op: kind, bytes, duration, algorithm, transport, ok: true });
             work.finish(Ok(()));
             drop(work);
             let mut pool = lock(&sh.events);

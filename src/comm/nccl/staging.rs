@@ -26,6 +26,12 @@ pub fn to_host(ops: Vec<Op<Tensor>>, device: i32, stream: u64) -> Result<(Vec<Op
     let op = ops.first().map_or("collective", |o| o.kind().name());
     let ctx = Context::primary(device).map_err(derr(op))?;
     ctx.bind().map_err(derr(op))?;
+    if cuda::is_capturing(stream).map_err(derr(op))? {
+        return Err(Error::unsupported(
+            op,
+            "this reduction has no NCCL equivalent and is staged through host memory, which cannot be captured in a CUDA graph",
+        ));
+    }
     let ev = Event::new().map_err(derr(op))?;
     ev.record(stream).map_err(derr(op))?;
     ev.synchronize().map_err(derr(op))?;
