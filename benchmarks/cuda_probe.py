@@ -63,7 +63,11 @@ def graph_us(x, g, calls=50, replays=5):
     return statistics.median(times)
 
 
-for nbytes in [8, 1024, 32768, 65536, 262144, 1 << 20, 1 << 24, 1 << 28]:
+SIZES = [8, 1024, 32768, 65536, 262144, 1 << 20, 1 << 24, 1 << 28]
+if os.environ.get("PROBE_SIZES"):  # e.g. PROBE_SIZES=1048576,4194304
+    SIZES = [int(v) for v in os.environ["PROBE_SIZES"].split(",")]
+
+for nbytes in SIZES:
     x = torch.ones(max(nbytes // 4, 1), device="cuda")
     iters = 100 if nbytes <= (1 << 20) else 10
     samples = {k: [] for k in groups}

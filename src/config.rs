@@ -119,8 +119,9 @@ pub struct Config {
     pub cuda_timing: bool,
     /// rustccl's own NVLink all-reduce for small CUDA tensors.
     pub custom_allreduce: bool,
-    /// Largest CUDA all_reduce (bytes) that takes the NVLink one-shot path.
-    pub custom_allreduce_max_bytes: usize,
+    /// Largest CUDA all_reduce (bytes) that takes the NVLink one-shot path;
+    /// `None`: by group size ([`Config::one_shot_max_bytes`]).
+    pub custom_allreduce_max_bytes: Option<usize>,
     pub nvrtc_library: Option<String>,
     pub transport: TransportMode,
     pub shm: ShmConfig,
@@ -206,8 +207,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES",
-        default: "1048576",
-        doc: "largest CUDA all_reduce (bytes) that takes the one-shot kernel; also the size of each rank's two registered buffers",
+        default: "auto",
+        doc: "largest CUDA all_reduce (bytes) that takes the one-shot kernel, also the size of each rank's two registered buffers; auto: 4 MiB for 2 ranks, 1 MiB for more (where it stops beating NCCL on H200 NVLink)",
     },
     Setting {
         name: "RUSTCCL_NVRTC_LIBRARY",
@@ -320,10 +321,20 @@ impl Config {
             check: matches!(std::env::var("RUSTCCL_CHECK").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             cuda_timing: matches!(std::env::var("RUSTCCL_CUDA_TIMING").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             custom_allreduce: !matches!(std::env::var("RUSTCCL_CUSTOM_ALLREDUCE").as_deref(), Ok("0") | Ok("false") | Ok("FALSE")),
-            custom_allreduce_max_bytes: env_usize("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES", 1 << 20).min(64 << 20),
+            custom_allreduce_max_bytes: match std::env::var("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES").as_deref() {
+                Err(_) | Ok("") | Ok("auto") => None,
+                Ok(_) => Some(env_usize("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES", 1 << 20).min(64 << 20)),
+            },
             nvrtc_library: std::env::var("RUSTCCL_NVRTC_LIBRARY").ok().filter(|s| !s.is_empty()),
             debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
         }
+    }
+
+    /// Largest all_reduce the one-shot kernel runs for a group of `world`
+    /// ranks. Measured on H200 NVLink (benchmarks/results/*-cuda-probe*):
+    /// it beats NCCL up to 4 MiB with 2 GPUs and up to 1 MiB with 4.
+    pub fn one_shot_max_bytes(&self, world: usize) -> usize {
+        self.custom_allreduce_max_bytes.unwrap_or(if world <= 2 { 4 << 20 } else { 1 << 20 })
     }
 
     /// The process-wide configuration, read from the environment once.
@@ -348,7 +359,7 @@ impl Config {
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),
             ("RUSTCCL_CUDA_TIMING", (self.cuda_timing as u8).to_string()),
             ("RUSTCCL_CUSTOM_ALLREDUCE", (self.custom_allreduce as u8).to_string()),
-            ("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES", self.custom_allreduce_max_bytes.to_string()),
+            ("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES", self.custom_allreduce_max_bytes.map_or("auto".into(), |b| b.to_string())),
             ("RUSTCCL_NVRTC_LIBRARY", self.nvrtc_library.clone().unwrap_or_default()),
             ("RUSTCCL_FLIGHT_RECORDER_DIR", self.flight_dir.clone().unwrap_or_default()),
             ("RUSTCCL_FLIGHT_RECORDER_SIZE", self.flight_size.to_string()),

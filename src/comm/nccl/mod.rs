@@ -314,7 +314,8 @@ impl NcclEngine {
         if !cfg.custom_allreduce || ops.len() != 1 || !matches!(dc.key, Key::Group(_)) {
             return Ok(None);
         }
-        let Some((dt, op)) = custom::eligible(&ops[0], self.size, cfg.custom_allreduce_max_bytes) else {
+        let max_bytes = cfg.one_shot_max_bytes(self.size);
+        let Some((dt, op)) = custom::eligible(&ops[0], self.size, max_bytes) else {
             return Ok(None);
         };
         if let Some(state) = lock(&self.sh.custom).get(&device) {
@@ -327,7 +328,7 @@ impl NcclEngine {
         if let Some(state) = lock(&self.sh.custom).get(&device) {
             return Ok(state.clone().map(|a| (a, dt, op)));
         }
-        let ar = custom::CustomAr::setup(device, self.sh.rank, self.size, cfg.custom_allreduce_max_bytes, ids)?.map(Arc::new);
+        let ar = custom::CustomAr::setup(device, self.sh.rank, self.size, max_bytes, ids)?.map(Arc::new);
         lock(&self.sh.custom).insert(device, ar.clone());
         Ok(ar.map(|a| (a, dt, op)))
     }
