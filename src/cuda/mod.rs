@@ -460,8 +460,8 @@ impl Function {
     }
 }
 
-/// A 32-bit word in pinned host memory that kernels can read (an abort
-/// signal the host raises while a kernel waits).
+/// A 32-bit word in pinned host memory that kernels read and write (an
+/// abort signal from the host, an error report from the device).
 pub struct HostFlag {
     host: *mut u32,
     dev: u64,
@@ -498,6 +498,11 @@ impl HostFlag {
     pub fn set(&self, v: u32) {
         // SAFETY: live allocation of 4 bytes.
         unsafe { self.host.write_volatile(v) }
+    }
+
+    pub fn get(&self) -> u32 {
+        // SAFETY: live allocation of 4 bytes.
+        unsafe { self.host.read_volatile() }
     }
 }
 

@@ -48,3 +48,7 @@ def test_one_shot_off_uses_nccl():
 @pytest.mark.parametrize("world", WORLDS)
 def test_cuda_graph_capture(world):
     _ok(launch.run("w_cuda:graphs", world, timeout=300))
+
+
+def test_one_shot_stalled_peer_times_out():
+    _ok(launch.run("w_cuda:stalled_peer", 2, timeout=120, pg_timeout=4))

@@ -251,9 +251,18 @@ def _one_shot_cap(world: int) -> int:
 
 
 def _stats_algo() -> str:
+    """The path of the last all_reduce whose work the watchdog has reaped
+    (it records stats shortly after the device finishes)."""
+    import time
+
     import rustccl
 
-    return rustccl.stats()["ops"]["all_reduce"]["algorithm"]
+    torch.cuda.synchronize()
+    deadline = time.monotonic() + 5
+    while "all_reduce" not in rustccl.stats()["ops"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # the latest one too
+    return rustccl.stats()["ops"].get("all_reduce", {}).get("algorithm", "none")
 
 
 def one_shot(rank: int, world: int) -> tuple[int, list[str]]:
@@ -387,4 +396,34 @@ def graphs(rank: int, world: int) -> tuple[int, list[str]]:
     x = torch.full((5,), float(rank), device=dev)
     dist.all_reduce(x)
     c.eq("group works after the refused capture", x.cpu(), torch.full((5,), float(sum(range(world)))))
+    return c.count, c.failures
+
+
+def stalled_peer(rank: int, world: int) -> tuple[int, list[str]]:
+    """Rank 1 stops calling collectives: rank 0's one-shot kernel, waiting
+    for it on the GPU, gives up when the group times out (the watchdog
+    raises its abort word), the device is free again, and later calls fail
+    naming the cause."""
+    import time
+
+    dev = _dev(rank)
+    c = Checker(rank)
+    x = torch.ones(256, device=dev)
+    dist.all_reduce(x)  # sets up the one-shot path on every rank
+    torch.cuda.synchronize()
+    c.true(f"one-shot path in use: {_stats_algo()}", _stats_algo() == "one_shot")
+    if rank == 0:
+        t0 = time.monotonic()
+        dist.all_reduce(x)  # rank 1 never joins
+        torch.cuda.synchronize()  # returns once the wait is aborted
+        waited = time.monotonic() - t0
+        c.true(f"device free again after the group timeout ({waited:.1f} s)", 3.0 < waited < 30.0)
+        try:
+            dist.all_reduce(x)
+            torch.cuda.synchronize()
+            c.true("a later call fails", False)
+        except Exception as e:  # noqa: BLE001 - DistBackendError or RuntimeError
+            c.true(f"the later call names the cause: {e}", "rustccl" in str(e) and "timed out" in str(e))
+    else:
+        time.sleep(10)
     return c.count, c.failures

@@ -33,6 +33,8 @@ const THREADS: u32 = 512;
 /// Where the data buffers start in a region (after flags and counters).
 const DATA_OFF: u64 = 4096;
 const SOURCE: &str = include_str!("custom_ar.cu");
+/// How much longer than the operation's timeout a kernel waits for peers.
+const KERNEL_GRACE: Duration = Duration::from_secs(10);
 /// Bytes each rank contributes to the setup exchange.
 const BLOB: usize = 128;
 
@@ -48,6 +50,7 @@ struct Args {
     cap: u64,
     timeout_ns: u64,
     abort: u64,
+    error: u64,
     rank: u32,
     world: u32,
     vec: u32,
@@ -133,6 +136,7 @@ struct Local {
     handle: [u8; 64],
     pci: String,
     abort: HostFlag,
+    error: HostFlag,
 }
 
 impl Local {
@@ -147,7 +151,8 @@ impl Local {
             return Err(format!("PCI bus id {pci:?} too long"));
         }
         let abort = HostFlag::new().map_err(|e| e.0)?;
-        Ok(Local { ctx, kernels, region, handle, pci, abort })
+        let error = HostFlag::new().map_err(|e| e.0)?;
+        Ok(Local { ctx, kernels, region, handle, pci, abort, error })
     }
 
     fn blob(&self) -> [u8; BLOB] {
@@ -190,6 +195,7 @@ impl Local {
 pub struct CustomAr {
     kernels: Arc<Kernels>,
     abort: HostFlag,
+    error: HostFlag,
     _peers: Vec<Option<IpcMapping>>,
     region: DeviceAlloc,
     _ctx: Context,
@@ -235,8 +241,8 @@ impl CustomAr {
             bufs[r] = p.as_ref().map_or(local.region.ptr(), IpcMapping::ptr);
         }
         log_at!(LogLevel::Info, "rank {rank}: one-shot all-reduce over NVLink on cuda:{device} for up to {cap} B");
-        let Local { ctx, kernels, region, abort, .. } = local;
-        Ok(Some(CustomAr { kernels, abort, _peers: peers, region, _ctx: ctx, bufs, rank: rank as u32, world: world as u32, cap: cap as u64 }))
+        let Local { ctx, kernels, region, abort, error, .. } = local;
+        Ok(Some(CustomAr { kernels, abort, error, _peers: peers, region, _ctx: ctx, bufs, rank: rank as u32, world: world as u32, cap: cap as u64 }))
     }
 
     /// Enqueues the all-reduce of `t` (in place) on `stream`.
@@ -255,8 +261,11 @@ impl CustomAr {
             nbytes,
             piece,
             cap: self.cap,
-            timeout_ns: timeout.as_nanos().min(u64::MAX as u128) as u64,
+            // The watchdog fails the work at `timeout` and raises the abort
+            // word; the kernel's own limit is the last resort behind it.
+            timeout_ns: (timeout + KERNEL_GRACE).as_nanos().min(u64::MAX as u128) as u64,
             abort: self.abort.device_ptr(),
+            error: self.error.device_ptr(),
             rank: self.rank,
             world: self.world,
             vec: u32::from(addr % 16 == 0),
@@ -274,6 +283,12 @@ impl CustomAr {
     /// Makes every waiting kernel give up (the group is being aborted).
     pub fn abort(&self) {
         self.abort.set(1);
+    }
+
+    /// True once a kernel gave up waiting for its peers (its results are
+    /// wrong; the group must fail).
+    pub fn gave_up(&self) -> bool {
+        self.error.get() != 0
     }
 
     /// Bytes of device memory this rank holds for it.
@@ -317,6 +332,6 @@ mod tests {
                 assert!(SOURCE.contains(&format!("RUSTCCL_AR({d}, ")), "{name} not instantiated");
             }
         }
-        assert_eq!(std::mem::size_of::<Args>(), 136);
+        assert_eq!(std::mem::size_of::<Args>(), 144);
     }
 }

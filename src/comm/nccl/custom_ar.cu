@@ -9,7 +9,6 @@
 //
 //   [0, 2048)      flags[block][rank]: written by peer `rank` for `block`
 //   [2048, 2304)   counters[block]: calls this block has completed (local)
-//   [2304, 2308)   error word: 1 once a wait timed out or was aborted
 //   [4096, ...)    two data buffers of `cap` bytes each
 //
 // Block b of every rank owns the same byte range [b*piece, (b+1)*piece) of
@@ -26,7 +25,8 @@
 // peer writes only in a later kernel, after it finished reading flag f's
 // buffer. Counters live on the device, so CUDA graph replays stay in step.
 // A wait gives up after `timeout_ns`, or when the host sets the abort word
-// (a dead peer must not leave a kernel spinning forever).
+// (a dead peer must not leave a kernel spinning forever), and says so in
+// the error word, which the host's watchdog reads.
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -37,7 +37,6 @@ typedef long long i64;
 #define MAX_BLOCKS 64
 #define FLAGS_OFF 0
 #define COUNTERS_OFF 2048
-#define ERROR_OFF 2304
 #define DATA_OFF 4096
 
 struct Args {
@@ -49,6 +48,7 @@ struct Args {
   u64 cap;                // bytes of each data buffer
   u64 timeout_ns;         // give up waiting for peers after this long
   u64 abort;              // host-mapped word: nonzero once the group is aborted
+  u64 error;              // host-mapped word: set to 1 when a wait gives up
   u32 rank;
   u32 world;
   u32 vec;                // 1: input and output are 16-byte aligned
@@ -211,7 +211,7 @@ __device__ void allreduce(const Args& a) {
           t0 = t;
         } else if (t - t0 > a.timeout_ns || *(volatile const u32*)a.abort != 0) {
           s_fail = 1;
-          atomicExch((u32*)(mine + ERROR_OFF), 1u);
+          *(volatile u32*)a.error = 1u;
           break;
         }
       }

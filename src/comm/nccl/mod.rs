@@ -656,6 +656,16 @@ fn watchdog(sh: Arc<Shared>) {
         }
         if failure.is_none() && last_error_check.elapsed() > Duration::from_millis(50) {
             last_error_check = Instant::now();
+            for (device, ar) in lock(&sh.custom).iter() {
+                if ar.as_ref().is_some_and(|a| a.gave_up()) {
+                    failure = Some(Error::Device {
+                        site: OpSite { op: "all_reduce", seq: 0, group: sh.group.clone() },
+                        rank: sh.rank,
+                        device: *device,
+                        detail: "the one-shot all-reduce kernel gave up waiting for a peer (a rank stopped calling collectives, or a graph replay ran on some ranks only)".into(),
+                    });
+                }
+            }
             for c in lock(&sh.comms).values() {
                 if let Some(raw) = lock(&c.raw).as_ref() {
                     // SAFETY: live communicator under its lock.
