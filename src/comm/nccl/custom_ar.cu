@@ -89,24 +89,19 @@ __device__ __forceinline__ u16 f2b(float f) {
 }
 
 // Element types: T as stored, A as accumulated.
-struct F32 { typedef float T; typedef float A;
+template <typename X> struct Plain { typedef X T; typedef X A;
   static __device__ __forceinline__ A load(T v) { return v; }
   static __device__ __forceinline__ T store(A a) { return a; } };
-struct F64 { typedef double T; typedef double A;
-  static __device__ __forceinline__ A load(T v) { return v; }
-  static __device__ __forceinline__ T store(A a) { return a; } };
+typedef Plain<float> F32;
+typedef Plain<double> F64;
+typedef Plain<int> I32;
+typedef Plain<i64> I64;
 struct F16 { typedef u16 T; typedef float A;
   static __device__ __forceinline__ A load(T v) { return h2f(v); }
   static __device__ __forceinline__ T store(A a) { return f2h(a); } };
 struct BF16 { typedef u16 T; typedef float A;
   static __device__ __forceinline__ A load(T v) { return b2f(v); }
   static __device__ __forceinline__ T store(A a) { return f2b(a); } };
-struct I32 { typedef int T; typedef int A;
-  static __device__ __forceinline__ A load(T v) { return v; }
-  static __device__ __forceinline__ T store(A a) { return a; } };
-struct I64 { typedef i64 T; typedef i64 A;
-  static __device__ __forceinline__ A load(T v) { return v; }
-  static __device__ __forceinline__ T store(A a) { return a; } };
 
 // Integer sums and products wrap (two's complement), as on the CPU path.
 __device__ __forceinline__ float add(float a, float b) { return a + b; }
