@@ -220,13 +220,7 @@ impl Mesh {
                 if !st.checked {
                     let hdr = st.hdr;
                     if let Err(why) = check(&hdr) {
-                        return Err(Error::Protocol {
-                            site: self.ctx.site.clone(),
-                            rank: self.rank,
-                            peer,
-                            addr: self.addrs[peer].clone(),
-                            detail: why,
-                        });
+                        return Err(self.protocol(peer, why));
                     }
                     st.checked = true;
                 }

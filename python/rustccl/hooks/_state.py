@@ -123,6 +123,13 @@ class CommState:
             for p, m in zip(bucket.parameters(), mems)
         ])
 
+    def add_error(self, bucket: dist.GradBucket, buf: torch.Tensor) -> None:
+        """Error feedback: adds to ``buf`` (the bucket's gradient) what
+        compression left out of it last time, if anything."""
+        err = self.flat_memory(bucket, "error")
+        if err is not None:
+            buf.add_(err)
+
     def set_flat_memory(self, bucket: dist.GradBucket, name: str, flat: torch.Tensor) -> None:
         """Stores ``flat`` (laid out like the bucket) per parameter, as views."""
         off = 0

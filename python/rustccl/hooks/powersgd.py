@@ -102,9 +102,7 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
     group, world = state.group(), state.world_size()
     buf = bucket.buffer()
     if state.use_error_feedback:
-        err = state.flat_memory(bucket, "error")
-        if err is not None:
-            buf.add_(err)
+        state.add_error(bucket, buf)
         compensated = buf.clone()
 
     # Q factors: last step's (warm start) or random, drawn in bucket order

@@ -62,9 +62,7 @@ def int8_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.Futur
     buf = bucket.buffer()
     n, chunk = buf.numel(), state.chunk_size
     if state.use_error_feedback:
-        err = state.flat_memory(bucket, "error")
-        if err is not None:
-            buf.add_(err)
+        state.add_error(bucket, buf)
     sizes = [p.numel() for p in bucket.parameters()]
     x = _pad(buf.float(), sizes, chunk).view(-1, chunk)
     scale = x.abs().amax(dim=1, keepdim=True).div_(127).clamp_min_(torch.finfo(torch.float32).tiny)

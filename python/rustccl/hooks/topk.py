@@ -44,9 +44,7 @@ def topk_hook(state: TopKState, bucket: dist.GradBucket) -> torch.futures.Future
     group, world = state.group(), state.world_size()
     buf = bucket.buffer()
     if state.use_error_feedback:
-        err = state.flat_memory(bucket, "error")
-        if err is not None:
-            buf.add_(err)
+        state.add_error(bucket, buf)
     k = state.k(buf.numel())
     idx = buf.abs().topk(k, sorted=False).indices
     vals = buf[idx]

@@ -186,16 +186,33 @@ impl NcclLib {
     }
 }
 
-/// One NCCL call, with raw device pointers, for [`NcclLib::launch`].
-#[derive(Debug, Clone, Copy)]
-pub enum Call {
-    AllReduce { buf: u64, count: usize, dt: ncclDataType_t, op: ncclRedOp_t },
-    Broadcast { buf: u64, count: usize, dt: ncclDataType_t, root: usize },
-    Reduce { buf: u64, count: usize, dt: ncclDataType_t, op: ncclRedOp_t, root: usize },
-    AllGather { send: u64, recv: u64, count: usize, dt: ncclDataType_t },
-    ReduceScatter { send: u64, recv: u64, count: usize, dt: ncclDataType_t, op: ncclRedOp_t },
-    Send { buf: u64, count: usize, dt: ncclDataType_t, peer: usize },
-    Recv { buf: u64, count: usize, dt: ncclDataType_t, peer: usize },
+/// One NCCL call; counts are in elements of `dt`. The planner builds them
+/// over its own addresses (`plan::PCall`), [`NcclLib::launch`] takes raw
+/// device pointers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call<A = u64> {
+    AllReduce { buf: A, count: usize, dt: ncclDataType_t, op: ncclRedOp_t },
+    Broadcast { buf: A, count: usize, dt: ncclDataType_t, root: usize },
+    Reduce { buf: A, count: usize, dt: ncclDataType_t, op: ncclRedOp_t, root: usize },
+    AllGather { send: A, recv: A, count: usize, dt: ncclDataType_t },
+    ReduceScatter { send: A, recv: A, count: usize, dt: ncclDataType_t, op: ncclRedOp_t },
+    Send { buf: A, count: usize, dt: ncclDataType_t, peer: usize },
+    Recv { buf: A, count: usize, dt: ncclDataType_t, peer: usize },
+}
+
+impl<A> Call<A> {
+    /// The same call with every address passed through `f`.
+    pub fn map<B>(self, f: impl Fn(A) -> B) -> Call<B> {
+        match self {
+            Call::AllReduce { buf, count, dt, op } => Call::AllReduce { buf: f(buf), count, dt, op },
+            Call::Broadcast { buf, count, dt, root } => Call::Broadcast { buf: f(buf), count, dt, root },
+            Call::Reduce { buf, count, dt, op, root } => Call::Reduce { buf: f(buf), count, dt, op, root },
+            Call::AllGather { send, recv, count, dt } => Call::AllGather { send: f(send), recv: f(recv), count, dt },
+            Call::ReduceScatter { send, recv, count, dt, op } => Call::ReduceScatter { send: f(send), recv: f(recv), count, dt, op },
+            Call::Send { buf, count, dt, peer } => Call::Send { buf: f(buf), count, dt, peer },
+            Call::Recv { buf, count, dt, peer } => Call::Recv { buf: f(buf), count, dt, peer },
+        }
+    }
 }
 
 impl NcclLib {

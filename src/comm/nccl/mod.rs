@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use cudarc::nccl::sys::{ncclComm_t, ncclUniqueId};
 
-use self::lib::{Call, NcclLib};
-use self::plan::{Addr, PCall, Plan};
+use self::lib::NcclLib;
+use self::plan::{Addr, Plan};
 use crate::collectives::Op;
 use crate::comm::stats::{Sample, Stats};
 use crate::config::LogLevel;
@@ -417,9 +417,9 @@ impl NcclEngine {
         if self.sh.timing { Event::timed() } else { Event::new() }.map_err(|e| e.0)
     }
 
-    /// Enqueues `body` on the communicator's stream after `caller_stream`;
-    /// returns the (timed) start event, the `done` event and the scratch
-    /// buffers to keep until `done`.
+    /// Enqueues `body` on the communicator's stream after `caller_stream`
+    /// (the caller has made `dc.ctx` current); returns the (timed) start
+    /// event, the `done` event and the scratch buffers to keep until `done`.
     #[allow(clippy::type_complexity)]
     fn launch(
         &self,
@@ -431,8 +431,7 @@ impl NcclEngine {
     ) -> std::result::Result<(Option<Event>, Arc<Event>, Vec<DeviceBuffer>), String> {
         let raw = lock(&dc.raw);
         let comm = raw.as_ref().ok_or("the NCCL communicator was aborted")?.0;
-        dc.ctx.bind().map_err(|e| e.0)?;
-        let s = dc.stream.raw();
+        let s = dc.stream.raw(); // dc.ctx is current: submit bound it
         dc.ready.record(caller_stream).map_err(|e| e.0)?;
         dc.stream.wait(&dc.ready).map_err(|e| e.0)?;
         let start = if self.sh.timing && !capturing {
@@ -475,17 +474,7 @@ impl NcclEngine {
         }
         let mut result = Ok(());
         for c in &plan.calls {
-            let call = match *c {
-                PCall::AllReduce { buf, count, dt, op } => Call::AllReduce { buf: at(buf), count, dt, op },
-                PCall::Broadcast { buf, count, dt, root } => Call::Broadcast { buf: at(buf), count, dt, root },
-                PCall::Reduce { buf, count, dt, op, root } => Call::Reduce { buf: at(buf), count, dt, op, root },
-                PCall::AllGather { send, recv, count, dt } => Call::AllGather { send: at(send), recv: at(recv), count, dt },
-                PCall::ReduceScatter { send, recv, count, dt, op } => {
-                    Call::ReduceScatter { send: at(send), recv: at(recv), count, dt, op }
-                }
-                PCall::Send { buf, count, dt, peer } => Call::Send { buf: at(buf), count, dt, peer },
-                PCall::Recv { buf, count, dt, peer } => Call::Recv { buf: at(buf), count, dt, peer },
-            };
+            let call = c.map(at);
             // SAFETY: as for the copies above; `comm` is live under its lock.
             result = unsafe { self.sh.lib.launch(comm, s, call) };
             if result.is_err() {

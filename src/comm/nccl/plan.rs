@@ -38,16 +38,7 @@ pub struct Copy {
 }
 
 /// An NCCL call over [`Addr`]s; counts are in elements of `dt`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PCall {
-    AllReduce { buf: Addr, count: usize, dt: Dt, op: Ro },
-    Broadcast { buf: Addr, count: usize, dt: Dt, root: usize },
-    Reduce { buf: Addr, count: usize, dt: Dt, op: Ro, root: usize },
-    AllGather { send: Addr, recv: Addr, count: usize, dt: Dt },
-    ReduceScatter { send: Addr, recv: Addr, count: usize, dt: Dt, op: Ro },
-    Send { buf: Addr, count: usize, dt: Dt, peer: usize },
-    Recv { buf: Addr, count: usize, dt: Dt, peer: usize },
-}
+pub type PCall = super::lib::Call<Addr>;
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
