@@ -376,9 +376,19 @@ impl Config {
 macro_rules! log_at {
     ($level:expr, $($arg:tt)*) => {
         if $crate::config::Config::get().debug >= $level {
-            eprintln!("[rustccl {}] {}", std::process::id(), format_args!($($arg)*));
+            $crate::config::log_line(format_args!($($arg)*));
         }
     };
+}
+
+/// Writes one log line with a single `write` call. `eprintln!` writes each
+/// formatted piece separately (stderr is unbuffered), so lines from ranks that
+/// share a pipe, as under torchrun, came out interleaved mid-line; one write
+/// of at most `PIPE_BUF` bytes to a pipe is atomic.
+pub fn log_line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let line = format!("[rustccl {}] {}\n", std::process::id(), args);
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 #[cfg(test)]
