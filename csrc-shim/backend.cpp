@@ -73,6 +73,36 @@ void checkOne(const std::vector<at::Tensor>& v, const char* op) {
               " (one tensor per process)");
 }
 
+// torch's PREMUL_SUM (dist._make_nccl_premul_sum(factor)): every rank
+// scales its input by its own factor, then the inputs are summed. The shim
+// scales (with ATen, on the caller's stream for CUDA tensors) and the engine
+// sums, so every transport and algorithm serves it.
+int32_t engineOp(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::PREMUL_SUM ? static_cast<int32_t>(c10d::ReduceOp::SUM) : op.op_;
+}
+
+// `t` scaled by PREMUL_SUM's factor (any other op: `t` itself). `in_place`
+// when the collective overwrites `t` anyway; otherwise a scaled copy, so the
+// caller's input keeps its values.
+at::Tensor premultiplied(const c10d::ReduceOp& op, const at::Tensor& t, bool in_place, const char* name) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
+  // PREMUL_SUM always carries this supplement (torch's makeNCCLPreMulSum);
+  // ProcessGroupNCCL casts the same way.
+  auto* sup = static_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(sup, "rustccl ", name, ": PREMUL_SUM without a factor (make the op with "
+              "torch.distributed._make_nccl_premul_sum)");
+  checkTensor(t, name);
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()), "rustccl ", name,
+              ": PREMUL_SUM needs floating-point tensors, got ", t.scalar_type());
+  if (sup->tensor_factor.defined()) {
+    // A one-element tensor, possibly on another device: as a 0-dim tensor
+    // of t's device and type it scales without changing t's shape.
+    at::Tensor f = sup->tensor_factor.reshape({}).to(t.device(), t.scalar_type());
+    return in_place ? t.mul_(f) : t.mul(f);
+  }
+  return in_place ? t.mul_(sup->double_factor) : t.mul(sup->double_factor);
+}
+
 std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& v) {
   std::vector<at::Tensor> out;
   for (const auto& l : v) out.insert(out.end(), l.begin(), l.end());
@@ -571,7 +601,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
                                                   const c10d::AllreduceOptions& opts) {
   checkOne(tensors, "all_reduce");
   Submission s(*this, "all_reduce", c10d::OpType::ALLREDUCE, "rustccl:all_reduce");
-  s.add(RUSTCCL_ALL_REDUCE, opts.reduceOp.op_).inout(tensors[0]);
+  s.add(RUSTCCL_ALL_REDUCE, engineOp(opts.reduceOp)).inout(premultiplied(opts.reduceOp, tensors[0], true, "all_reduce"));
   return finish(s, tensors, opts.timeout);
 }
 
@@ -583,15 +613,19 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tens
                                                             const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK(!tensors.empty(), "rustccl all_reduce_coalesced: no tensors given");
   Submission s(*this, "all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, "rustccl:all_reduce_coalesced");
-  s.add(RUSTCCL_ALL_REDUCE, opts.reduceOp.op_);
-  for (auto& t : tensors) s.inout(t);
+  s.add(RUSTCCL_ALL_REDUCE, engineOp(opts.reduceOp));
+  for (auto& t : tensors) s.inout(premultiplied(opts.reduceOp, t, true, "all_reduce_coalesced"));
   return finish(s, tensors, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   checkOne(tensors, "reduce");
   Submission s(*this, "reduce", c10d::OpType::REDUCE, "rustccl:reduce");
-  s.add(RUSTCCL_REDUCE, opts.reduceOp.op_, opts.rootRank).inout(tensors[0]);
+  // Only the root's tensor receives the result: elsewhere a scaled copy
+  // goes in and the caller's input keeps its values.
+  bool root = getRank() == opts.rootRank;
+  s.add(RUSTCCL_REDUCE, engineOp(opts.reduceOp), opts.rootRank)
+      .inout(premultiplied(opts.reduceOp, tensors[0], root, "reduce"));
   return finish(s, tensors, opts.timeout);
 }
 
@@ -681,14 +715,18 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
   checkOne(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1, "rustccl reduce_scatter: expected one input list, got ", inputs.size());
   Submission s(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, "rustccl:reduce_scatter");
-  s.add(RUSTCCL_REDUCE_SCATTER, opts.reduceOp.op_).ins(inputs[0]).out(outputs[0]);
+  s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp));
+  for (const auto& t : inputs[0]) s.in(premultiplied(opts.reduceOp, t, false, "reduce_scatter"));
+  s.out(outputs[0]);
   return finish(s, outputs, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::ReduceScatterOptions& opts) {
   Submission s(*this, "reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, "rustccl:reduce_scatter_tensor");
-  s.add(RUSTCCL_REDUCE_SCATTER, opts.reduceOp.op_).in(input).out(output);
+  s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp))
+      .in(premultiplied(opts.reduceOp, input, false, "reduce_scatter_tensor"))
+      .out(output);
   return finish(s, {output}, opts.timeout);
 }
 
@@ -700,7 +738,9 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(std::vec
   Submission s(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED,
                "rustccl:reduce_scatter_tensor_coalesced");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    s.add(RUSTCCL_REDUCE_SCATTER, opts.reduceOp.op_).in(inputs[i]).out(outputs[i]);
+    s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp))
+        .in(premultiplied(opts.reduceOp, inputs[i], false, "reduce_scatter_tensor_coalesced"))
+        .out(outputs[i]);
   }
   return finish(s, outputs, opts.timeout);
 }

@@ -263,7 +263,7 @@ impl Check {
 
     fn reduce_op(&self, v: i32, dtype: DType) -> Result<ReduceOp> {
         let op = ReduceOp::from_i32(v).ok_or_else(|| {
-            Error::unsupported(self.op, format!("reduce op {v} is not supported (PREMUL_SUM is NCCL-only)"))
+            Error::unsupported(self.op, format!("reduce op {v} is not supported (PREMUL_SUM carries a factor the engine never sees: the torch backend scales the inputs and asks for SUM)"))
         })?;
         reduce::check(op, dtype).map_err(|why| Error::unsupported(self.op, why))?;
         Ok(op)

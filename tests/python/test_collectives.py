@@ -34,3 +34,12 @@ def test_default_thresholds_all_reduce():
     results = launch.run("w_collectives:all_reduce_matrix", 3, timeout=240)
     failures = [f for _, fs in results for f in fs]
     assert not failures, "\n".join(failures[:40])
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_premul_sum(world):
+    """PREMUL_SUM is scaled in the torch backend, summed by the engine."""
+    results = launch.run("w_collectives:premul_sum", world, timeout=240)
+    failures = [f for _, fs in results for f in fs]
+    assert sum(n for n, _ in results) > 0
+    assert not failures, "\n".join(failures[:40])

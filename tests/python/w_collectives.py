@@ -230,6 +230,59 @@ def coalesced_and_async_variants(rank: int, world: int) -> tuple[int, list[str]]
     return c.count, c.failures
 
 
+def premul_sum(rank: int, world: int) -> tuple[int, list[str]]:
+    """PREMUL_SUM (dist._make_nccl_premul_sum): every rank scales its input
+    by its own factor, then the inputs are summed. Factors are binary
+    fractions and inputs small integers, so every result is exact."""
+    c = Checker(rank)
+
+    def factor(r):
+        return 0.5 * (r + 1)
+
+    def want(dtype, inputs):
+        return torch.stack([t.double() * factor(r) for r, t in enumerate(inputs)]).sum(0).to(dtype)
+
+    floats = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+    for dtype in floats:
+        for n in (0, 7, 20_011):
+            inputs = [values(dtype, "SUM", r, n) for r in range(world)]
+            x = inputs[rank].clone()
+            dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor(rank)))
+            c.eq(f"all_reduce premul {dtype} n={n}", x, want(dtype, inputs))
+            # the factor as a one-element tensor (as FSDP passes it)
+            x = inputs[rank].clone()
+            dist.all_reduce(x, op=dist._make_nccl_premul_sum(torch.tensor([factor(rank)], dtype=torch.float64)))
+            c.eq(f"all_reduce premul tensor factor {dtype} n={n}", x, want(dtype, inputs))
+    f32 = torch.float32
+    inputs = [values(f32, "SUM", r, 2 * 501) for r in range(world)]
+    # async, and a strided view: the result lands in the caller's elements only
+    big = inputs[rank].clone()
+    work = dist.all_reduce(big[::2], op=dist._make_nccl_premul_sum(factor(rank)), async_op=True)
+    work.wait()
+    c.eq("async strided all_reduce premul", big[::2], want(f32, [t[::2] for t in inputs]))
+    c.eq("strided all_reduce premul leaves the gaps", big[1::2], inputs[rank][1::2])
+    # reduce: the root gets the sum, the others keep their input
+    root = world - 1
+    x = inputs[rank].clone()
+    dist.reduce(x, dst=root, op=dist._make_nccl_premul_sum(factor(rank)))
+    c.eq("reduce premul", x, want(f32, inputs) if rank == root else inputs[rank])
+    # reduce_scatter (tensor and list): inputs are left as they were
+    n = 13
+    full = [values(f32, "SUM", r, world * n, salt=3) for r in range(world)]
+    total = want(f32, full)
+    inp = full[rank].clone()
+    out = torch.empty(n)
+    dist.reduce_scatter_tensor(out, inp, op=dist._make_nccl_premul_sum(factor(rank)))
+    c.eq("reduce_scatter_tensor premul", out, total[rank * n:(rank + 1) * n])
+    c.eq("reduce_scatter_tensor premul leaves the input", inp, full[rank])
+    ins = [full[rank][d * n:(d + 1) * n].clone() for d in range(world)]
+    out = torch.empty(n)
+    dist.reduce_scatter(out, ins, op=dist._make_nccl_premul_sum(factor(rank)))
+    c.eq("reduce_scatter premul", out, total[rank * n:(rank + 1) * n])
+    c.eq("reduce_scatter premul leaves the inputs", torch.cat(ins), full[rank])
+    return c.count, c.failures
+
+
 def p2p(rank: int, world: int) -> tuple[int, list[str]]:
     c = Checker(rank)
     nxt, prv = (rank + 1) % world, (rank - 1) % world

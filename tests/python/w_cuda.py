@@ -190,6 +190,12 @@ def semantics(rank: int, world: int) -> tuple[int, list[str]]:
     z = torch.ones(2, device=dev)
     dist.all_reduce(z)
     c.eq("group works after the error", z.cpu(), torch.full((2,), float(world)))
+    # PREMUL_SUM: the factor as a double and as a CUDA tensor (as FSDP passes it)
+    for f in (0.5 * (rank + 1), torch.tensor([0.5 * (rank + 1)], device=dev)):
+        p = torch.full((1000,), float(rank + 1), device=dev, dtype=torch.bfloat16)
+        dist.all_reduce(p, op=dist._make_nccl_premul_sum(f))
+        want = sum(0.5 * (r + 1) * (r + 1) for r in range(world))
+        c.eq(f"premul sum ({type(f).__name__} factor)", p.cpu(), torch.full((1000,), want, dtype=torch.bfloat16))
     dist.barrier()
     return c.count, c.failures
 

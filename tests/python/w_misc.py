@@ -174,8 +174,9 @@ def errors(rank: int, world: int) -> tuple[int, list[str]]:
     outs[-1] = torch.empty(3)
     _expect_error(c, "wrong output size", lambda: dist.all_gather(outs, torch.ones(4)), "rustccl", "all_gather", "elements")
     still_works(5)
-    _expect_error(c, "premul sum", lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0)),
-                  "rustccl", "all_reduce", "PREMUL_SUM")
+    _expect_error(c, "premul sum on integers",
+                  lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0)),
+                  "rustccl", "all_reduce", "PREMUL_SUM", "floating-point")
     still_works(6)
     _expect_error(c, "all_to_all_single bad splits",
                   lambda: dist.all_to_all_single(torch.empty(world), torch.ones(world), input_split_sizes=[5] * world),
