@@ -8,6 +8,9 @@
         opt.step()
 
 or ``with bucketer: loss.backward()``, which waits on leaving the block.
+Gradient accumulation works as with DDP: backward passes inside
+``with bucketer.no_sync():`` only accumulate ``p.grad`` locally, and the next
+backward outside it communicates the accumulated gradients.
 
 Parameters are packed, in reverse registration order (roughly the order in
 which backward produces their gradients), into flat buckets of about
@@ -26,10 +29,11 @@ most 5% of its all-reduce time, clamped to [1 MiB, 64 MiB].
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -154,6 +158,7 @@ class GradientBucketer:
         self.buckets = self._assign()
         self._futures: list[torch.futures.Future | None] = [None] * len(self.buckets)
         self._next = 0
+        self._sync = True
         self._handles = [self._register(b, i) for b in self.buckets for i in range(len(b.parameters()))]
         logger.info("%r", self)
 
@@ -183,9 +188,12 @@ class GradientBucketer:
         param, view = bucket.parameters()[i], bucket.gradients()[i]
 
         def on_grad(p: torch.Tensor) -> None:
+            if not self._sync:
+                return  # accumulating: p.grad keeps the sum, sent after no_sync()
             if bucket.filled[i]:
                 raise RuntimeError("GradientBucketer: a gradient arrived twice before wait(); call wait() "
-                                   "after every backward (gradient accumulation is not supported)")
+                                   "after every synchronised backward, and run the backward passes that only "
+                                   "accumulate gradients inside no_sync()")
             view.copy_(p.grad)
             bucket.filled[i] = True
             if bucket.ready():
@@ -201,7 +209,10 @@ class GradientBucketer:
     def wait(self) -> None:
         """Finishes the step: starts buckets that are still incomplete (a
         parameter that got no gradient on this rank counts as zero), waits
-        for every bucket and writes the averaged gradients to ``p.grad``."""
+        for every bucket and writes the averaged gradients to ``p.grad``.
+        Inside :meth:`no_sync` there is nothing to wait for: it returns."""
+        if not self._sync:
+            return
         for b in self.buckets[self._next:]:
             for i, view in enumerate(b.gradients()):
                 if not b.filled[i]:
@@ -228,6 +239,22 @@ class GradientBucketer:
             b.filled = [False] * len(b.parameters())
         self._futures = [None] * len(self.buckets)
         self._next = 0
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Like ``DistributedDataParallel.no_sync()``: backward passes in the
+        block accumulate gradients in ``p.grad`` without communicating; the
+        first backward after the block (then :meth:`wait`) averages the
+        accumulated gradients over the group. Every rank must run the same
+        number of synchronised backward passes."""
+        if any(any(b.filled) for b in self.buckets):
+            raise RuntimeError("GradientBucketer.no_sync(): a backward since the last wait() already "
+                               "started communicating; call wait() first")
+        old, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = old
 
     def remove(self) -> None:
         """Unregisters the gradient hooks."""

@@ -153,6 +153,32 @@ def features(rank: int, world: int) -> tuple[int, list[str]]:
         c.true(f"second backward before wait(): {e}", "twice before wait()" in str(e))
     b.wait()
 
+    # Gradient accumulation: two backward passes in no_sync(), then one
+    # synchronised; equals DDP's no_sync() and the local average of the
+    # summed gradients.
+    m_b, m_d = TwoHeads(), TwoHeads()
+    want = [sum(g) for g in zip(*(local_average(m_b, world, step) for step in (10, 11, 12)))]
+    b = GradientBucketer(m_b, bucket_cap_mb=0.005)
+    ddp = DDP(m_d, bucket_cap_mb=0.005)
+    with b.no_sync(), ddp.no_sync():
+        for step in (10, 11):
+            m_b(data(rank, step)).backward()
+            ddp(data(rank, step)).backward()
+        b.wait()  # nothing to wait for inside no_sync()
+    close(c, "no_sync: gradients stay local", [p.grad for p in m_b.parameters()], [p.grad for p in m_d.parameters()])
+    m_b(data(rank, 12)).backward()
+    try:
+        with b.no_sync():
+            pass
+        c.true("no_sync() after a synchronised backward raises", False)
+    except RuntimeError as e:
+        c.true(f"no_sync() after a synchronised backward: {e}", "call wait() first" in str(e))
+    b.wait()
+    ddp(data(rank, 12)).backward()
+    close(c, "accumulated: bucketer = DDP no_sync", [p.grad for p in m_b.parameters()], [p.grad for p in m_d.parameters()])
+    close(c, "accumulated: bucketer = local average", [p.grad for p in m_b.parameters()], want)
+    b.remove()
+
     # Measured bucket size: the same on every rank, within the clamps.
     b = GradientBucketer(TwoHeads())
     sizes = [None] * world
