@@ -81,26 +81,44 @@ int32_t engineOp(const c10d::ReduceOp& op) {
   return op.op_ == c10d::ReduceOp::PREMUL_SUM ? static_cast<int32_t>(c10d::ReduceOp::SUM) : op.op_;
 }
 
-// `t` scaled by PREMUL_SUM's factor (any other op: `t` itself). `in_place`
-// when the collective overwrites `t` anyway; otherwise a scaled copy, so the
-// caller's input keeps its values.
-at::Tensor premultiplied(const c10d::ReduceOp& op, const at::Tensor& t, bool in_place, const char* name) {
-  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
-  // PREMUL_SUM always carries this supplement (torch's makeNCCLPreMulSum);
-  // ProcessGroupNCCL casts the same way.
-  auto* sup = static_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-  TORCH_CHECK(sup, "rustccl ", name, ": PREMUL_SUM without a factor (make the op with "
+// Everything that would stop a PREMUL_SUM collective, checked before any
+// tensor is scaled (a coalesced call checks all of its tensors first).
+void checkPremul(const c10d::ReduceOp& op, const at::Tensor& t, bool in_place, const char* name) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
+  TORCH_CHECK(op.supplement_, "rustccl ", name, ": PREMUL_SUM without a factor (make the op with "
               "torch.distributed._make_nccl_premul_sum)");
   checkTensor(t, name);
-  TORCH_CHECK(at::isFloatingType(t.scalar_type()), "rustccl ", name,
-              ": PREMUL_SUM needs floating-point tensors, got ", t.scalar_type());
-  if (sup->tensor_factor.defined()) {
-    // A one-element tensor, possibly on another device: as a 0-dim tensor
-    // of t's device and type it scales without changing t's shape.
-    at::Tensor f = sup->tensor_factor.reshape({}).to(t.device(), t.scalar_type());
+  auto st = t.scalar_type();
+  TORCH_CHECK(st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16, "rustccl ", name,
+              ": PREMUL_SUM needs float32/float64/float16/bfloat16 tensors, got ", st);
+  TORCH_CHECK(!in_place || at::has_internal_overlap(t) != at::MemOverlap::Yes, "rustccl ", name,
+              ": an output tensor has elements that share memory (e.g. an expanded tensor)");
+}
+
+// `t` scaled by PREMUL_SUM's factor (any other op: `t` itself). `in_place`
+// when the collective overwrites `t` anyway; otherwise a scaled copy, so the
+// caller's input keeps its values. Outside autograd, as the collective is.
+at::Tensor premultiplied(const c10d::ReduceOp& op, const at::Tensor& t, bool in_place, const char* name) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
+  checkPremul(op, t, in_place, name);
+  // PREMUL_SUM always carries this supplement (torch's makeNCCLPreMulSum);
+  // ProcessGroupNCCL casts the same way.
+  const auto& sup = *static_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  at::NoGradGuard no_grad;
+  const at::Tensor& tf = sup.tensor_factor;
+  if (tf.defined() && tf.device() != t.device() && tf.device().is_cpu()) {
+    // A host factor for a device tensor: as a number, no copy to the device
+    // (which CUDA graph capture would refuse).
+    double f = tf.item<double>();
     return in_place ? t.mul_(f) : t.mul(f);
   }
-  return in_place ? t.mul_(sup->double_factor) : t.mul(sup->double_factor);
+  if (tf.defined()) {
+    // As a 0-dim tensor of t's device and type: scales without changing
+    // t's shape (the factor is a one-element tensor of any shape).
+    at::Tensor f = tf.reshape({}).to(t.device(), t.scalar_type());
+    return in_place ? t.mul_(f) : t.mul(f);
+  }
+  return in_place ? t.mul_(sup.double_factor) : t.mul(sup.double_factor);
 }
 
 std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& v) {
@@ -126,6 +144,13 @@ c10::Stream externalStream(const c10::Device& d, uint64_t handle) {
 
 void Staging::finish() {
   for (auto& [user, staged] : copy_back) user.copy_(staged);
+}
+
+void Staging::absorb(Staging& o) {
+  for (auto& p : o.copy_back) copy_back.push_back(std::move(p));
+  for (auto& t : o.temps) temps.push_back(std::move(t));
+  o.copy_back.clear();
+  o.temps.clear();
 }
 
 // One call into the engine: any number of operations submitted as one work.
@@ -160,8 +185,30 @@ class Submission {
     checkTensor(t, op_);
     noteDevice(t);
     profiled_.push_back(t);
-    ops_.back().ins.push_back(exportTensor(needsStaging(t) ? t.contiguous() : t));
-    return *this;
+    if (!needsStaging(t)) {
+      ops_.back().ins.push_back(exportTensor(t));
+      return *this;
+    }
+    return inTemp(t.contiguous());
+  }
+
+  // PREMUL_SUM: a scaled copy of `t` (`t` itself for other ops).
+  Submission& inScaled(const c10d::ReduceOp& op, const at::Tensor& t) {
+    if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return in(t);
+    noteDevice(t);
+    profiled_.push_back(t);
+    return inTemp(premultiplied(op, t, false, op_));
+  }
+
+  // A tensor the engine reads and writes in place, scaled first for
+  // PREMUL_SUM: in place where the result overwrites it anyway
+  // (`overwritten`), else through a scaled copy that leaves `t` as it was.
+  Submission& inoutScaled(const c10d::ReduceOp& op, const at::Tensor& t, bool overwritten) {
+    if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return inout(t);
+    if (overwritten) return inout(premultiplied(op, t, true, op_));
+    at::Tensor scaled = premultiplied(op, t, false, op_);
+    staging_.temps.push_back(scaled);
+    return inout(scaled);
   }
 
   // A tensor the engine writes.
@@ -191,8 +238,7 @@ class Submission {
     for (auto& op : o.ops_) ops_.push_back(std::move(op));
     o.ops_.clear();
     profiled_.insert(profiled_.end(), o.profiled_.begin(), o.profiled_.end());
-    for (auto& p : o.staging_.copy_back) staging_.copy_back.push_back(std::move(p));
-    o.staging_.copy_back.clear();
+    staging_.absorb(o.staging_);
     if (!device_) {
       device_ = o.device_;
       stream_ = o.stream_;
@@ -275,6 +321,14 @@ class Submission {
     return staged;
   }
 
+  // A copy made for the engine to read: kept, and for CUDA work recorded on
+  // rustccl's stream, until the collective is done with it.
+  Submission& inTemp(const at::Tensor& copy) {
+    staging_.temps.push_back(copy);
+    ops_.back().ins.push_back(exportTensor(copy));
+    return *this;
+  }
+
   DLManagedTensor* exportTensor(const at::Tensor& t) {
     try {
       return at::toDLPack(t);
@@ -312,7 +366,7 @@ Work::~Work() {
 void Work::adopt(std::vector<at::Tensor> outputs, Staging staging) {
   outputs_.insert(outputs_.end(), outputs.begin(), outputs.end());
   staged_ = staged_ || !staging.copy_back.empty();
-  for (auto& p : staging.copy_back) staging_.copy_back.push_back(std::move(p));
+  staging_.absorb(staging);
 }
 
 void Work::submitted(::RustcclWork* h) {
@@ -341,6 +395,11 @@ void Work::submitted(::RustcclWork* h) {
       impl.recordDataPtrOnStream(staged.storage().data_ptr(), comm);
       impl.recordDataPtrOnStream(user.storage().data_ptr(), comm);
     }
+    // Input copies: the allocator must not hand their memory out again
+    // before rustccl's stream has read them (under graph capture the engine
+    // keeps no reference, so this is what keeps them safe).
+    for (auto& t : staging_.temps) impl.recordDataPtrOnStream(t.storage().data_ptr(), comm);
+    staging_.temps.clear();
     future_->markCompleted(c10::IValue(outputs_));
   } catch (...) {
     impl.exchangeStream(prev);
@@ -370,6 +429,7 @@ void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source
       self->recordFunctionEndCallback_ = nullptr;
     }
     self->staging_.copy_back.clear();
+    self->staging_.temps.clear();
     if (!self->device_) {
       if (status == RUSTCCL_OK) {
         self->future_->markCompleted(c10::IValue(self->outputs_));
@@ -601,7 +661,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
                                                   const c10d::AllreduceOptions& opts) {
   checkOne(tensors, "all_reduce");
   Submission s(*this, "all_reduce", c10d::OpType::ALLREDUCE, "rustccl:all_reduce");
-  s.add(RUSTCCL_ALL_REDUCE, engineOp(opts.reduceOp)).inout(premultiplied(opts.reduceOp, tensors[0], true, "all_reduce"));
+  s.add(RUSTCCL_ALL_REDUCE, engineOp(opts.reduceOp)).inoutScaled(opts.reduceOp, tensors[0], true);
   return finish(s, tensors, opts.timeout);
 }
 
@@ -613,8 +673,9 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tens
                                                             const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK(!tensors.empty(), "rustccl all_reduce_coalesced: no tensors given");
   Submission s(*this, "all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, "rustccl:all_reduce_coalesced");
+  for (auto& t : tensors) checkPremul(opts.reduceOp, t, true, "all_reduce_coalesced");
   s.add(RUSTCCL_ALL_REDUCE, engineOp(opts.reduceOp));
-  for (auto& t : tensors) s.inout(premultiplied(opts.reduceOp, t, true, "all_reduce_coalesced"));
+  for (auto& t : tensors) s.inoutScaled(opts.reduceOp, t, true);
   return finish(s, tensors, opts.timeout);
 }
 
@@ -623,9 +684,8 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
   Submission s(*this, "reduce", c10d::OpType::REDUCE, "rustccl:reduce");
   // Only the root's tensor receives the result: elsewhere a scaled copy
   // goes in and the caller's input keeps its values.
-  bool root = getRank() == opts.rootRank;
   s.add(RUSTCCL_REDUCE, engineOp(opts.reduceOp), opts.rootRank)
-      .inout(premultiplied(opts.reduceOp, tensors[0], root, "reduce"));
+      .inoutScaled(opts.reduceOp, tensors[0], getRank() == opts.rootRank);
   return finish(s, tensors, opts.timeout);
 }
 
@@ -715,8 +775,9 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
   checkOne(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1, "rustccl reduce_scatter: expected one input list, got ", inputs.size());
   Submission s(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, "rustccl:reduce_scatter");
+  for (const auto& t : inputs[0]) checkPremul(opts.reduceOp, t, false, "reduce_scatter");
   s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp));
-  for (const auto& t : inputs[0]) s.in(premultiplied(opts.reduceOp, t, false, "reduce_scatter"));
+  for (const auto& t : inputs[0]) s.inScaled(opts.reduceOp, t);
   s.out(outputs[0]);
   return finish(s, outputs, opts.timeout);
 }
@@ -724,9 +785,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::ReduceScatterOptions& opts) {
   Submission s(*this, "reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, "rustccl:reduce_scatter_tensor");
-  s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp))
-      .in(premultiplied(opts.reduceOp, input, false, "reduce_scatter_tensor"))
-      .out(output);
+  s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp)).inScaled(opts.reduceOp, input).out(output);
   return finish(s, {output}, opts.timeout);
 }
 
@@ -738,9 +797,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(std::vec
   Submission s(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED,
                "rustccl:reduce_scatter_tensor_coalesced");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp))
-        .in(premultiplied(opts.reduceOp, inputs[i], false, "reduce_scatter_tensor_coalesced"))
-        .out(outputs[i]);
+    s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp)).inScaled(opts.reduceOp, inputs[i]).out(outputs[i]);
   }
   return finish(s, outputs, opts.timeout);
 }

@@ -31,7 +31,9 @@ class Submission;
 // collective).
 struct Staging {
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;  // (caller's, staged)
+  std::vector<at::Tensor> temps;  // input copies the engine reads (contiguous or PREMUL_SUM-scaled)
   void finish();
+  void absorb(Staging& o);  // takes over o's tensors
 };
 
 class Work : public c10d::Work {

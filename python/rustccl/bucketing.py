@@ -208,15 +208,21 @@ class GradientBucketer:
 
     def wait(self) -> None:
         """Finishes the step: starts buckets that are still incomplete (a
-        parameter that got no gradient on this rank counts as zero), waits
+        parameter that got no gradient in this backward counts with what
+        ``p.grad`` holds, zero if it is None), waits
         for every bucket and writes the averaged gradients to ``p.grad``.
         Inside :meth:`no_sync` there is nothing to wait for: it returns."""
         if not self._sync:
             return
         for b in self.buckets[self._next:]:
-            for i, view in enumerate(b.gradients()):
+            for i, (p, view) in enumerate(zip(b.parameters(), b.gradients())):
                 if not b.filled[i]:
-                    view.zero_()
+                    # As DDP: a gradient accumulated earlier (in no_sync())
+                    # counts, an absent one is zero.
+                    if p.grad is None:
+                        view.zero_()
+                    else:
+                        view.copy_(p.grad)
                     b.filled[i] = True
         self._launch_ready()
         try:
@@ -246,7 +252,8 @@ class GradientBucketer:
         block accumulate gradients in ``p.grad`` without communicating; the
         first backward after the block (then :meth:`wait`) averages the
         accumulated gradients over the group. Every rank must run the same
-        number of synchronised backward passes."""
+        number of synchronised backward passes. Unlike DDP, which decides
+        at forward, what counts is where ``backward()`` runs."""
         if any(any(b.filled) for b in self.buckets):
             raise RuntimeError("GradientBucketer.no_sync(): a backward since the last wait() already "
                                "started communicating; call wait() first")

@@ -178,6 +178,18 @@ def features(rank: int, world: int) -> tuple[int, list[str]]:
     close(c, "accumulated: bucketer = DDP no_sync", [p.grad for p in m_b.parameters()], [p.grad for p in m_d.parameters()])
     close(c, "accumulated: bucketer = local average", [p.grad for p in m_b.parameters()], want)
     b.remove()
+    # Head b gets gradients only in the accumulating passes: what it
+    # accumulated is averaged, not replaced by zeros.
+    model = TwoHeads()
+    no_b = lambda r: False  # noqa: E731
+    want = [sum(g) for g in zip(local_average(model, world, 20), local_average(model, world, 21, no_b))]
+    b = GradientBucketer(model, bucket_cap_mb=0.005)
+    with b.no_sync():
+        model(data(rank, 20)).backward()
+    model(data(rank, 21), use_b=False).backward()
+    b.wait()
+    close(c, "accumulated, unused in the last pass", [p.grad for p in model.parameters()], want)
+    b.remove()
 
     # Measured bucket size: the same on every rank, within the clamps.
     b = GradientBucketer(TwoHeads())

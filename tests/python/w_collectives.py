@@ -280,6 +280,27 @@ def premul_sum(rank: int, world: int) -> tuple[int, list[str]]:
     dist.reduce_scatter(out, ins, op=dist._make_nccl_premul_sum(factor(rank)))
     c.eq("reduce_scatter premul", out, total[rank * n:(rank + 1) * n])
     c.eq("reduce_scatter premul leaves the inputs", torch.cat(ins), full[rank])
+    # coalesced: all_reduce_coalesced and the coalescing manager's reduce_scatter_tensor
+    xs = [inputs[rank][:5].clone(), inputs[rank][5:12].clone()]
+    dist.all_reduce_coalesced(xs, op=dist._make_nccl_premul_sum(factor(rank)))
+    total = want(f32, inputs)
+    c.eq("all_reduce_coalesced premul", torch.cat(xs), total[:12])
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    outs = [torch.empty(n), torch.empty(n)]
+    srcs = [full[rank].clone(), (2 * full[rank]).clone()]
+    with _coalescing_manager():
+        for o, x in zip(outs, srcs):
+            dist.reduce_scatter_tensor(o, x, op=dist._make_nccl_premul_sum(factor(rank)))
+    scaled = want(f32, full)
+    c.eq("coalesced reduce_scatter_tensor premul", torch.cat(outs),
+         torch.cat([scaled[rank * n:(rank + 1) * n], 2 * scaled[rank * n:(rank + 1) * n]]))
+    c.eq("coalesced reduce_scatter_tensor premul leaves the inputs", srcs[1], 2 * full[rank])
+    # outside autograd, as the collective is: a leaf that requires grad
+    leaf = inputs[rank].clone().requires_grad_()
+    dist.all_reduce(leaf, op=dist._make_nccl_premul_sum(factor(rank)))
+    c.true("premul on a leaf that requires grad: no grad_fn", leaf.grad_fn is None)
+    c.eq("premul on a leaf that requires grad", leaf.detach(), total)
     return c.count, c.failures
 
 

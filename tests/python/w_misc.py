@@ -176,7 +176,13 @@ def errors(rank: int, world: int) -> tuple[int, list[str]]:
     still_works(5)
     _expect_error(c, "premul sum on integers",
                   lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0)),
-                  "rustccl", "all_reduce", "PREMUL_SUM", "floating-point")
+                  "rustccl", "all_reduce", "PREMUL_SUM", "float32")
+    # a coalesced call checks every tensor before scaling any
+    first = torch.ones(3)
+    _expect_error(c, "premul sum on an expanded tensor",
+                  lambda: dist.all_reduce_coalesced([first, torch.ones(1).expand(3)], op=dist._make_nccl_premul_sum(2.0)),
+                  "rustccl", "all_reduce_coalesced", "share memory")
+    c.eq("premul error leaves the other tensors alone", first, torch.ones(3))
     still_works(6)
     _expect_error(c, "all_to_all_single bad splits",
                   lambda: dist.all_to_all_single(torch.empty(world), torch.ones(world), input_split_sizes=[5] * world),
