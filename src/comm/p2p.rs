@@ -212,14 +212,23 @@ fn site(work: &Work, group: &str) -> OpSite {
 }
 
 impl EventLoop {
+    /// Only peers with something to do are pumped: those the poll reported
+    /// (mio is edge-triggered, and both pumps go on until `WouldBlock`) and
+    /// those a new send was queued for, so an iteration costs system calls
+    /// for the active peers, not for the whole group.
     fn run(&mut self) {
         let mut events = Events::with_capacity(64);
+        let n = self.peers.len();
+        let (mut pump_in, mut pump_out) = (vec![true; n], vec![true; n]);
         loop {
             let mut moved = false;
             loop {
                 match self.rx.try_recv() {
                     Ok(req) => {
                         moved = true;
+                        if let Req::Send { peer, .. } = &req {
+                            pump_out[*peer] = true;
+                        }
                         self.handle(req);
                     }
                     Err(mpsc::TryRecvError::Empty) => break,
@@ -229,17 +238,35 @@ impl EventLoop {
                     }
                 }
             }
-            for p in 0..self.peers.len() {
-                moved |= self.pump_out(p);
-                moved |= self.pump_in(p);
+            for p in 0..n {
+                if std::mem::take(&mut pump_out[p]) {
+                    moved |= self.pump_out(p);
+                }
+                if std::mem::take(&mut pump_in[p]) {
+                    moved |= self.pump_in(p);
+                }
             }
             self.expire();
             if !moved {
                 let timeout = self.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
-                if let Err(e) = self.poll.poll(&mut events, timeout) {
-                    if e.kind() != io::ErrorKind::Interrupted {
+                match self.poll.poll(&mut events, timeout) {
+                    Ok(()) => {
+                        for ev in events.iter() {
+                            let p = ev.token().0;
+                            if p < n {
+                                // Any event (readable, writable, closed, error):
+                                // both pumps find out which.
+                                pump_in[p] = true;
+                                pump_out[p] = true;
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
                         log_at!(LogLevel::Warn, "p2p poll failed: {e}");
                         std::thread::sleep(Duration::from_millis(1));
+                        pump_in.fill(true);
+                        pump_out.fill(true);
                     }
                 }
             }
