@@ -8,7 +8,7 @@
 //!
 //! A [`ShmLink`] is a pair of single-producer single-consumer byte rings
 //! (ours towards the peer in our segment, the peer's towards us in its),
-//! carrying the same framed messages as TCP. Waiting spins briefly and then
+//! carrying the same framed messages as TCP. Waiting yields briefly and then
 //! sleeps on a futex word in the waiter's own segment, which producers,
 //! consumers and phase changes bump. The TCP connection to the peer stays
 //! open, unused, so that a dead peer is noticed (EOF) without waiting for
