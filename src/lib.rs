@@ -10,7 +10,7 @@
 //!   `tcp` is the real one, `loopback` an in-process one for tests.
 //! - [`bootstrap`]: rendezvous through a key-value [`bootstrap::Store`],
 //!   hands back connected links.
-//! - [`collectives`]: algorithms (ring, recursive doubling, trees, pairwise)
+//! - [`collectives`] holds the algorithms (ring, recursive doubling, trees, pairwise)
 //!   written against `Transport`; `plan` holds the chunk arithmetic and
 //!   `reduce` the element-wise kernels.
 //! - [`work`]: the async handle returned for every submitted operation.

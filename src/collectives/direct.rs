@@ -19,7 +19,7 @@ pub fn gather(t: &mut dyn Transport, input: &[u8], outputs: Option<&mut [&mut [u
                 .iter_mut()
                 .enumerate()
                 .filter(|(p, _)| *p != r)
-                .map(|(peer, o)| Xfer::Recv { peer, data: &mut **o })
+                .map(|(peer, o)| Xfer::Recv { peer, data: o })
                 .collect();
             t.exchange(&mut x)
         }
@@ -37,7 +37,7 @@ pub fn scatter(t: &mut dyn Transport, inputs: Option<&[&[u8]]>, output: &mut [u8
                 .iter()
                 .enumerate()
                 .filter(|(p, _)| *p != r)
-                .map(|(peer, i)| Xfer::Send { peer, data: *i })
+                .map(|(peer, i)| Xfer::Send { peer, data: i })
                 .collect();
             t.exchange(&mut x)
         }

@@ -333,7 +333,7 @@ impl Check {
         }
         let t = ts.pop().expect("one tensor");
         let rows = t.shape().first().copied().unwrap_or(1).max(0) as usize;
-        let row_elems = if rows == 0 { 0 } else { t.numel() / rows };
+        let row_elems = t.numel().checked_div(rows).unwrap_or(0);
         let lens: Vec<usize> = if splits.is_empty() {
             if rows % self.size != 0 {
                 return Err(self.err(format!(

@@ -175,7 +175,9 @@ fn half_into<H: Copy + Default>(
     }
 }
 
-fn f32_block_fn(op: ReduceOp) -> Result<fn(&mut [f32], &[f32])> {
+type F32Block = fn(&mut [f32], &[f32]);
+
+fn f32_block_fn(op: ReduceOp) -> Result<F32Block> {
     Ok(match op {
         ReduceOp::Sum | ReduceOp::Avg => |a, b| zip_into(a, b, |x, y| x + y),
         ReduceOp::Product => |a, b| zip_into(a, b, |x, y| x * y),

@@ -202,7 +202,7 @@ pub fn all_gather(t: &mut dyn Transport, outputs: &mut [&mut [u8]], seg_bytes: u
 }
 
 /// Two distinct elements of a slice, both mutably.
-pub fn pair_mut<'a, T>(v: &'a mut [T], i: usize, j: usize) -> (&'a mut T, &'a mut T) {
+pub fn pair_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
     assert_ne!(i, j, "pair_mut needs distinct indices");
     if i < j {
         let (a, b) = v.split_at_mut(j);

@@ -246,7 +246,7 @@ impl Communicator {
         ep: &bootstrap::Endpoints,
         coll: &mut [Option<bootstrap::Conn>],
         opts: &CommOptions,
-    ) -> Result<Option<(Arc<shm::ShmLocal>, Vec<(Rank, shm::ShmLink)>)>> {
+    ) -> Result<Option<shm::ShmSetup>> {
         let (rank, size) = (ep.rank, ep.size);
         let me = &ep.peers[rank].host;
         let local: Vec<Rank> = ep.peers.iter().filter(|p| &p.host == me).map(|p| p.rank).collect();
@@ -411,7 +411,6 @@ impl Communicator {
     }
 
     fn dispatch(&self, ops: Vec<Op<Tensor>>, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
-        let timeout = timeout;
         let first = ops[0].kind();
         let name = first.name();
         let p2p = ops.iter().filter(|o| o.kind().is_p2p()).count();

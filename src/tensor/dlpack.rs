@@ -105,7 +105,7 @@ unsafe fn describe(t: &DLTensor) -> Result<(DType, Device, Vec<i64>, bool, usize
 /// torch does) and treats empty tensors as contiguous.
 fn is_row_major(shape: &[i64], strides: Option<&[i64]>) -> bool {
     let Some(strides) = strides else { return true };
-    if shape.iter().any(|&d| d == 0) {
+    if shape.contains(&0) {
         return true;
     }
     let mut expected = 1i64;
@@ -386,7 +386,7 @@ pub fn copy_region(dst: &mut HostTensor, dst_off: usize, src: &HostTensor, src_o
     }
     let s = src.0.data.wrapping_add(src_off) as *const u8;
     let d = dst.0.data.wrapping_add(dst_off);
-    if s == d as *const u8 {
+    if std::ptr::eq(s, d) {
         return;
     }
     // SAFETY: both ranges lie inside CPU tensors checked by HostTensor::new

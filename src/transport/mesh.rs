@@ -18,7 +18,7 @@ use mio::{Events, Poll, Token};
 
 use super::frame::{Header, HEADER_LEN};
 use super::shm::direct::PhaseWait;
-use super::shm::{ShmLink, ShmLocal};
+use super::shm::{ShmLink, ShmLocal, ShmSetup};
 use super::tcp::TcpLink;
 use super::{check_peers, interrupted_error, timeout_error, Interrupter, OpCtx, Progress, Step, Transport, Xfer};
 use crate::bootstrap::Conn;
@@ -64,7 +64,7 @@ impl Mesh {
         rank: Rank,
         size: usize,
         tcp: Vec<Option<Conn>>,
-        shm: Option<(Arc<ShmLocal>, Vec<(Rank, ShmLink)>)>,
+        shm: Option<ShmSetup>,
         hosts: Vec<Vec<Rank>>,
     ) -> io::Result<Mesh> {
         let poll = Poll::new()?;

@@ -49,8 +49,8 @@ impl Transport for SubTransport<'_> {
         let mut mapped: Vec<Xfer<'_>> = xfers
             .iter_mut()
             .map(|x| match x {
-                Xfer::Send { peer, data } => Xfer::Send { peer: self.ranks[*peer], data: &**data },
-                Xfer::Recv { peer, data } => Xfer::Recv { peer: self.ranks[*peer], data: &mut **data },
+                Xfer::Send { peer, data } => Xfer::Send { peer: self.ranks[*peer], data },
+                Xfer::Recv { peer, data } => Xfer::Recv { peer: self.ranks[*peer], data },
             })
             .collect();
         self.inner.exchange(&mut mapped)

@@ -103,7 +103,8 @@ struct Kernels {
 
 /// The kernels for `device`, compiled and loaded once per process.
 fn kernels(device: i32) -> std::result::Result<Arc<Kernels>, String> {
-    static CACHE: OnceLock<Mutex<HashMap<i32, std::result::Result<Arc<Kernels>, String>>>> = OnceLock::new();
+    type Cache = Mutex<HashMap<i32, std::result::Result<Arc<Kernels>, String>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let mut cache = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     cache
         .entry(device)

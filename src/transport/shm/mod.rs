@@ -148,6 +148,10 @@ impl ShmLink {
     }
 }
 
+/// What [`connect`] sets up: the local group, and one link per local peer
+/// both sides could map.
+pub type ShmSetup = (Arc<ShmLocal>, Vec<(Rank, ShmLink)>);
+
 /// Sizes of the shared areas.
 #[derive(Debug, Clone, Copy)]
 pub struct ShmSizes {
@@ -189,7 +193,7 @@ pub fn connect(
     sizes: ShmSizes,
     conns: &mut [Option<(TcpStream, String)>],
     deadline: Instant,
-) -> io::Result<(Arc<ShmLocal>, Vec<(Rank, ShmLink)>)> {
+) -> io::Result<ShmSetup> {
     let n = ranks.len();
     let my_idx = ranks.iter().position(|&r| r == me).expect("me is local");
     let threads = threads_for(sizes, n);

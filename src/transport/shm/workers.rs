@@ -44,7 +44,7 @@ impl Workers {
         let piece = self.piece(len);
         let ranges = || (0..len).step_by(piece.max(1)).map(move |s| s..(s + piece).min(len));
         match &self.pool {
-            Some(p) if len > piece => p.install(|| ranges().collect::<Vec<_>>().into_par_iter().try_for_each(|r| f(r))),
+            Some(p) if len > piece => p.install(|| ranges().collect::<Vec<_>>().into_par_iter().try_for_each(&f)),
             _ => ranges().try_for_each(&f),
         }
     }
