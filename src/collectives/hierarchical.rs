@@ -30,11 +30,7 @@ pub fn all_reduce(
     let sum = if op == ReduceOp::Avg { ReduceOp::Sum } else { op };
     if host.len() > 1 {
         if let Some((local, wait)) = t.direct() {
-            if buf.len() <= direct::small_capacity(&local) {
-                direct::all_reduce_small(&local, wait, buf, dtype, sum)?;
-            } else {
-                direct::all_reduce_large(&local, wait, buf, dtype, sum)?;
-            }
+            direct::all_reduce(&local, wait, buf, dtype, sum)?;
         }
     }
     if me == host[0] {

@@ -51,13 +51,7 @@ pub(crate) fn all_reduce_bytes(
     if let Some((local, wait)) = t.direct() {
         use crate::transport::shm::direct;
         if local.ranks.len() == size {
-            return if buf.len() <= direct::small_capacity(&local) {
-                direct::all_reduce_small(&local, wait, buf, dtype, op)?;
-                Ok("shm_one_round")
-            } else {
-                direct::all_reduce_large(&local, wait, buf, dtype, op)?;
-                Ok("shm_pipelined")
-            };
+            return direct::all_reduce(&local, wait, buf, dtype, op);
         }
     }
     if let Some(hosts) = t.hosts() {

@@ -37,6 +37,13 @@ pub struct Copy {
     pub bytes: usize,
 }
 
+/// Which way a packed region's copies go (see `Planner::packed`).
+#[derive(Clone, Copy)]
+enum Side {
+    Input,
+    Output,
+}
+
 /// An NCCL call over [`Addr`]s; counts are in elements of `dt`.
 pub type PCall = super::lib::Call<Addr>;
 
@@ -152,32 +159,23 @@ impl Planner {
         Addr::Temp { idx: self.plan.temps.len() - 1, off: 0 }
     }
 
-    /// Where a list of parts can be read from as one region.
-    fn packed_input(&mut self, parts: &[(Addr, usize)]) -> Addr {
+    /// One region standing for a list of parts: the parts themselves when
+    /// they are already contiguous, else a scratch buffer with copies from
+    /// the parts before the calls (`Side::Input`) or into them after
+    /// (`Side::Output`).
+    fn packed(&mut self, parts: &[(Addr, usize)], side: Side) -> Addr {
         if let Some(a) = contiguous(parts) {
             return a;
         }
         let total = parts.iter().map(|p| p.1).sum();
         let t = self.temp(total);
         let mut off = 0;
-        for &(a, b) in parts {
-            self.plan.pre.push(Copy { dst: t.at(off), src: a, bytes: b });
-            off += b;
-        }
-        t
-    }
-
-    /// Where a list of parts can be written as one region.
-    fn packed_output(&mut self, parts: &[(Addr, usize)]) -> Addr {
-        if let Some(a) = contiguous(parts) {
-            return a;
-        }
-        let total = parts.iter().map(|p| p.1).sum();
-        let t = self.temp(total);
-        let mut off = 0;
-        for &(a, b) in parts {
-            self.plan.post.push(Copy { dst: a, src: t.at(off), bytes: b });
-            off += b;
+        for &(a, bytes) in parts {
+            match side {
+                Side::Input => self.plan.pre.push(Copy { dst: t.at(off), src: a, bytes }),
+                Side::Output => self.plan.post.push(Copy { dst: a, src: t.at(off), bytes }),
+            }
+            off += bytes;
         }
         t
     }
@@ -213,7 +211,7 @@ impl Planner {
             }
             Op::AllGather { input, outputs } => {
                 let parts = part_addrs(outputs);
-                let recv = self.packed_output(&parts);
+                let recv = self.packed(&parts, Side::Output);
                 let (send, n) = bytes(input);
                 let (dt, count) = movement(n, input.dtype().size());
                 self.plan.calls.push(PCall::AllGather { send, recv, count, dt });
@@ -221,7 +219,7 @@ impl Planner {
             Op::ReduceScatter { inputs, output, op } => {
                 let (dt, ro) = reduction(name, output.dtype(), *op)?;
                 let parts = part_addrs(inputs);
-                let send = self.packed_input(&parts);
+                let send = self.packed(&parts, Side::Input);
                 self.plan.calls.push(PCall::ReduceScatter { send, recv: bytes(output).0, count: output.numel(), dt, op: ro });
             }
             Op::AllToAll { inputs, outputs } => {

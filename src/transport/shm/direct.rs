@@ -97,6 +97,19 @@ pub fn small_capacity(local: &ShmLocal) -> usize {
     local.mine().layout.small
 }
 
+/// All-reduce among the local ranks straight through their segments: one
+/// round up to the small slot's size, pipelined above. Returns the
+/// algorithm's name.
+pub fn all_reduce(local: &ShmLocal, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<&'static str> {
+    if buf.len() <= small_capacity(local) {
+        all_reduce_small(local, w, buf, dtype, op)?;
+        Ok("shm_one_round")
+    } else {
+        all_reduce_large(local, w, buf, dtype, op)?;
+        Ok("shm_pipelined")
+    }
+}
+
 /// One round: every rank copies its buffer into its small slot, then every
 /// rank reduces all slots in rank order (so all ranks get bitwise identical
 /// results) into its buffer.
