@@ -113,3 +113,13 @@ def run(fn_path, world, *args, init="env", backend="rustccl", timeout=180, env=N
     if errors:
         raise AssertionError("\n".join(f"--- rank {r} failed:\n{e}" for r, e in sorted(errors.items())))
     return [results.get(r) for r in range(world)]
+
+
+def expect_ok(results) -> None:
+    """Asserts that the rank bodies checked something and every check passed
+    (`results`: per rank what its body returned, starting with the number of
+    checks and the list of failures)."""
+    failures = [f for r in results for f in r[1]]
+    checked = sum(r[0] for r in results)
+    assert checked > 0, "no checks ran"
+    assert not failures, f"{len(failures)} of {checked} checks failed:\n" + "\n".join(failures[:40])

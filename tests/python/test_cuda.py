@@ -11,44 +11,38 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NGPU < 2, reason="needs 2 CUDA
 WORLDS = sorted({2, NGPU} & set(range(2, 9)))
 
 
-def _ok(results):
-    failures = [f for _, fs in results for f in fs]
-    assert sum(n for n, _ in results) > 0
-    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
-
-
 @pytest.mark.parametrize("world", WORLDS)
 def test_cuda_collectives(world):
-    _ok(launch.run("w_cuda:matrix", world, timeout=600))
+    launch.expect_ok(launch.run("w_cuda:matrix", world, timeout=600))
 
 
 @pytest.mark.parametrize("world", WORLDS)
 def test_cuda_semantics(world):
-    _ok(launch.run("w_cuda:semantics", world, timeout=300))
+    launch.expect_ok(launch.run("w_cuda:semantics", world, timeout=300))
 
 
 @pytest.mark.parametrize("world", WORLDS)
 def test_cuda_ddp_matches_nccl(world):
-    _ok(launch.run("w_cuda:ddp_parity", world, 3, timeout=300))
+    launch.expect_ok(launch.run("w_cuda:ddp_parity", world, 3, timeout=300))
 
 
 def test_eager_connect_with_device_id():
-    _ok(launch.run("w_cuda:eager", 2, init="none", timeout=300))
+    launch.expect_ok(launch.run("w_cuda:eager", 2, init="none", timeout=300))
 
 
 @pytest.mark.parametrize("world", WORLDS)
 def test_one_shot_all_reduce(world):
-    _ok(launch.run("w_cuda:one_shot", world, timeout=300))
+    launch.expect_ok(launch.run("w_cuda:one_shot", world, timeout=300))
 
 
 def test_one_shot_off_uses_nccl():
-    _ok(launch.run("w_cuda:one_shot", 2, timeout=300, env={"RUSTCCL_CUSTOM_ALLREDUCE": "0", "RUSTCCL_TEST_EXPECT_NCCL": "1"}))
+    launch.expect_ok(launch.run("w_cuda:one_shot", 2, timeout=300, env={"RUSTCCL_CUSTOM_ALLREDUCE": "0", "RUSTCCL_TEST_EXPECT_NCCL": "1"}))
 
 
 @pytest.mark.parametrize("world", WORLDS)
 def test_cuda_graph_capture(world):
-    _ok(launch.run("w_cuda:graphs", world, timeout=300))
+    launch.expect_ok(launch.run("w_cuda:graphs", world, timeout=300))
 
 
 def test_one_shot_stalled_peer_times_out():
-    _ok(launch.run("w_cuda:stalled_peer", 2, timeout=120, pg_timeout=4))
+    launch.expect_ok(launch.run("w_cuda:stalled_peer", 2, timeout=120, pg_timeout=4))

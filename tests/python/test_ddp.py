@@ -15,10 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ddp_gradients_match_gloo(world):
-    results = launch.run("w_misc:ddp_parity", world, 4)
-    failures = [f for _, fs in results for f in fs]
-    assert sum(n for n, _ in results) > 0
-    assert not failures, "\n".join(failures[:40])
+    launch.expect_ok(launch.run("w_misc:ddp_parity", world, 4))
 
 
 def test_demo_under_torchrun():

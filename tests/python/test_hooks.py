@@ -8,23 +8,17 @@ import launch
 from rustccl.bucketing import LATENCY_FRACTION, MAX_BUCKET_BYTES, MIN_BUCKET_BYTES, choose_bucket_bytes
 
 
-def _ok(results):
-    failures = [f for r in results for f in r[1]]
-    assert sum(r[0] for r in results) > 0
-    assert not failures, "\n".join(failures[:40])
-
-
 @pytest.mark.parametrize("world", [2, 3])
 def test_hooks_match_local_references(world):
     """Every hook on hand-built buckets vs references computed in the test;
     byte counts; state_dict round trips; memory across bucket regrouping."""
-    _ok(launch.run("w_hooks:exact", world))
+    launch.expect_ok(launch.run("w_hooks:exact", world))
 
 
 def test_ddp_training_with_each_hook():
     """300 SGD steps of DDP on a teacher-student regression, 2 ranks."""
     results = launch.run("w_hooks_ddp:convergence", 2, 300, 0.05)
-    _ok(results)
+    launch.expect_ok(results)
     losses = results[0][2]
     assert all(losses[k][1] == results[1][2][k][1] for k in losses), "ranks disagree on the final model"
     first, base = losses["none"]
@@ -42,17 +36,17 @@ def test_ddp_training_with_each_hook():
 
 
 def test_ddp_checkpoint_resumes_identically():
-    _ok(launch.run("w_hooks_ddp:checkpoint", 2, 5, 0.05))
+    launch.expect_ok(launch.run("w_hooks_ddp:checkpoint", 2, 5, 0.05))
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_bucketer_matches_ddp(world):
-    _ok(launch.run("w_bucketing:vs_ddp", world, 4))
+    launch.expect_ok(launch.run("w_bucketing:vs_ddp", world, 4))
 
 
 def test_bucketer_features():
     """Unused parameters, comm hooks, errors, the measured bucket size."""
-    _ok(launch.run("w_bucketing:features", 3))
+    launch.expect_ok(launch.run("w_bucketing:features", 3))
 
 
 @pytest.mark.parametrize("alpha,beta", [(50e-6, 1 / 2e9), (1e-3, 1e-9), (20e-6, 1 / 300e9)])
@@ -73,11 +67,11 @@ def test_bucket_size_clamps():
 
 def test_hooks_rustccl_vs_gloo():
     """The device-parity body on CPU: rustccl's results equal gloo's."""
-    _ok(launch.run("w_hooks_device:device_parity", 2, "cpu"))
+    launch.expect_ok(launch.run("w_hooks_device:device_parity", 2, "cpu"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 @pytest.mark.parametrize("backend", ["nccl", "rustccl"])
 def test_hooks_on_cuda(backend):
     """The same on CUDA tensors, default group nccl or rustccl."""
-    _ok(launch.run("w_hooks_device:device_parity", 2, "cuda", backend=backend))
+    launch.expect_ok(launch.run("w_hooks_device:device_parity", 2, "cuda", backend=backend))

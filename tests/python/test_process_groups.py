@@ -6,25 +6,19 @@ import pytest
 import launch
 
 
-def _ok(results):
-    failures = [f for _, fs in results for f in fs]
-    assert sum(n for n, _ in results) > 0
-    assert not failures, "\n".join(failures[:40])
-
-
 # env:// with every world size; tcp:// and file:// with 2 and 4 ranks.
 CASES = [("env", 1), ("env", 2), ("env", 3), ("env", 4), ("tcp", 2), ("tcp", 4), ("file", 2), ("file", 4)]
 
 
 @pytest.mark.parametrize("init,world", CASES)
 def test_init_methods(init, world):
-    _ok(launch.run("w_misc:basic", world, init=init))
+    launch.expect_ok(launch.run("w_misc:basic", world, init=init))
 
 
 @pytest.mark.parametrize("world", [3, 4])
 def test_several_groups_alive(world):
-    _ok(launch.run("w_misc:groups", world))
+    launch.expect_ok(launch.run("w_misc:groups", world))
 
 
 def test_init_destroy_cycles():
-    _ok(launch.run("w_misc:reinit", 2, 5, init="none"))
+    launch.expect_ok(launch.run("w_misc:reinit", 2, 5, init="none"))
