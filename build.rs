@@ -51,7 +51,6 @@ fn main() {
     let mut b = cc::Build::new();
     b.cpp(true)
         .std("c++17")
-        .file("csrc-shim/backend.cpp")
         .include("csrc-shim")
         .define("_GLIBCXX_USE_CXX11_ABI", abi.as_str())
         .flag_if_supported("-fvisibility=hidden")
@@ -63,6 +62,13 @@ fn main() {
     for i in &includes {
         b.include(i);
     }
+    let mut sources: Vec<_> = std::fs::read_dir("csrc-shim")
+        .expect("rustccl build: csrc-shim/ is missing")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "cpp"))
+        .collect();
+    sources.sort();
+    b.files(&sources);
     b.compile("rustccl_shim");
 
     for l in &libs {

@@ -1,0 +1,256 @@
+// Work and CoalescedWork (see backend.hpp): how the engine's completions
+// become c10 futures, waits and stream orderings.
+#include "backend.hpp"
+#include "util.hpp"
+
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <thread>
+
+namespace rustccl {
+
+void Staging::finish() {
+  for (auto& [user, staged] : copy_back) user.copy_(staged);
+}
+
+void Staging::absorb(Staging& o) {
+  for (auto& p : o.copy_back) copy_back.push_back(std::move(p));
+  for (auto& t : o.temps) temps.push_back(std::move(t));
+  o.copy_back.clear();
+  o.temps.clear();
+}
+
+
+// ------------------------------------------------------------------ Work
+
+Work::Work(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& profiled,
+           std::optional<c10::Device> device)
+    : c10d::Work(rank, type, title, std::optional<std::vector<at::Tensor>>(profiled)),
+      device_(device),
+      future_(device ? c10::make_intrusive<c10::ivalue::Future>(tensorListType(), std::vector<c10::Device>{*device})
+                     : c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {}
+
+Work::~Work() {
+  if (handle_ != nullptr) rustccl_work_release(handle_);
+}
+
+void Work::adopt(std::vector<at::Tensor> outputs, Staging staging) {
+  outputs_.insert(outputs_.end(), outputs.begin(), outputs.end());
+  staged_ = staged_ || !staging.copy_back.empty();
+  staging_.absorb(staging);
+}
+
+void Work::submitted(::RustcclWork* h) {
+  handle_ = h;
+  if (!device_) return;
+  // CUDA: the collective is enqueued on rustccl's stream. Complete the
+  // future now with that stream current, so that its events (and any copy
+  // back into non-contiguous outputs) are ordered after the collective,
+  // exactly as torch's NCCL backend does.
+  uint64_t stream = 0;
+  int dev = rustccl_work_device(h, &stream);
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  if (dev < 0) {
+    // Staged through host memory (a reduction NCCL lacks): the results are
+    // already in device memory, written synchronously.
+    staging_.finish();
+    future_->markCompleted(c10::IValue(outputs_));
+    return;
+  }
+  TORCH_CHECK(dev == device_->index(), "rustccl: engine ran CUDA work on device ", dev, ", expected ", *device_);
+  c10::Stream comm = externalStream(*device_, stream);
+  c10::Stream prev = impl.exchangeStream(comm);
+  try {
+    staging_.finish();
+    for (auto& [user, staged] : staging_.copy_back) {
+      impl.recordDataPtrOnStream(staged.storage().data_ptr(), comm);
+      impl.recordDataPtrOnStream(user.storage().data_ptr(), comm);
+    }
+    // Input copies: the allocator must not hand their memory out again
+    // before rustccl's stream has read them (under graph capture the engine
+    // keeps no reference, so this is what keeps them safe).
+    for (auto& t : staging_.temps) impl.recordDataPtrOnStream(t.storage().data_ptr(), comm);
+    staging_.temps.clear();
+    future_->markCompleted(c10::IValue(outputs_));
+  } catch (...) {
+    impl.exchangeStream(prev);
+    throw;
+  }
+  impl.exchangeStream(prev);
+}
+
+void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source_rank) {
+  auto* holder = static_cast<c10::intrusive_ptr<Work>*>(ctx);
+  c10::intrusive_ptr<Work> self = std::move(*holder);
+  delete holder;
+  try {
+    self->source_rank_.store(source_rank);
+    std::string msg = message != nullptr ? message : "rustccl: unknown error";
+    if (self->device_) {
+      // The future completed at submission; record a late failure for wait().
+      if (status != RUSTCCL_OK) {
+        std::lock_guard<std::mutex> g(self->error_mu_);
+        self->device_error_ = makeException(status, msg);
+      }
+    } else if (status == RUSTCCL_OK) {
+      self->staging_.finish();
+    }
+    if (self->recordFunctionEndCallback_) {
+      self->recordFunctionEndCallback_();
+      self->recordFunctionEndCallback_ = nullptr;
+    }
+    self->staging_.copy_back.clear();
+    self->staging_.temps.clear();
+    if (!self->device_) {
+      if (status == RUSTCCL_OK) {
+        self->future_->markCompleted(c10::IValue(self->outputs_));
+      } else {
+        self->future_->setError(makeException(status, msg));
+      }
+    }
+  } catch (...) {
+    // Never let an exception reach the engine's thread.
+    try {
+      self->future_->setErrorIfNeeded(std::current_exception());
+    } catch (...) {
+    }
+  }
+}
+
+bool Work::isCompleted() {
+  if (device_) return handle_ != nullptr && rustccl_work_is_completed(handle_) != 0;
+  return future_->completed();
+}
+
+bool Work::isSuccess() const {
+  if (device_) {
+    std::lock_guard<std::mutex> g(error_mu_);
+    return handle_ != nullptr && rustccl_work_is_completed(handle_) != 0 && !device_error_ &&
+           rustccl_work_error(handle_) == RUSTCCL_OK;
+  }
+  return future_->completed() && !future_->hasError();
+}
+
+std::exception_ptr Work::exception() const {
+  if (device_) {
+    std::lock_guard<std::mutex> g(error_mu_);
+    return device_error_;
+  }
+  return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+}
+
+int Work::sourceRank() const {
+  int r = source_rank_.load();
+  TORCH_CHECK(r >= 0, "rustccl: sourceRank() is only known for a finished recv");
+  return r;
+}
+
+std::vector<at::Tensor> Work::result() { return outputs_; }
+
+void Work::throwIfDeviceError() {
+  {
+    std::lock_guard<std::mutex> g(error_mu_);
+    if (device_error_) std::rethrow_exception(device_error_);
+  }
+  int32_t rc = rustccl_work_error(handle_);
+  if (rc != RUSTCCL_OK) throwStatus(rc, rustccl_last_error());
+}
+
+void Work::orderCurrentStream() {
+  // Without outputs to copy back, the end of the collective is rustccl's
+  // `done` event: wait on it directly (as torch's NCCL backend waits on its
+  // end event). With copies, the future's events come after them.
+  if (staged_ || handle_ == nullptr) {
+    future_->wait();
+    return;
+  }
+  int32_t rc = rustccl_work_order_stream(handle_, currentStream(*device_));
+  if (rc != RUSTCCL_OK) throwStatus(rc, rustccl_last_error());
+}
+
+void Work::synchronize() {
+  // CUDA: the caller's current stream waits for the collective (no host
+  // blocking). CPU: nothing to order.
+  if (device_) orderCurrentStream();
+}
+
+bool Work::wait(std::chrono::milliseconds timeout) {
+  if (device_) {
+    // With a timeout, block the host until the device finished (as NCCL's
+    // blocking wait does); always order the current stream after the work.
+    if (timeout != kNoTimeout && handle_ != nullptr) {
+      int32_t rc = rustccl_work_wait(handle_, timeout.count());
+      if (rc != RUSTCCL_OK) throwStatus(rc, rustccl_last_error());
+    }
+    orderCurrentStream();
+    throwIfDeviceError();
+    return true;
+  }
+  if (handle_ != nullptr && timeout != kNoTimeout) {
+    int32_t rc = rustccl_work_wait(handle_, timeout.count());
+    if (rc == RUSTCCL_WAIT_TIMEOUT) throwStatus(rc, rustccl_last_error());
+  }
+  // The engine completes the future (after copying back into the caller's
+  // tensors) right after it finishes: poll it briefly, then block on it.
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+  while (!future_->completed() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  future_->wait();
+  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() { return future_; }
+
+// ------------------------------------------------------------ CoalescedWork
+
+CoalescedWork::CoalescedWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works)
+    : c10d::Work(rank, c10d::OpType::COALESCED), works_(std::move(works)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {
+  auto remaining = std::make_shared<std::atomic<size_t>>(works_.size());
+  auto fut = future_;
+  auto all = works_;
+  if (works_.empty()) {
+    future_->markCompleted(c10::IValue(std::vector<at::Tensor>{}));
+    return;
+  }
+  for (auto& w : works_) {
+    w->getFuture()->addCallback([remaining, fut, all](c10::ivalue::Future& f) {
+      if (f.hasError()) {
+        fut->setErrorIfNeeded(f.exception_ptr());
+      }
+      if (remaining->fetch_sub(1) == 1 && !fut->completed()) {
+        std::vector<at::Tensor> outs;
+        for (auto& x : all) {
+          auto r = x->result();
+          outs.insert(outs.end(), r.begin(), r.end());
+        }
+        try {
+          fut->markCompleted(c10::IValue(outs));
+        } catch (...) {
+        }
+      }
+    });
+  }
+}
+
+bool CoalescedWork::isCompleted() { return future_->completed(); }
+bool CoalescedWork::isSuccess() const { return future_->completed() && !future_->hasError(); }
+std::exception_ptr CoalescedWork::exception() const {
+  return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+}
+std::vector<at::Tensor> CoalescedWork::result() {
+  std::vector<at::Tensor> outs;
+  for (auto& w : works_) {
+    auto r = w->result();
+    outs.insert(outs.end(), r.begin(), r.end());
+  }
+  return outs;
+}
+bool CoalescedWork::wait(std::chrono::milliseconds timeout) {
+  for (auto& w : works_) w->wait(timeout);
+  future_->wait();
+  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+  return true;
+}
+c10::intrusive_ptr<c10::ivalue::Future> CoalescedWork::getFuture() { return future_; }
+
+}  // namespace rustccl
