@@ -89,13 +89,12 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
 c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) {
   checkOne(tensors, "all_reduce");
+  // torch sends sparse CPU tensors here and sparse CUDA ones to
+  // allreduce_sparse (sparse.cpp).
+  if (tensors[0].defined() && tensors[0].layout() == c10::kSparse) return allreduce_sparse(tensors, opts);
   Submission s(*this, "all_reduce", c10d::OpType::ALLREDUCE, "rustccl:all_reduce");
   s.add(RUSTCCL_ALL_REDUCE, engineOp(opts.reduceOp)).inoutScaled(opts.reduceOp, tensors[0], true);
   return finish(s, tensors, opts.timeout);
-}
-
-c10::intrusive_ptr<c10d::Work> Backend::allreduce_sparse(std::vector<at::Tensor>&, const c10d::AllreduceOptions&) {
-  TORCH_CHECK(false, "rustccl all_reduce: sparse tensors are not supported; only dense (strided) tensors are");
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tensor>& tensors,

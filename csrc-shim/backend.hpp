@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -97,6 +98,9 @@ class Backend : public c10d::Backend {
 
   const std::string getBackendName() const override { return "rustccl"; }
   bool supportsCoalescing() const override { return true; }
+  bool supportsSplitting() const override { return true; }
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
@@ -149,6 +153,14 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // groups.cpp: new groups from this one, and gloo's monitored barrier.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+  void eagerConnectSingleDevice(at::Device device) override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts_override) override;
+
   const RustcclComm* comm() const { return comm_; }
   std::chrono::milliseconds effective(std::chrono::milliseconds t) const;
 
@@ -165,6 +177,11 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<Work> batch_work_;
   std::vector<at::Tensor> batch_result_;
   std::chrono::milliseconds batch_timeout_{c10d::kUnsetTimeout};
+  // split(): torch calls it once per device type of the parent group (CPU
+  // and CUDA share this backend); the second call returns the first's
+  // result, by group name. Non-members map to an empty pointer.
+  std::mutex splits_mu_;
+  std::map<std::string, c10::weak_intrusive_ptr<c10d::Backend>> splits_;
 };
 
 }  // namespace rustccl

@@ -65,6 +65,21 @@ void rustccl_comm_release(const RustcclComm* comm);
 int32_t rustccl_comm_connect_cuda(const RustcclComm* comm, int32_t device);
 void rustccl_comm_shutdown(const RustcclComm* comm, int32_t abort);
 uint64_t rustccl_comm_seq(const RustcclComm* comm);
+int32_t rustccl_comm_rank(const RustcclComm* comm);
+int32_t rustccl_comm_size(const RustcclComm* comm);
+
+// gloo's monitored barrier (blocking): rank 0 names the ranks that did not
+// arrive within timeout_ms; the other ranks learn the outcome.
+int32_t rustccl_comm_monitored_barrier(const RustcclComm* comm, int64_t timeout_ms, int32_t wait_all);
+// torch's split: every rank of the group calls it with the sorted group
+// ranks of its new group; *out is the new communicator, or NULL when this
+// rank is not one of `ranks`.
+int32_t rustccl_comm_split(const RustcclComm* comm, const int64_t* ranks, size_t n, const char* group,
+                           int64_t timeout_ms, const RustcclComm** out);
+// torch's shrink: only the survivors call it, with the sorted ranks to
+// leave out; `abort` aborts the group's work in flight first.
+int32_t rustccl_comm_shrink(const RustcclComm* comm, const int64_t* excluded, size_t n, int32_t abort,
+                            int64_t timeout_ms, const RustcclComm** out);
 
 // Takes ownership of every tensor in `ops`, also on failure. On success
 // sets *out_work and calls done(ctx, ...) exactly once, possibly on another

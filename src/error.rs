@@ -38,7 +38,7 @@ pub enum Error {
     Unsupported { op: &'static str, reason: String },
 
     /// A collective did not finish within the group's timeout.
-    #[error("rustccl {site}: timed out after {:.1} s waiting for rank(s) {waiting:?} (this process is rank {rank})", elapsed.as_secs_f64())]
+    #[error("rustccl {site}: Timed out after {:.1} s waiting for rank(s) {waiting:?} (this process is rank {rank})", elapsed.as_secs_f64())]
     Timeout { site: OpSite, rank: Rank, waiting: Vec<Rank>, elapsed: Duration },
 
     /// The connection to a peer broke (closed, reset) during an operation.
@@ -64,12 +64,22 @@ pub enum Error {
     Bootstrap { rank: Rank, detail: String },
 
     /// `wait(timeout)` gave up; the operation itself is still running.
-    #[error("rustccl {op} (seq {seq}): wait() timed out after {:.3} s; the operation is still in flight", waited.as_secs_f64())]
+    #[error("rustccl {op} (seq {seq}): Timed out after {:.3} s in wait(); the operation is still in flight", waited.as_secs_f64())]
     WaitTimeout { op: &'static str, seq: u64, waited: Duration },
 
     /// The communicator was shut down or aborted.
     #[error("rustccl {op}: the process group was {how}")]
     Closed { op: &'static str, how: &'static str },
+
+    /// A monitored barrier found ranks that did not arrive in time (or, on
+    /// the other ranks, rank 0 reported so).
+    #[error("rustccl monitored_barrier (group '{group}'): {detail}")]
+    Monitored { group: String, detail: String },
+
+    /// Making a new group from this one (split, shrink) failed: the ranks
+    /// disagree about it, or a peer was lost while they agreed.
+    #[error("rustccl {op} (group '{group}', rank {rank} (this process)): {detail}")]
+    Regroup { op: &'static str, group: String, rank: Rank, detail: String },
 
     /// A bug in rustccl; the message says where.
     #[error("rustccl internal error: {0}")]
@@ -102,7 +112,8 @@ impl Error {
         match self {
             Error::InvalidArgument { .. } => Code::InvalidArgument,
             Error::Unsupported { .. } => Code::Unsupported,
-            Error::Timeout { .. } => Code::Timeout,
+            Error::Timeout { .. } | Error::Monitored { .. } => Code::Timeout,
+            Error::Regroup { .. } => Code::Backend,
             Error::PeerLost { .. } | Error::Bootstrap { .. } => Code::Network,
             Error::Protocol { .. } | Error::Closed { .. } | Error::Device { .. } => Code::Backend,
             Error::Poisoned { cause, .. } => match cause.code() {

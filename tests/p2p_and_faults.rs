@@ -151,7 +151,7 @@ fn missing_rank(comms: Vec<rustccl::Communicator>) {
     for e in errs.into_iter().flatten() {
         let s = e.to_string();
         assert!(matches!(e, Error::Timeout { .. }), "{s}");
-        assert!(s.contains("timed out") && s.contains("rustccl all_reduce (seq 0"), "{s}");
+        assert!(s.contains(" Timed out ") && s.contains("rustccl all_reduce (seq 0"), "{s}");
     }
 }
 

@@ -18,10 +18,13 @@ import torch  # noqa: F401
 from . import _rustccl
 from ._rustccl import Communicator, __version__, config, host_identity
 from .backend import BACKEND_NAME, register
+from .groups import install as _install_torch_compat
+from .groups import monitored_barrier
 from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 
 register()
+_install_torch_compat()
 
 __all__ = [
     "BACKEND_NAME",
@@ -31,6 +34,7 @@ __all__ = [
     "config",
     "flight_record",
     "host_identity",
+    "monitored_barrier",
     "register",
     "reset_stats",
     "stats",

@@ -10,7 +10,6 @@ to every peer, and the C++ shim wraps the resulting communicator in a
 from __future__ import annotations
 
 import os
-import sys
 from datetime import timedelta
 
 import torch
@@ -43,34 +42,13 @@ def _seconds(t) -> float:
     return float(t)
 
 
-def _bound_device():
-    """The ``device_id`` torch is creating this group for, if any.
-
-    torch passes it to backends only through ``eager_connect_single_device``,
-    which it calls only for backends that also implement communicator
-    splitting; rustccl reads it from ``_new_process_group_helper``'s frame
-    (torch 2.11) so that ``init_process_group(device_id=...)`` still creates
-    the NCCL communicator eagerly. Returns None when not found.
-    """
-    f = sys._getframe(1)
-    for _ in range(8):
-        f = f.f_back
-        if f is None:
-            return None
-        if f.f_code.co_name == "_new_process_group_helper":
-            d = f.f_locals.get("device_id")
-            return d if isinstance(d, torch.device) else None
-    return None
-
-
 def _create_backend(opts, backend_options=None):
     rank, size = opts.group_rank, opts.group_size
     timeout_s = _seconds(opts.timeout)
     group = str(opts.group_id) if opts.group_id is not None else "default"
     comm = Communicator.bootstrap(opts.store, rank, size, timeout_s, group, _store_host(opts.store))
-    device = _bound_device()
-    if device is not None and device.type == "cuda":
-        comm.connect_cuda(device.index if device.index is not None else torch.cuda.current_device())
+    # init_process_group(device_id=cuda:i): torch then calls the backend's
+    # eager_connect_single_device, which creates the NCCL communicator.
     boxed = torch.ops.rustccl._create_process_group(comm._into_raw(), rank, size, int(timeout_s * 1000))
     pg = ProcessGroup.unbox(boxed)
     return pg._get_backend(torch.device("cpu"))

@@ -39,7 +39,7 @@ class FileStore:
                     return f.read()
             except FileNotFoundError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"rustccl FileStore: timed out waiting for key {key!r} in {self.path}")
+                    raise TimeoutError(f"rustccl FileStore: Timed out waiting for key {key!r} in {self.path}")
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
 

@@ -30,7 +30,7 @@ fn remaining(deadline: Instant) -> Result<Duration, String> {
     deadline
         .checked_duration_since(Instant::now())
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| "timed out connecting to peers".to_string())
+        .ok_or_else(|| "Timed out connecting to peers".to_string())
 }
 
 /// Constant-time comparison, so the secret cannot be probed byte by byte.

@@ -50,11 +50,11 @@ pub struct PeerInfo {
 }
 
 impl PeerInfo {
-    fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         format!("{}|{}|{}", self.addr, self.pid, self.host).into_bytes()
     }
 
-    fn decode(rank: Rank, b: &[u8]) -> std::result::Result<PeerInfo, String> {
+    pub fn decode(rank: Rank, b: &[u8]) -> std::result::Result<PeerInfo, String> {
         let s = String::from_utf8_lossy(b);
         let mut it = s.splitn(3, '|');
         let bad = || format!("malformed peer record for rank {rank}: {s:?}");
@@ -95,11 +95,11 @@ fn random_secret() -> std::result::Result<[u8; 32], String> {
     Ok(s)
 }
 
-fn hex(b: &[u8]) -> String {
+pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unhex(s: &[u8]) -> Option<[u8; 32]> {
+pub fn unhex(s: &[u8]) -> Option<[u8; 32]> {
     let s = std::str::from_utf8(s).ok()?;
     if s.len() != 64 {
         return None;
@@ -111,21 +111,37 @@ fn unhex(s: &[u8]) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// A rank's listening socket and the record it publishes about itself.
+pub struct Listening {
+    listener: TcpListener,
+    pub me: PeerInfo,
+}
+
+/// Step 3's first half: listen on one local address.
+pub fn listen(rank: Rank, opts: &BootstrapOpts) -> Result<Listening> {
+    let listener = TcpListener::bind((opts.listen_ip, 0))
+        .map_err(|e| berr(rank, format!("cannot listen on {}: {e}", opts.listen_ip)))?;
+    let local = listener.local_addr().map_err(|e| berr(rank, e.to_string()))?;
+    let me = PeerInfo { rank, addr: local, host: opts.host.clone(), pid: std::process::id() };
+    Ok(Listening { listener, me })
+}
+
+/// A fresh random secret for a new group (its rank 0 draws it).
+pub fn new_secret(rank: Rank) -> Result<[u8; 32]> {
+    random_secret().map_err(|e| berr(rank, e))
+}
+
 /// Runs the rendezvous for `rank` of `size` (see the module docs).
 pub fn rendezvous(store: &dyn Store, rank: Rank, size: usize, opts: &BootstrapOpts) -> Result<Endpoints> {
     if size == 0 || rank >= size {
         return Err(berr(rank, format!("rank {rank} is not in a group of size {size}")));
     }
-    let deadline = Instant::now() + opts.timeout;
     let generation = store.add(&format!("rustccl/gen/{rank}"), 1).map_err(|e| berr(rank, e))?;
     let prefix = format!("rustccl/{generation}");
-
-    let listener = TcpListener::bind((opts.listen_ip, 0))
-        .map_err(|e| berr(rank, format!("cannot listen on {}: {e}", opts.listen_ip)))?;
-    let local = listener.local_addr().map_err(|e| berr(rank, e.to_string()))?;
+    let l = listen(rank, opts)?;
 
     let secret = if rank == 0 {
-        let s = random_secret().map_err(|e| berr(rank, e))?;
+        let s = new_secret(rank)?;
         store.set(&format!("{prefix}/secret"), hex(&s).as_bytes()).map_err(|e| berr(rank, e))?;
         s
     } else {
@@ -133,22 +149,30 @@ pub fn rendezvous(store: &dyn Store, rank: Rank, size: usize, opts: &BootstrapOp
         unhex(&v).ok_or_else(|| berr(rank, "malformed rendezvous secret in the store"))?
     };
 
-    let me = PeerInfo { rank, addr: local, host: opts.host.clone(), pid: std::process::id() };
-    store.set(&format!("{prefix}/peer/{rank}"), &me.encode()).map_err(|e| berr(rank, e))?;
+    store.set(&format!("{prefix}/peer/{rank}"), &l.me.encode()).map_err(|e| berr(rank, e))?;
     let mut peers = Vec::with_capacity(size);
     for p in 0..size {
         let v = store.get(&format!("{prefix}/peer/{p}"), opts.timeout).map_err(|e| berr(rank, e))?;
         peers.push(PeerInfo::decode(p, &v).map_err(|e| berr(rank, e))?);
     }
-    log_at!(LogLevel::Info, "group '{}' rank {rank}/{size}: listening on {local}, generation {generation}", opts.group);
+    connect(l, peers, &secret, generation, opts)
+}
 
+/// Step 4, once every rank knows every record and the group's secret:
+/// connects to the lower ranks and accepts the higher ones. `peers` are
+/// indexed by rank; this rank is `l.me.rank`.
+pub fn connect(l: Listening, peers: Vec<PeerInfo>, secret: &[u8; 32], generation: i64, opts: &BootstrapOpts) -> Result<Endpoints> {
+    let (rank, size) = (l.me.rank, peers.len());
+    let deadline = Instant::now() + opts.timeout;
+    log_at!(LogLevel::Info, "group '{}' rank {rank}/{size}: listening on {}, generation {generation}", opts.group, l.me.addr);
     // First half: the handshake secret; second half: the shared-memory token.
     let mut hs_secret = [0u8; 16];
     hs_secret.copy_from_slice(&secret[..16]);
     let token = hex(&secret[16..]);
     let hs = handshake::Handshake { rank, size, secret: hs_secret, deadline };
+    let listener = &l.listener;
     let (accepted, connected) = std::thread::scope(|s| {
-        let acceptor = s.spawn(|| hs.accept_all(&listener, &peers));
+        let acceptor = s.spawn(|| hs.accept_all(listener, &peers));
         let connected = hs.connect_all(&peers);
         let accepted = acceptor.join().unwrap_or_else(|_| Err("acceptor thread panicked".into()));
         (accepted, connected)

@@ -43,7 +43,7 @@ impl Store for MemStore {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(format!("timed out waiting for key {key:?}"));
+                return Err(format!("Timed out waiting for key {key:?}"));
             }
             map = self.cv.wait_timeout(map, deadline - now).map_err(|_| "store poisoned")?.0;
         }

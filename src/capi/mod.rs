@@ -376,3 +376,113 @@ pub extern "C" fn rustccl_work_release(w: *mut RustcclWork) {
         let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(w) })));
     }
 }
+
+fn ranks_of(v: Vec<i64>) -> Vec<crate::types::Rank> {
+    v.into_iter().map(|r| usize::try_from(r).unwrap_or(usize::MAX)).collect()
+}
+
+/// gloo's monitored barrier: rank 0 names the ranks that did not arrive
+/// within `timeout_ms`; the others learn the outcome (blocking).
+#[no_mangle]
+pub extern "C" fn rustccl_comm_monitored_barrier(c: *const RustcclComm, timeout_ms: i64, wait_all: i32) -> i32 {
+    if c.is_null() {
+        return fail(&Error::Internal("monitored_barrier: null communicator".into()));
+    }
+    let c = comm(c);
+    let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
+    guarded("monitored_barrier", || match without_gil(|| c.monitored_barrier(timeout, wait_all != 0)) {
+        Ok(()) => 0,
+        Err(e) => fail(&e),
+    })
+}
+
+/// torch's split: every rank of the group calls it with the sorted parent
+/// ranks of its new group (`ranks`, `n`); `*out` receives the new group's
+/// communicator (released with `rustccl_comm_release`), or null when this
+/// rank is not one of `ranks`.
+///
+/// # Safety
+/// `ranks` points to `n` i64; `group` is a NUL-terminated string; `out` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn rustccl_comm_split(
+    c: *const RustcclComm,
+    ranks: *const i64,
+    n: usize,
+    group: *const c_char,
+    timeout_ms: i64,
+    out: *mut *const RustcclComm,
+) -> i32 {
+    if c.is_null() || out.is_null() || group.is_null() {
+        return fail(&Error::Internal("split: null argument".into()));
+    }
+    *out = std::ptr::null();
+    let members = ranks_of(i64s(ranks, n));
+    let name = std::ffi::CStr::from_ptr(group).to_string_lossy().into_owned();
+    let c = comm(c);
+    let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
+    let mut made = None;
+    let rc = guarded("split", || match without_gil(|| c.split(&members, &name, timeout)) {
+        Ok(child) => {
+            made = child;
+            0
+        }
+        Err(e) => fail(&e),
+    });
+    if let Some(child) = made {
+        *out = comm_into_raw(Arc::new(child)) as *const RustcclComm;
+    }
+    rc
+}
+
+/// torch's shrink: only survivors call it, with the sorted group ranks to
+/// leave out; `abort` first aborts the group's work in flight. `*out`
+/// receives the new group's communicator.
+///
+/// # Safety
+/// `excluded` points to `n` i64; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn rustccl_comm_shrink(
+    c: *const RustcclComm,
+    excluded: *const i64,
+    n: usize,
+    abort: i32,
+    timeout_ms: i64,
+    out: *mut *const RustcclComm,
+) -> i32 {
+    if c.is_null() || out.is_null() {
+        return fail(&Error::Internal("shrink: null argument".into()));
+    }
+    *out = std::ptr::null();
+    let gone = ranks_of(i64s(excluded, n));
+    let c = comm(c);
+    let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
+    let mut made = None;
+    let rc = guarded("shrink", || match without_gil(|| c.shrink(&gone, abort != 0, timeout)) {
+        Ok(child) => {
+            made = Some(child);
+            0
+        }
+        Err(e) => fail(&e),
+    });
+    if let Some(child) = made {
+        *out = comm_into_raw(Arc::new(child)) as *const RustcclComm;
+    }
+    rc
+}
+
+#[no_mangle]
+pub extern "C" fn rustccl_comm_rank(c: *const RustcclComm) -> i32 {
+    if c.is_null() {
+        return -1;
+    }
+    catch_unwind(AssertUnwindSafe(|| comm(c).rank() as i32)).unwrap_or(-1)
+}
+
+#[no_mangle]
+pub extern "C" fn rustccl_comm_size(c: *const RustcclComm) -> i32 {
+    if c.is_null() {
+        return -1;
+    }
+    catch_unwind(AssertUnwindSafe(|| comm(c).size() as i32)).unwrap_or(-1)
+}

@@ -7,9 +7,12 @@
 pub mod flight;
 pub mod host;
 pub mod nccl;
+pub mod monitor;
 pub mod p2p;
+pub mod regroup;
 pub mod stats;
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -112,6 +115,9 @@ pub struct Communicator {
     flight: Arc<flight::FlightRecorder>,
     /// Link kind per peer ("shm" / "tcp").
     links: Vec<&'static str>,
+    /// Control exchanges over the point-to-point links so far (monitored
+    /// barriers, shrinks); each uses its own tag, see `control_tag`.
+    control_calls: AtomicU64,
 }
 
 /// The fault of `opts` if it targets this rank and group.
@@ -191,6 +197,10 @@ fn describe(ops: &[Op<Tensor>]) -> String {
 /// (outside torch's int32 tag range, so it never meets a user's message).
 const NCCL_ID_TAG: i64 = i64::MIN + 0x6e63636c;
 
+/// First tag of the control exchanges (monitored barrier, shrink): call n
+/// of a communicator uses `CONTROL_TAG + n`, also outside torch's range.
+const CONTROL_TAG: i64 = i64::MIN + (1 << 40);
+
 impl Communicator {
     /// Rendezvous through `store`, connect to every peer, start the engines.
     pub fn bootstrap(
@@ -202,7 +212,14 @@ impl Communicator {
     ) -> Result<Communicator> {
         let host = opts.host_id.clone().unwrap_or_else(bootstrap::addr::host_identity);
         let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip, host };
-        let mut ep = bootstrap::rendezvous(store, rank, size, &bopts)?;
+        let ep = bootstrap::rendezvous(store, rank, size, &bopts)?;
+        Self::from_endpoints(ep, opts)
+    }
+
+    /// Starts the engines over freshly connected endpoints (after a
+    /// rendezvous, a split or a shrink).
+    fn from_endpoints(mut ep: bootstrap::Endpoints, opts: CommOptions) -> Result<Communicator> {
+        let (rank, size) = (ep.rank, ep.size);
         let mut coll = ep.take_channel(CHANNEL_COLLECTIVE);
         let p2p_conns = ep.take_channel(CHANNEL_P2P);
         let shm = Self::connect_shm(&ep, &mut coll, &opts)?;
@@ -238,6 +255,7 @@ impl Communicator {
             stats,
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
             links,
+            control_calls: AtomicU64::new(0),
         })
     }
 
@@ -299,6 +317,7 @@ impl Communicator {
             stats,
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
             links: vec![kind; size],
+            control_calls: AtomicU64::new(0),
         })
     }
 
@@ -327,6 +346,14 @@ impl Communicator {
     /// Per-collective counters.
     pub fn stats(&self) -> &stats::Stats {
         &self.stats
+    }
+
+    /// A fresh tag for a control exchange over the point-to-point links.
+    /// The ranks taking part make the same calls in the same order, so
+    /// they draw the same tag; a late message of an earlier exchange can
+    /// never be taken for a later one's.
+    fn control_tag(&self) -> i64 {
+        CONTROL_TAG + self.control_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64
     }
 
     /// Collectives submitted so far (the next sequence number).

@@ -517,7 +517,7 @@ impl EventLoop {
                 .and_then(|x| x.out.front())
                 .is_some_and(|o| o.deadline <= now);
             if stuck {
-                self.kill(p, "send timed out (the peer is not reading)".into());
+                self.kill(p, "send Timed out (the peer is not reading)".into());
             }
         }
     }

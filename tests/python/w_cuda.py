@@ -429,7 +429,7 @@ def stalled_peer(rank: int, world: int) -> tuple[int, list[str]]:
             torch.cuda.synchronize()
             c.true("a later call fails", False)
         except Exception as e:  # noqa: BLE001 - DistBackendError or RuntimeError
-            c.true(f"the later call names the cause: {e}", "rustccl" in str(e) and "timed out" in str(e))
+            c.true(f"the later call names the cause: {e}", "rustccl" in str(e) and " Timed out " in str(e))
     else:
         time.sleep(10)
     return c.count, c.failures

@@ -213,6 +213,11 @@ impl NcclEngine {
         self.sh.lib.version_string()
     }
 
+    /// The device this group's CUDA work is bound to, once it has run some.
+    pub fn device(&self) -> Option<i32> {
+        *lock(&self.bound)
+    }
+
     /// Binds the group to `device` on first use; later uses must match.
     fn bind(&self, op: &'static str, device: i32) -> Result<()> {
         let mut b = lock(&self.bound);

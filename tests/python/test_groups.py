@@ -1,0 +1,84 @@
+"""gloo's features on rustccl (monitored_barrier, sparse all_reduce, DDP
+with a sparse embedding) and groups made from groups (shrink_group; split
+needs CUDA and is in test_cuda.py)."""
+
+import re
+
+import pytest
+
+import launch
+
+TORCH_TIMEOUT_RE = re.compile(" (Timed out|closed|timeout) ")
+
+
+def test_monitored_barrier():
+    res = launch.run("w_groups:monitored", 3, pg_timeout=30, timeout=150)
+    for r in range(3):
+        assert res[r]["ok"] is None and res[r]["c10d"] is None, res[r]
+        assert res[r]["after_missing"] == 3.0 and res[r]["after_all"] == 3.0, res[r]
+        assert "only implemented for GLOO" in res[r]["torch_refuses"]["msg"], res[r]
+    m0 = res[0]["missing"]
+    assert m0["type"] == "DistBackendError" and "Rank 2 failed to pass monitoredBarrier in 1000 ms" in m0["msg"], m0
+    assert "rustccl monitored_barrier" in m0["msg"] and TORCH_TIMEOUT_RE.search(m0["msg"]), m0
+    m1 = res[1]["missing"]
+    assert m1["type"] == "DistBackendError" and "rank 0 reported that rank(s) [2] failed" in m1["msg"], m1
+    assert "Ranks 1, 2 failed to pass monitoredBarrier in 1000 ms" in res[0]["all"]["msg"], res[0]["all"]
+    # subgroup [1, 2]: its rank 0 is global rank 1
+    assert res[1]["sub_ok"] is None and res[2]["sub_ok"] is None
+    assert "Rank 1 failed to pass monitoredBarrier" in res[1]["sub_missing"]["msg"], res[1]["sub_missing"]
+    assert res[1]["sub_after"] == 2.0 and res[2]["sub_after"] == 2.0
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_sparse_all_reduce_matches_dense_sum_and_gloo(world):
+    res = launch.run("w_groups:sparse", world, timeout=150)
+    for r in range(world):
+        for key in ("2d", "3"):
+            got = res[r][key]
+            assert got == {"equal_dense": True, "future_equal": True, "coalesced": True, "is_sparse": True,
+                           "same_as_gloo": True}, (r, key, got)
+        assert "only ReduceOp.SUM" in res[r]["avg_refused"]["msg"], res[r]
+        assert res[r]["after"] == float(world)
+
+
+def test_ddp_sparse_embedding_matches_gloo():
+    res = launch.run("w_groups:ddp_sparse", 2, timeout=150)
+    for r in res:
+        assert r["max_diff"] < 1e-6, r
+
+
+@pytest.mark.parametrize("abort", [False, True])
+def test_shrink_after_a_rank_dies(abort):
+    res = launch.run("w_groups:shrink_dead", 4, 3, abort, pg_timeout=30, timeout=150, may_die=[3])
+    assert res[3] is None
+    for r in range(3):
+        got = res[r]
+        assert got["first"] is not None and "rustccl" in got["first"]["msg"], got
+        assert (got["new_rank"], got["new_size"], got["default_size"], got["default_rank"]) == (r, 3, 3, r), got
+        assert got["is_default"] and got["backend"] == "rustccl", got
+        assert got["sum"] == [3.0] * 5 and got["bcast"] == [7.0] * 5 and got["gathered"] == [0.0, 1.0, 2.0], got
+
+
+def test_shrink_two_to_one():
+    # rank 1 dies: rank 0 hosts the store, which torch's shrink_group clones
+    res = launch.run("w_groups:shrink_dead", 2, 1, False, pg_timeout=30, timeout=150, may_die=[1])
+    got = res[0]
+    assert (got["new_rank"], got["new_size"]) == (0, 1), got
+    assert got["sum"] == [0.0] * 5 and got["bcast"] == [7.0] * 5 and got["gathered"] == [0.0], got
+
+
+def test_shrink_with_mismatched_lists_fails_everywhere():
+    res = launch.run("w_groups:shrink_mismatch", 4, pg_timeout=6, timeout=150)
+    for r in range(3):
+        err = res[r]["err"]
+        assert err is not None and "rustccl shrink_group" in err["msg"], (r, err)
+        assert err["s"] < 6 + 5, (r, err)
+    assert "disagree" in res[0]["err"]["msg"] or "disagree" in res[2]["err"]["msg"], res
+
+
+def test_shrink_subgroup_keeps_default_group():
+    res = launch.run("w_groups:shrink_subgroup", 4, timeout=150)
+    for r in (0, 1):
+        assert res[r]["new_size"] == 2 and res[r]["sub_sum"] == 2.0 and res[r]["world_still"] == 4, res[r]
+    for r in range(4):
+        assert res[r]["world_sum"] == 4.0, res[r]
