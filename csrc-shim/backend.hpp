@@ -105,6 +105,10 @@ class Backend : public c10d::Backend {
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   void setSequenceNumberForGroup() override {}
+  void setGroupUid(const std::string& pg_uid) override {
+    c10d::Backend::setGroupUid(pg_uid);
+    rustccl_comm_set_name(comm_, pg_uid.c_str());
+  }
   uint64_t getSequenceNumberForGroup() override;
   void abort() override;
   void shutdown() override;

@@ -66,6 +66,8 @@ int32_t rustccl_comm_connect_cuda(const RustcclComm* comm, int32_t device);
 void rustccl_comm_shutdown(const RustcclComm* comm, int32_t abort);
 uint64_t rustccl_comm_seq(const RustcclComm* comm);
 int32_t rustccl_comm_rank(const RustcclComm* comm);
+// torch's name for the group: rustccl.stats() & co. find it by that name.
+void rustccl_comm_set_name(const RustcclComm* comm, const char* name);
 int32_t rustccl_comm_size(const RustcclComm* comm);
 
 // gloo's monitored barrier (blocking): rank 0 names the ranks that did not

@@ -19,7 +19,7 @@ from . import _rustccl
 from ._rustccl import Communicator, __version__, config, host_identity
 from .backend import BACKEND_NAME, register
 from .groups import install as _install_torch_compat
-from .groups import monitored_barrier
+from .groups import failed_ranks, monitored_barrier
 from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 
@@ -32,6 +32,7 @@ __all__ = [
     "FileStore",
     "__version__",
     "config",
+    "failed_ranks",
     "flight_record",
     "host_identity",
     "monitored_barrier",

@@ -1,5 +1,6 @@
 """What torch's Python layer keeps from plugin backends, made available for
-rustccl groups: ``monitored_barrier`` and ``dist.split_group``.
+rustccl groups: ``monitored_barrier`` and ``dist.split_group``; and
+:func:`failed_ranks` for recovering with ``dist.shrink_group``.
 
 - torch's ``dist.monitored_barrier`` refuses every backend but gloo by name;
   :func:`monitored_barrier` has its signature and runs rustccl's
@@ -58,6 +59,17 @@ def monitored_barrier(group=None, timeout: timedelta | float | None = None, wait
         pg.monitored_barrier(wait_all_ranks=wait_all_ranks)
     else:
         pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
+def failed_ranks(group=None) -> list[int]:
+    """Ranks of ``group`` (group ranks) whose link to this rank broke under
+    an operation: the dead ranks, as this rank saw them. After a collective
+    failed because a rank died, the survivors pass this to
+    ``dist.shrink_group`` (which checks that they all pass the same list)."""
+    from . import _rustccl
+    from .stats import _group_name
+
+    return list(_rustccl._failed_ranks(_group_name(group)))
 
 
 def install() -> None:

@@ -486,3 +486,25 @@ pub extern "C" fn rustccl_comm_size(c: *const RustcclComm) -> i32 {
     }
     catch_unwind(AssertUnwindSafe(|| comm(c).size() as i32)).unwrap_or(-1)
 }
+
+/// torch named the group (ProcessGroup::setGroupName): `rustccl.stats()`
+/// and friends find the communicator under that name from now on.
+///
+/// # Safety
+/// `name` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn rustccl_comm_set_name(c: *const RustcclComm, name: *const c_char) {
+    if c.is_null() || name.is_null() {
+        return;
+    }
+    let name = std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: see `comm`; a new strong reference for the registry's
+        // upgrade check, dropped at the end of this block.
+        let arc = unsafe {
+            Arc::increment_strong_count(c as *const Communicator);
+            Arc::from_raw(c as *const Communicator)
+        };
+        crate::comm::stats::register_as(&arc, &name);
+    }));
+}

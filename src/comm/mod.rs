@@ -137,6 +137,9 @@ fn observer(stats: Arc<stats::Stats>) -> Observer {
             transport: d.transport,
             ok: d.result.is_ok(),
         });
+        if let Err(e) = d.result {
+            stats.note_error(e);
+        }
     })
 }
 
@@ -343,6 +346,12 @@ impl Communicator {
     pub fn link_kinds(&self) -> &[&'static str] {
         &self.links
     }
+    /// Ranks whose link to this one broke under an operation (dead ranks,
+    /// as this rank saw them), sorted.
+    pub fn failed_ranks(&self) -> Vec<Rank> {
+        self.stats.lost_peers()
+    }
+
     /// Per-collective counters.
     pub fn stats(&self) -> &stats::Stats {
         &self.stats
@@ -479,6 +488,9 @@ impl Communicator {
                     w.on_complete(Box::new(move |r, _| {
                         let s = stats::Sample { op: kind, bytes, duration: w2.duration(), algorithm: "direct", transport: "tcp", ok: r.is_ok() };
                         st.record(s);
+                        if let Err(e) = r {
+                            st.note_error(e);
+                        }
                     }));
                 };
                 if single {

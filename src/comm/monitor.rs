@@ -83,19 +83,21 @@ impl Communicator {
         Err(Error::Monitored { group: self.opts.group.clone(), detail })
     }
 
-    /// A rank other than 0: check in, then wait for rank 0's verdict.
+    /// A rank other than 0: check in, then wait for rank 0's verdict. Rank
+    /// 0 gives it at most `timeout` after it called, which may be up to
+    /// `timeout` after this rank did: wait twice as long for it.
     fn monitored_member(&self, tag: i64, timeout: Duration) -> Result<()> {
         let me = self.rank;
         let hello = SharedBuf::new(DType::U8, &[1u8]);
         let verdict = SharedBuf::zeros(DType::U8, self.size);
         let sent = self.p2p_bytes(true, 0, tag, &hello, timeout)?;
-        let got = self.p2p_bytes(false, 0, tag, &verdict, timeout)?;
+        let got = self.p2p_bytes(false, 0, tag, &verdict, timeout * 2)?;
         let failed = |why: String| Error::Monitored {
             group: self.opts.group.clone(),
             detail: format!("rank {me} (this process) reached the barrier, but {why}; check rank 0's error for the rank that hangs"),
         };
         sent.wait(Some(timeout)).map_err(|e| failed(format!("could not reach rank 0: {e}")))?;
-        got.wait(Some(timeout)).map_err(|e| failed(format!("rank 0 did not answer: {e}")))?;
+        got.wait(Some(timeout * 2)).map_err(|e| failed(format!("rank 0 did not answer: {e}")))?;
         let v = verdict.bytes().ok_or_else(|| Error::Internal("verdict buffer still lent".into()))?;
         let missing: Vec<Rank> = (0..self.size).filter(|&r| v[r] != 0).collect();
         if missing.is_empty() {

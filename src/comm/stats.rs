@@ -45,6 +45,9 @@ pub struct Sample {
 #[derive(Default)]
 pub struct Stats {
     ops: Mutex<BTreeMap<&'static str, OpStats>>,
+    /// Peers whose link broke under an operation (a dead rank), for
+    /// `rustccl.failed_ranks`; reset() keeps them.
+    lost: Mutex<std::collections::BTreeSet<crate::types::Rank>>,
 }
 
 /// Bus-bandwidth factor of `op` in a group of `n`.
@@ -58,6 +61,22 @@ pub fn bus_factor(op: &str, n: usize) -> f64 {
 }
 
 impl Stats {
+    /// Notes the peer of a broken link (a failed operation's error).
+    pub fn note_error(&self, e: &crate::error::Error) {
+        let mut e = e;
+        while let crate::error::Error::Poisoned { cause, .. } = e {
+            e = cause;
+        }
+        if let crate::error::Error::PeerLost { peer, .. } = e {
+            self.lost.lock().unwrap_or_else(|p| p.into_inner()).insert(*peer);
+        }
+    }
+
+    /// Peers whose link broke under an operation so far.
+    pub fn lost_peers(&self) -> Vec<crate::types::Rank> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect()
+    }
+
     pub fn record(&self, s: Sample) {
         let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
         let e = ops.entry(s.op.name()).or_default();
@@ -96,9 +115,15 @@ fn registry() -> &'static Mutex<HashMap<String, Weak<crate::Communicator>>> {
 
 /// Makes `comm` findable by its group name (the newest group of a name wins).
 pub fn register(comm: &Arc<crate::Communicator>) {
+    register_as(comm, comm.group());
+}
+
+/// Makes `comm` findable as `name` (torch's name of the group, which torch
+/// gives split and shrunk groups after the engine made them).
+pub fn register_as(comm: &Arc<crate::Communicator>, name: &str) {
     let mut r = registry().lock().unwrap_or_else(|p| p.into_inner());
     r.retain(|_, w| w.strong_count() > 0);
-    r.insert(comm.group().to_string(), Arc::downgrade(comm));
+    r.insert(name.to_string(), Arc::downgrade(comm));
 }
 
 /// The live communicator of group `name`.

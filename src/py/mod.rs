@@ -377,6 +377,14 @@ fn _flight_record(group: &str, dir: Option<&str>) -> PyResult<String> {
     c.flight_record(dir).map_err(to_py)
 }
 
+/// Ranks of group `group` whose link to this rank broke (dead ranks).
+#[pyfunction]
+fn _failed_ranks(group: &str) -> PyResult<Vec<usize>> {
+    let c = crate::comm::stats::lookup(group)
+        .ok_or_else(|| PyValueError::new_err(format!("rustccl.failed_ranks: no live rustccl process group named {group:?}")))?;
+    Ok(c.failed_ranks())
+}
+
 /// This host's identity as rustccl sees it (for debugging placement).
 #[pyfunction]
 fn host_identity() -> String {
@@ -399,6 +407,7 @@ fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_reset_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_flight_record, m)?)?;
+    m.add_function(wrap_pyfunction!(_failed_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(_one_shot_ptx, m)?)?;
     Ok(())
 }

@@ -54,6 +54,7 @@ def test_shrink_after_a_rank_dies(abort):
     for r in range(3):
         got = res[r]
         assert got["first"] is not None and "rustccl" in got["first"]["msg"], got
+        assert got["seen"] == [3] and got["stats_ok"], got  # failed_ranks named the dead rank
         assert (got["new_rank"], got["new_size"], got["default_size"], got["default_rank"]) == (r, 3, 3, r), got
         assert got["is_default"] and got["backend"] == "rustccl", got
         assert got["sum"] == [3.0] * 5 and got["bcast"] == [7.0] * 5 and got["gathered"] == [0.0, 1.0, 2.0], got

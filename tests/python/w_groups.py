@@ -131,9 +131,10 @@ def shrink_dead(rank: int, world: int, victim: int, abort: bool) -> dict | None:
     if rank == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     first = _error(lambda: dist.all_reduce(torch.ones(1 << 12)))
+    seen = rustccl.failed_ranks()
     t0 = time.monotonic()
     flags = c10d.SHRINK_ABORT if abort else c10d.SHRINK_DEFAULT
-    new = dist.shrink_group([victim], shrink_flags=flags)
+    new = dist.shrink_group(seen, shrink_flags=flags)
     shrink_s = time.monotonic() - t0
     y = torch.full((5,), float(rank))
     dist.all_reduce(y)  # the default group is the shrunk one now
@@ -144,7 +145,7 @@ def shrink_dead(rank: int, world: int, victim: int, abort: bool) -> dict | None:
     gathered = [torch.zeros(1) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, torch.tensor([float(rank)]))
     return {
-        "first": first, "shrink_s": shrink_s, "new_rank": new.rank(), "new_size": new.size(),
+        "first": first, "shrink_s": shrink_s, "seen": seen, "stats_ok": "all_reduce" in rustccl.stats()["ops"], "new_rank": new.rank(), "new_size": new.size(),
         "default_size": dist.get_world_size(), "default_rank": dist.get_rank(), "is_default": new == dist.group.WORLD,
         "sum": y.tolist(), "bcast": z.tolist(), "gathered": [t.item() for t in gathered],
         "backend": dist.get_backend(),
