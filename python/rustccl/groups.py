@@ -11,8 +11,14 @@ rustccl groups: ``monitored_barrier`` and ``dist.split_group``; and
   ``perform_nocolor_split``, which exists only on ``ProcessGroupNCCL``.
   :func:`install` wraps both so that, for rustccl groups only, split_group
   passes backend options and new_group skips the NCCL-only step (rustccl's
-  new groups need no participation from non-members). Other backends see
-  torch's functions unchanged.
+  new groups need no participation from non-members).
+- torch's ``dist.shrink_group`` registers the new backend as torch's own
+  GLOO (CPU) or NCCL (CUDA) backend type; DDP's logger then treats it as
+  ``ProcessGroupGloo`` / ``ProcessGroupNCCL`` and crashes. :func:`install`
+  re-registers a rustccl shrunk group as a plugin backend (for CPU and CUDA
+  tensors, like every rustccl group).
+
+Other backends see torch's functions unchanged.
 """
 
 from __future__ import annotations
@@ -103,3 +109,17 @@ def install() -> None:
     split_group._rustccl = True
     c10d.split_group = split_group
     dist.split_group = split_group
+
+    torch_create_shrunk = c10d._create_shrunk_process_group
+
+    @functools.wraps(torch_create_shrunk)
+    def _create_shrunk_process_group(new_backend, *args, **kwargs):
+        pg = torch_create_shrunk(new_backend, *args, **kwargs)
+        if new_backend.name() == BACKEND_NAME:
+            custom = c10d.ProcessGroup.BackendType.CUSTOM
+            for device in ("cpu", "cuda"):
+                pg._register_backend(torch.device(device), custom, new_backend)
+            pg._set_default_backend(custom)
+        return pg
+
+    c10d._create_shrunk_process_group = _create_shrunk_process_group

@@ -83,3 +83,24 @@ def test_shrink_subgroup_keeps_default_group():
         assert res[r]["new_size"] == 2 and res[r]["sub_sum"] == 2.0 and res[r]["world_still"] == 4, res[r]
     for r in range(4):
         assert res[r]["world_sum"] == 4.0, res[r]
+
+
+@pytest.mark.parametrize("nproc", [4, 2])
+def test_training_survives_a_dead_rank_under_torchrun(nproc):
+    """examples/train_survive.py: the last rank vanishes at step 3; the
+    survivors shrink, rebuild DDP and finish; their final loss equals that of
+    a job of the survivors' size started from the state they had."""
+    import os
+    import sys
+    import tempfile
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import shrink_recovery as sr
+
+    state = os.path.join(tempfile.mkdtemp(prefix="rustccl-state-"), "state.pt")
+    got = sr.run(nproc, 6, 3, 256, "shrink", ["--fail-rank", str(nproc - 1), "--save-state", state])
+    assert (got["first_world"], got["world"], got["recovered_step"]) == (nproc, nproc - 1, 3), got
+    assert got["recovery_s"] > 0 and sorted(map(int, got["losses"])) == list(range(6)), got
+    ref = sr.run(nproc - 1, 6, 3, 256, "shrink", ["--resume", state])
+    assert ref["start"] == 3 and ref["world"] == nproc - 1, ref
+    assert abs(ref["final_loss"] - got["final_loss"]) <= 1e-6 * abs(ref["final_loss"]), (got, ref)
