@@ -55,6 +55,9 @@ def test_shrink_after_a_rank_dies(abort):
         got = res[r]
         assert got["first"] is not None and "rustccl" in got["first"]["msg"], got
         assert got["seen"] == [3] and got["stats_ok"], got  # failed_ranks named the dead rank
+        # one group's engine threads before and after: the parent's were joined
+        assert got["threads"][1] <= got["threads"][0], got
+        assert got["shm_left"] == [], got  # segments are unlinked once mapped
         assert (got["new_rank"], got["new_size"], got["default_size"], got["default_rank"]) == (r, 3, 3, r), got
         assert got["is_default"] and got["backend"] == "rustccl", got
         assert got["sum"] == [3.0] * 5 and got["bcast"] == [7.0] * 5 and got["gathered"] == [0.0, 1.0, 2.0], got

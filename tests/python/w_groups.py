@@ -128,6 +128,8 @@ def shrink_dead(rank: int, world: int, victim: int, abort: bool) -> dict | None:
     error, shrink the default group and keep working on the new one."""
     x = torch.ones(1 << 12)
     dist.all_reduce(x)
+    threads_before = len(os.listdir("/proc/self/task"))
+    shm_before = set(os.listdir("/dev/shm"))
     if rank == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     first = _error(lambda: dist.all_reduce(torch.ones(1 << 12)))
@@ -144,7 +146,10 @@ def shrink_dead(rank: int, world: int, victim: int, abort: bool) -> dict | None:
     dist.broadcast(z, 0)
     gathered = [torch.zeros(1) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, torch.tensor([float(rank)]))
+    threads_after = len(os.listdir("/proc/self/task"))  # the parent's engine threads are gone
     return {
+        "threads": (threads_before, threads_after),
+        "shm_left": [f for f in set(os.listdir("/dev/shm")) - shm_before if f.startswith("rustccl-")],
         "first": first, "shrink_s": shrink_s, "seen": seen, "stats_ok": "all_reduce" in rustccl.stats()["ops"], "new_rank": new.rank(), "new_size": new.size(),
         "default_size": dist.get_world_size(), "default_rank": dist.get_rank(), "is_default": new == dist.group.WORLD,
         "sum": y.tolist(), "bcast": z.tolist(), "gathered": [t.item() for t in gathered],
