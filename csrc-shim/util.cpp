@@ -50,7 +50,7 @@ static bool isSupportedDtype(at::ScalarType t) {
 void checkTensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.defined(), "rustccl ", op, ": got an undefined tensor");
   TORCH_CHECK(t.layout() == c10::kStrided, "rustccl ", op, ": ", t.layout(),
-              " tensors are not supported; only dense (strided) tensors are");
+              " tensors are not supported; only dense (strided) tensors are (and sparse COO ones by all_reduce)");
   TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "rustccl ", op, ": tensors on device ",
               t.device(), " are not supported (cpu and cuda only)");
   TORCH_CHECK(!t.is_quantized(), "rustccl ", op, ": quantized tensors are not supported");

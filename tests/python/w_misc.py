@@ -157,7 +157,8 @@ def errors(rank: int, world: int) -> tuple[int, list[str]]:
         dist.all_reduce(x)
         c.eq(f"group works after error {k}", x, torch.full((3,), float(sum(r + k for r in range(world)))))
 
-    _expect_error(c, "sparse", lambda: dist.all_reduce(torch.ones(4).to_sparse()), "rustccl", "all_reduce", "Sparse")
+    _expect_error(c, "sparse AVG", lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=dist.ReduceOp.AVG),
+                  "rustccl", "all_reduce", "only ReduceOp.SUM")
     still_works(0)
     f8 = torch.ones(4).to(torch.float8_e4m3fn)
     _expect_error(c, "float8 reduction", lambda: dist.all_reduce(f8), "rustccl", "all_reduce", "float8_e4m3fn")
