@@ -22,6 +22,8 @@ pub mod plan;
 pub mod recursive_doubling;
 pub mod reduce;
 pub mod ring;
+pub mod shm_one_round;
+pub mod shm_pipelined;
 pub mod tree;
 
 pub use op::{into_host, Op, OpSpec, Parts};
@@ -30,6 +32,7 @@ pub use reduce::Scratch;
 use crate::config::AlgoConfig;
 use crate::error::{Error, Result};
 use crate::tensor::{copy_region, overlaps, HostTensor, Tensor};
+use crate::transport::shm::{PhaseWait, Window};
 use crate::transport::Transport;
 use crate::types::{DType, ReduceOp};
 
@@ -48,10 +51,9 @@ pub(crate) fn all_reduce_bytes(
         return Ok("local");
     }
     let size = t.size();
-    if let Some((local, wait)) = t.direct() {
-        use crate::transport::shm::direct;
-        if local.ranks.len() == size {
-            return direct::all_reduce(&local, wait, buf, dtype, op);
+    if let Some((win, wait)) = t.window() {
+        if win.ranks().len() == size {
+            return all_reduce_shm(&win, wait, buf, dtype, op);
         }
     }
     if let Some(hosts) = t.hosts() {
@@ -65,6 +67,18 @@ pub(crate) fn all_reduce_bytes(
     } else {
         ring::all_reduce(t, buf, dtype, op, plan::seg_elems(cfg.segment_bytes, dtype.size()), scratch)?;
         Ok("ring")
+    }
+}
+
+/// All-reduce among the ranks of one host through shared memory: one
+/// round up to the small slot's size, pipelined above.
+pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<AlgoName> {
+    if buf.len() <= win.small_capacity() {
+        shm_one_round::all_reduce(win, w, buf, dtype, op)?;
+        Ok("shm_one_round")
+    } else {
+        shm_pipelined::all_reduce(win, w, buf, dtype, op)?;
+        Ok("shm_pipelined")
     }
 }
 

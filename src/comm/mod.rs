@@ -205,8 +205,9 @@ impl Communicator {
         let mut ep = bootstrap::rendezvous(store, rank, size, &bopts)?;
         let mut coll = ep.take_channel(CHANNEL_COLLECTIVE);
         let p2p_conns = ep.take_channel(CHANNEL_P2P);
-        let shm = Self::connect_shm(&ep, &mut coll, &opts)?;
+        let mut shm = Self::connect_shm(&ep, &mut coll, &opts)?;
         let any_shm = shm.is_some();
+        let p2p_shm = shm.as_mut().map(|s| (s.local.clone(), std::mem::take(&mut s.p2p)));
         let mut transport = Mesh::new(rank, size, coll, shm, hosts_of(&ep.peers))
             .map_err(|e| Error::Bootstrap { rank, detail: format!("setting up links: {e}") })?;
         if any_shm || opts.transport != TransportMode::Tcp {
@@ -225,7 +226,7 @@ impl Communicator {
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
         let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
-        let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns);
+        let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns, p2p_shm);
         Ok(Communicator {
             rank,
             size,
@@ -265,11 +266,11 @@ impl Communicator {
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {
-            Ok((l, links)) => {
-                if opts.transport == TransportMode::Shm && links.len() + 1 < local.len() {
+            Ok(setup) => {
+                if opts.transport == TransportMode::Shm && setup.links.len() + 1 < local.len() {
                     return Err(Error::Bootstrap { rank, detail: "RUSTCCL_TRANSPORT=shm, but some local ranks could not map each other's shared memory".into() });
                 }
-                Ok(Some((l, links)))
+                Ok(Some(setup))
             }
             Err(e) if opts.transport == TransportMode::Shm => {
                 Err(Error::Bootstrap { rank, detail: format!("RUSTCCL_TRANSPORT=shm, but shared memory failed: {e}") })
@@ -445,12 +446,16 @@ impl Communicator {
             let single = ops.len() == 1;
             for op in ops {
                 let (kind, bytes) = (op.kind(), op.bytes() as u64);
+                let transport = match &op {
+                    Op::Send { peer, .. } | Op::Recv { peer: Some(peer), .. } => engine.link_kind(*peer),
+                    _ => engine.link_kind_any(),
+                };
                 let host = into_host(op)?;
                 let st = self.stats.clone();
                 let record = move |w: &Work| {
                     let w2 = w.clone();
                     w.on_complete(Box::new(move |r, _| {
-                        let s = stats::Sample { op: kind, bytes, duration: w2.duration(), algorithm: "direct", transport: "tcp", ok: r.is_ok() };
+                        let s = stats::Sample { op: kind, bytes, duration: w2.duration(), algorithm: "direct", transport, ok: r.is_ok() };
                         st.record(s);
                     }));
                 };
