@@ -112,6 +112,25 @@ pub struct Communicator {
     flight: Arc<flight::FlightRecorder>,
     /// Link kind per peer ("shm" / "tcp").
     links: Vec<&'static str>,
+    /// The algorithm thresholds in force (settings or chosen from the host).
+    thresholds: Vec<(&'static str, u64)>,
+}
+
+/// The thresholds of `algo`, plus the shared-memory ones of `local`.
+fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static str, u64)> {
+    let mut v = vec![
+        ("small_allreduce_bytes", algo.small_allreduce_bytes as u64),
+        ("small_broadcast_bytes", algo.small_broadcast_bytes as u64),
+        ("segment_bytes", algo.segment_bytes as u64),
+    ];
+    if let Some(l) = local {
+        v.push(("shm_one_round_max_bytes", l.one_round_max.min(l.mine().layout.small) as u64));
+        v.push(("shm_slot_bytes", l.mine().layout.seg as u64));
+        v.push(("shm_threads", l.workers.threads() as u64));
+        v.push(("shm_min_piece_bytes", shm::workers::MIN_PIECE as u64));
+        v.push(("local_ranks", l.ranks.len() as u64));
+    }
+    v
 }
 
 /// The fault of `opts` if it targets this rank and group.
@@ -208,6 +227,7 @@ impl Communicator {
         let mut shm = Self::connect_shm(&ep, &mut coll, &opts)?;
         let any_shm = shm.is_some();
         let p2p_shm = shm.as_mut().map(|s| (s.local.clone(), std::mem::take(&mut s.p2p)));
+        let thresholds = thresholds(&opts.algo, shm.as_ref().map(|s| s.local.as_ref()));
         let mut transport = Mesh::new(rank, size, coll, shm, hosts_of(&ep.peers))
             .map_err(|e| Error::Bootstrap { rank, detail: format!("setting up links: {e}") })?;
         if any_shm || opts.transport != TransportMode::Tcp {
@@ -239,6 +259,7 @@ impl Communicator {
             stats,
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
             links,
+            thresholds,
         })
     }
 
@@ -287,6 +308,7 @@ impl Communicator {
         let (rank, size, kind) = (transport.rank(), transport.size(), transport.kind());
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
+        let th = thresholds(&opts.algo, None);
         let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
         Ok(Communicator {
             rank,
@@ -300,6 +322,7 @@ impl Communicator {
             stats,
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
             links: vec![kind; size],
+            thresholds: th,
         })
     }
 
@@ -324,6 +347,10 @@ impl Communicator {
     /// Link kind per peer: "shm" or "tcp" ("" for this rank).
     pub fn link_kinds(&self) -> &[&'static str] {
         &self.links
+    }
+    /// The algorithm thresholds in force: name and bytes (or count).
+    pub fn thresholds(&self) -> &[(&'static str, u64)] {
+        &self.thresholds
     }
     /// Per-collective counters.
     pub fn stats(&self) -> &stats::Stats {

@@ -34,6 +34,8 @@ pub enum Area {
     Small,
     /// Input slot `c` (`slot_capacity` bytes each, one per local rank).
     Input(usize),
+    /// All input slots as one area (`inputs_capacity` bytes).
+    Inputs,
     /// The output slot (`slot_capacity` bytes).
     Output,
 }
@@ -98,8 +100,18 @@ impl Window {
         self.local.mine().layout.small
     }
 
+    /// Largest all-reduce to run in one round (<= `small_capacity`).
+    pub fn one_round_max(&self) -> usize {
+        self.local.one_round_max.min(self.small_capacity())
+    }
+
     pub fn slot_capacity(&self) -> usize {
         self.local.mine().layout.seg
+    }
+
+    pub fn inputs_capacity(&self) -> usize {
+        let l = self.local.mine().layout;
+        l.n * l.seg
     }
 
     /// Offset of `area`, after checking that `off..off+len` lies inside it.
@@ -111,6 +123,7 @@ impl Window {
                 assert!(c < l.n, "input slot {c} of {}", l.n);
                 (l.in_off + c * l.seg, l.seg)
             }
+            Area::Inputs => (l.in_off, l.n * l.seg),
             Area::Output => (l.out_off, l.seg),
         };
         assert!(off + len <= cap, "{area:?}: {off}+{len} beyond {cap} bytes");
