@@ -91,7 +91,7 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
     }
     let auto = mesh_comms(4, algo, std::time::Duration::from_secs(30), TransportMode::Shm, shm(0));
     let v = th(&auto[0], "shm_one_round_max_bytes").unwrap();
-    assert!(((32 << 10)..=(256 << 10)).contains(&v), "auto one-round limit {v}");
+    assert!(((16 << 10)..=(256 << 10)).contains(&v), "auto one-round limit {v}");
     let tcp = tcp_comms(2, algo, std::time::Duration::from_secs(30));
     assert_eq!(th(&tcp[0], "shm_one_round_max_bytes"), None);
     assert_eq!(th(&tcp[0], "segment_bytes"), Some(algo.segment_bytes as u64));

@@ -14,7 +14,6 @@ use crate::types::{DType, ReduceOp};
 
 /// `outs[p]`: rank p's part of the output (ours already holds our input).
 pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -> Result<()> {
-    let n = win.ranks().len();
     let me = win.me();
     let total: usize = outs.iter().map(|o| o.len()).sum();
     let desc = Desc { name: "all_gather", dtype: DType::U8, op: ReduceOp::Sum, len: total };
@@ -41,16 +40,23 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
         if k == 0 {
             win.verify(w, &desc)?;
         }
-        for c in (0..n).filter(|&c| c != me) {
-            if let Some(g) = parts[c].get(k) {
-                // Rank c wrote this segment before its p+1 and rewrites its
-                // area only after we publish p+2.
-                wk.for_pieces_mut(&mut outs[c][g.clone()], |off, piece| {
-                    win.get(c, Area::Inputs, off, piece);
-                    Ok::<(), Error>(())
-                })?;
+        // Rank c wrote its segment before its p+1 and rewrites its area
+        // only after we publish p+2. One parallel region for all peers.
+        let mut gets = Vec::new();
+        for (c, out) in outs.iter_mut().enumerate() {
+            if let (true, Some(g)) = (c != me, parts[c].get(k)) {
+                let mut rest: &mut [u8] = &mut out[g.clone()];
+                for piece in wk.ranges(g.len()) {
+                    let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece.len());
+                    rest = tail;
+                    gets.push((c, piece.start, head));
+                }
             }
         }
+        wk.for_each(gets, |(c, off, piece)| {
+            win.get(c, Area::Inputs, off, piece);
+            Ok::<(), Error>(())
+        })?;
         win.publish(p + 2);
     }
     Ok(())

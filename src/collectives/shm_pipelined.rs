@@ -5,7 +5,8 @@
 //! every other rank's chunk into its input slot for that rank, reduces the
 //! inputs of its own chunk, publishes the result in its output slot, and
 //! copies the other chunks' results out. Each rank's copies and
-//! reductions are split among its worker threads. Phases as in
+//! reductions are split among its worker threads, one parallel region per
+//! phase (waking the pool costs more than a small copy). Phases as in
 //! `transport::shm::window`.
 #![forbid(unsafe_code)]
 
@@ -32,17 +33,19 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
             // Only now: a peer may still be verifying the previous operation.
             win.announce(w, &desc);
         }
+        let mut puts = Vec::new();
         for (c, s) in segs.iter().enumerate() {
             if let (true, Some(g)) = (c != me, s.get(k)) {
                 let src = &buf[bytes(g, e)];
-                // Peers read our input slots only between our p+1 and
-                // their p+2; all are at >= p.
-                wk.for_pieces(src.len(), |r| {
-                    win.put(Area::Input(c), r.start, &src[r]);
-                    Ok::<(), Error>(())
-                })?;
+                puts.extend(wk.ranges(src.len()).into_iter().map(|r| (c, r.start, &src[r])));
             }
         }
+        // Peers read our input slots only between our p+1 and their p+2;
+        // all are at >= p.
+        wk.for_each(puts, |(c, off, piece)| {
+            win.put(Area::Input(c), off, piece);
+            Ok::<(), Error>(())
+        })?;
         win.publish(p + 1);
         w.wait_phase(p + 1)?;
         if k == 0 {
@@ -67,16 +70,30 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
         }
         win.publish(p + 2);
         w.wait_phase(p + 2)?;
+        // Rank c wrote its output slot before its p+2 and rewrites it only
+        // after we publish p+3.
+        let mut gets = Vec::new();
+        let mut rest: &mut [u8] = buf;
+        let mut at = 0;
         for (c, s) in segs.iter().enumerate() {
             if let (true, Some(g)) = (c != me, s.get(k)) {
-                // Rank c wrote its output slot before its p+2 and rewrites
-                // it only after we publish p+3.
-                wk.for_pieces_mut(&mut buf[bytes(g, e)], |off, piece| {
-                    win.get(c, Area::Output, off, piece);
-                    Ok::<(), Error>(())
-                })?;
+                let r = bytes(g, e);
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - at);
+                let (seg_buf, tail) = tail.split_at_mut(r.len());
+                rest = tail;
+                at = r.end;
+                let mut seg_rest = seg_buf;
+                for piece in wk.ranges(r.len()) {
+                    let (head, tail) = std::mem::take(&mut seg_rest).split_at_mut(piece.len());
+                    seg_rest = tail;
+                    gets.push((c, piece.start, head));
+                }
             }
         }
+        wk.for_each(gets, |(c, off, piece)| {
+            win.get(c, Area::Output, off, piece);
+            Ok::<(), Error>(())
+        })?;
         win.publish(p + 3);
     }
     Ok(())

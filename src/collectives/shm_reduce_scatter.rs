@@ -32,16 +32,18 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
         if k == 0 {
             win.announce(w, &desc);
         }
+        // Peers read our slots only between our p+1 and their p+2.
+        let mut puts = Vec::new();
         for c in (0..n).filter(|&c| c != me) {
             if let Some(g) = parts[c].get(k) {
                 let src = &ins[c][g.clone()];
-                // Peers read our slots only between our p+1 and their p+2.
-                wk.for_pieces(src.len(), |r| {
-                    win.put(Area::Input(c), r.start, &src[r]);
-                    Ok::<(), Error>(())
-                })?;
+                puts.extend(wk.ranges(src.len()).into_iter().map(|r| (c, r.start, &src[r])));
             }
         }
+        wk.for_each(puts, |(c, off, piece)| {
+            win.put(Area::Input(c), off, piece);
+            Ok::<(), Error>(())
+        })?;
         win.publish(p + 1);
         w.wait_phase(p + 1)?;
         if k == 0 {

@@ -91,8 +91,8 @@ impl EventLoop {
     /// all of them, now and then): one that closed is dead. Runs after the
     /// pumps, so what a peer wrote before it died is still delivered.
     fn check_alive(&mut self, watch: &mut [bool]) {
-        for p in 0..watch.len() {
-            if !std::mem::take(&mut watch[p]) {
+        for (p, w) in watch.iter_mut().enumerate() {
+            if !std::mem::take(w) {
                 continue;
             }
             let why = match &self.peers[p] {
