@@ -167,8 +167,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "RUSTCCL_SHM_SMALL_BYTES",
-        default: "262144",
-        doc: "all_reduce up to this size over shared memory uses one round (every rank reduces all peers' copies)",
+        default: "0",
+        doc: "all_reduce up to this size over shared memory uses one round (every rank reduces all peers' copies); 0: the core's L2 cache / ranks on the host, 32 KiB to 256 KiB",
     },
     Setting {
         name: "RUSTCCL_SHM_SEGMENT_BYTES",
@@ -305,7 +305,7 @@ impl Config {
             },
             shm: ShmConfig {
                 ring_bytes: env_usize("RUSTCCL_SHM_RING_BYTES", 1 << 20),
-                small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 256 << 10),
+                small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 0),
                 segment_bytes: env_usize("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
                 threads: env_usize("RUSTCCL_SHM_THREADS", 0),
             },

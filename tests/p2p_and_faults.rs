@@ -26,10 +26,22 @@ fn recv(c: &rustccl::Communicator, b: &std::sync::Arc<rustccl::tensor::SharedBuf
     c.submit(vec![s], None, None).unwrap()
 }
 
+/// Point-to-point tests run over TCP and over shared memory (tiny rings,
+/// so messages wrap them many times).
+fn both(n: usize, timeout: Duration) -> [Vec<rustccl::Communicator>; 2] {
+    [tcp_comms(n, AlgoConfig::default(), timeout), shm_comms(n, AlgoConfig::default(), timeout)]
+}
+
 #[test]
 fn tags_match_out_of_order_and_fifo_within_a_tag() {
-    let comms = tcp_comms(2, AlgoConfig::default(), Duration::from_secs(20));
-    on_ranks(&comms, |r, c| {
+    for comms in both(2, Duration::from_secs(20)) {
+        assert_eq!(comms[0].link_kinds()[1], comms[1].link_kinds()[0]);
+        tags(&comms);
+    }
+}
+
+fn tags(comms: &[rustccl::Communicator]) {
+    on_ranks(comms, |r, c| {
         if r == 0 {
             // tag 5 twice, then tag 3; plus a big message.
             let a = buf(DType::I32, &[1.0, 2.0]);
@@ -65,8 +77,13 @@ fn simultaneous_large_exchange_does_not_deadlock() {
     // Every rank posts big sends to every other rank before any receive.
     let n = 3;
     let len = 1 << 21;
-    let comms = tcp_comms(n, AlgoConfig::default(), Duration::from_secs(20));
-    on_ranks(&comms, |r, c| {
+    for comms in both(n, Duration::from_secs(20)) {
+        large_exchange(&comms, n, len);
+    }
+}
+
+fn large_exchange(comms: &[rustccl::Communicator], n: usize, len: usize) {
+    on_ranks(comms, |r, c| {
         let srcs: Vec<_> = (0..n).map(|p| buf(DType::F32, &vec![(r * 10 + p) as f64; len])).collect();
         let sends: Vec<_> = (0..n).filter(|&p| p != r).map(|p| send(c, &srcs[p], p, r as i64)).collect();
         let dsts: Vec<_> = (0..n).map(|_| buf(DType::F32, &vec![0.0; len])).collect();
@@ -83,8 +100,13 @@ fn simultaneous_large_exchange_does_not_deadlock() {
 
 #[test]
 fn recv_size_mismatch_is_an_error_and_the_link_keeps_working() {
-    let comms = tcp_comms(2, AlgoConfig::default(), Duration::from_secs(20));
-    on_ranks(&comms, |r, c| {
+    for comms in both(2, Duration::from_secs(20)) {
+        size_mismatch(&comms);
+    }
+}
+
+fn size_mismatch(comms: &[rustccl::Communicator]) {
+    on_ranks(comms, |r, c| {
         if r == 0 {
             send(c, &buf(DType::I64, &[1.0, 2.0, 3.0]), 1, 0).wait(None).unwrap();
             send(c, &buf(DType::I64, &[4.0]), 1, 0).wait(None).unwrap();

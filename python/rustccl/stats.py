@@ -2,6 +2,7 @@
 
     >>> rustccl.stats()                     # the default group
     {'group': '0', 'rank': 0, 'size': 2, 'transport': 'tcp', 'nccl': None,
+     'thresholds': {'small_allreduce_bytes': 65536, ..., 'shm_one_round_max_bytes': ...},
      'ops': {'all_reduce': {'calls': 12, 'bytes': ..., 'avg_us': ..., 'busbw_GBps': ...,
                             'recent_avg_us': ..., 'algorithm': 'ring', 'transport': 'tcp', ...}}}
     >>> rustccl.reset_stats()
@@ -31,7 +32,9 @@ def _group_name(group) -> str:
 def stats(group=None) -> dict:
     """Counters of `group` (a ProcessGroup, a group name, or None for the
     default group): per collective calls, errors, bytes, total and recent
-    time, algbw / busbw, and the algorithm and transport used last."""
+    time, algbw / busbw, and the algorithm and transport used last; and
+    the algorithm thresholds in force (``thresholds``: the settings, or what
+    was chosen from the host, e.g. the shared-memory one-round limit)."""
     return _rustccl._stats(_group_name(group))
 
 

@@ -6,10 +6,9 @@
 #![forbid(unsafe_code)]
 
 use super::reduce::{finish_avg, Scratch};
-use super::{all_reduce_bytes, tree, AlgoName};
+use super::{all_reduce_bytes, all_reduce_shm, tree, AlgoName};
 use crate::config::AlgoConfig;
 use crate::error::Result;
-use crate::transport::shm::direct;
 use crate::transport::sub::SubTransport;
 use crate::transport::Transport;
 use crate::types::{DType, Rank, ReduceOp};
@@ -29,8 +28,8 @@ pub fn all_reduce(
     let leaders: Vec<Rank> = hosts.iter().map(|h| h[0]).collect();
     let sum = if op == ReduceOp::Avg { ReduceOp::Sum } else { op };
     if host.len() > 1 {
-        if let Some((local, wait)) = t.direct() {
-            direct::all_reduce(&local, wait, buf, dtype, sum)?;
+        if let Some((win, wait)) = t.window() {
+            all_reduce_shm(&win, wait, buf, dtype, sum)?;
         }
     }
     if me == host[0] {

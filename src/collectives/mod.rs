@@ -7,6 +7,7 @@
 //! | all_reduce, one host (shm) | one round over peers' copies | pipelined reduce-scatter + all-gather in place |
 //! | all_reduce, several hosts with shm | within hosts (shm), across leaders (tcp), broadcast within hosts | same |
 //! | broadcast       | binomial tree                 | pipelined chain             |
+//! | broadcast, all_gather, reduce_scatter; one host (shm) | direct: every rank copies straight from the others' areas | same, in rounds |
 //! | reduce          | binomial tree                 | ring reduce-scatter + gather to root |
 //! | all_gather      | ring                          | ring                        |
 //! | reduce_scatter  | ring                          | ring                        |
@@ -22,6 +23,11 @@ pub mod plan;
 pub mod recursive_doubling;
 pub mod reduce;
 pub mod ring;
+pub mod shm_all_gather;
+pub mod shm_broadcast;
+pub mod shm_one_round;
+pub mod shm_pipelined;
+pub mod shm_reduce_scatter;
 pub mod tree;
 
 pub use op::{into_host, Op, OpSpec, Parts};
@@ -30,6 +36,7 @@ pub use reduce::Scratch;
 use crate::config::AlgoConfig;
 use crate::error::{Error, Result};
 use crate::tensor::{copy_region, overlaps, HostTensor, Tensor};
+use crate::transport::shm::{PhaseWait, Window};
 use crate::transport::Transport;
 use crate::types::{DType, ReduceOp};
 
@@ -48,10 +55,9 @@ pub(crate) fn all_reduce_bytes(
         return Ok("local");
     }
     let size = t.size();
-    if let Some((local, wait)) = t.direct() {
-        use crate::transport::shm::direct;
-        if local.ranks.len() == size {
-            return direct::all_reduce(&local, wait, buf, dtype, op);
+    if let Some((win, wait)) = t.window() {
+        if win.ranks().len() == size {
+            return all_reduce_shm(&win, wait, buf, dtype, op);
         }
     }
     if let Some(hosts) = t.hosts() {
@@ -65,6 +71,18 @@ pub(crate) fn all_reduce_bytes(
     } else {
         ring::all_reduce(t, buf, dtype, op, plan::seg_elems(cfg.segment_bytes, dtype.size()), scratch)?;
         Ok("ring")
+    }
+}
+
+/// All-reduce among the ranks of one host through shared memory: one
+/// round up to the small slot's size, pipelined above.
+pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<AlgoName> {
+    if buf.len() <= win.one_round_max() {
+        shm_one_round::all_reduce(win, w, buf, dtype, op)?;
+        Ok("shm_one_round")
+    } else {
+        shm_pipelined::all_reduce(win, w, buf, dtype, op)?;
+        Ok("shm_pipelined")
     }
 }
 
@@ -203,6 +221,12 @@ fn any_overlap(a: &[(usize, usize)], b: &[(usize, usize)]) -> bool {
     a.iter().any(|x| b.iter().any(|y| overlaps(*x, *y)))
 }
 
+/// The shared-memory window, when every rank of the group is on this host.
+fn whole_host(t: &mut dyn Transport) -> Option<(Window, &mut dyn PhaseWait)> {
+    let n = t.size();
+    t.window().filter(|(win, _)| win.ranks().len() == n)
+}
+
 /// Runs one collective (not send / recv) over `t`.
 pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scratch: &mut Scratch) -> Result<AlgoName> {
     let (n, r) = (t.size(), t.rank());
@@ -211,6 +235,9 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
         Op::Broadcast { buf, root } => {
             if n == 1 {
                 Ok("local")
+            } else if let Some((win, wait)) = whole_host(t) {
+                shm_broadcast::broadcast(&win, wait, buf.bytes_mut(), *root)?;
+                Ok("shm_direct")
             } else if buf.nbytes() <= cfg.small_broadcast_bytes {
                 tree::broadcast(t, buf.bytes_mut(), *root)?;
                 Ok("tree")
@@ -234,14 +261,31 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
         Op::AllGather { input, outputs } => {
             let (dst, off, len) = locate_mut(outputs, r);
             copy_region(dst, off, input, 0, len);
-            if n > 1 {
-                ring::all_gather(t, &mut outputs.views_mut(), cfg.segment_bytes)?;
+            if n == 1 {
+                return Ok("local");
             }
+            if let Some((win, wait)) = whole_host(t) {
+                shm_all_gather::all_gather(&win, wait, &mut outputs.views_mut())?;
+                return Ok("shm_direct");
+            }
+            ring::all_gather(t, &mut outputs.views_mut(), cfg.segment_bytes)?;
             Ok("ring")
         }
         Op::ReduceScatter { inputs, output, op } => {
             let dtype = output.dtype();
             let seg = plan::seg_elems(cfg.segment_bytes, dtype.size());
+            if n > 1 && t.window().is_some_and(|(win, _)| win.ranks().len() == n) {
+                let staged;
+                let ins: &Parts<HostTensor> = if any_overlap(&inputs.spans(), &[output.span()]) {
+                    staged = stage_parts(inputs)?;
+                    &staged
+                } else {
+                    inputs
+                };
+                let (win, wait) = whole_host(t).ok_or_else(|| Error::Internal("shared memory went away".into()))?;
+                shm_reduce_scatter::reduce_scatter(&win, wait, &ins.views(), output.bytes_mut(), dtype, *op)?;
+                return Ok("shm_direct");
+            }
             if any_overlap(&inputs.spans(), &[output.span()]) {
                 let staged = stage_parts(inputs)?;
                 ring::reduce_scatter(t, &staged.views(), output.bytes_mut(), dtype, *op, seg, scratch)?;

@@ -118,6 +118,25 @@ pub struct Communicator {
     /// Control exchanges over the point-to-point links so far (monitored
     /// barriers, shrinks); each uses its own tag, see `control_tag`.
     control_calls: AtomicU64,
+    /// The algorithm thresholds in force (settings or chosen from the host).
+    thresholds: Vec<(&'static str, u64)>,
+}
+
+/// The thresholds of `algo`, plus the shared-memory ones of `local`.
+fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static str, u64)> {
+    let mut v = vec![
+        ("small_allreduce_bytes", algo.small_allreduce_bytes as u64),
+        ("small_broadcast_bytes", algo.small_broadcast_bytes as u64),
+        ("segment_bytes", algo.segment_bytes as u64),
+    ];
+    if let Some(l) = local {
+        v.push(("shm_one_round_max_bytes", l.one_round_max.min(l.mine().layout.small) as u64));
+        v.push(("shm_slot_bytes", l.mine().layout.seg as u64));
+        v.push(("shm_threads", l.workers.threads() as u64));
+        v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));
+        v.push(("local_ranks", l.ranks.len() as u64));
+    }
+    v
 }
 
 /// The fault of `opts` if it targets this rank and group.
@@ -225,8 +244,10 @@ impl Communicator {
         let (rank, size) = (ep.rank, ep.size);
         let mut coll = ep.take_channel(CHANNEL_COLLECTIVE);
         let p2p_conns = ep.take_channel(CHANNEL_P2P);
-        let shm = Self::connect_shm(&ep, &mut coll, &opts)?;
+        let mut shm = Self::connect_shm(&ep, &mut coll, &opts)?;
         let any_shm = shm.is_some();
+        let p2p_shm = shm.as_mut().map(|s| (s.local.clone(), std::mem::take(&mut s.p2p)));
+        let thresholds = thresholds(&opts.algo, shm.as_ref().map(|s| s.local.as_ref()));
         let mut transport = Mesh::new(rank, size, coll, shm, hosts_of(&ep.peers))
             .map_err(|e| Error::Bootstrap { rank, detail: format!("setting up links: {e}") })?;
         if any_shm || opts.transport != TransportMode::Tcp {
@@ -245,7 +266,7 @@ impl Communicator {
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
         let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
-        let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns);
+        let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns, p2p_shm);
         Ok(Communicator {
             rank,
             size,
@@ -259,6 +280,7 @@ impl Communicator {
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
             links,
             control_calls: AtomicU64::new(0),
+            thresholds,
         })
     }
 
@@ -286,11 +308,11 @@ impl Communicator {
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {
-            Ok((l, links)) => {
-                if opts.transport == TransportMode::Shm && links.len() + 1 < local.len() {
+            Ok(setup) => {
+                if opts.transport == TransportMode::Shm && setup.links.len() + 1 < local.len() {
                     return Err(Error::Bootstrap { rank, detail: "RUSTCCL_TRANSPORT=shm, but some local ranks could not map each other's shared memory".into() });
                 }
-                Ok(Some((l, links)))
+                Ok(Some(setup))
             }
             Err(e) if opts.transport == TransportMode::Shm => {
                 Err(Error::Bootstrap { rank, detail: format!("RUSTCCL_TRANSPORT=shm, but shared memory failed: {e}") })
@@ -307,6 +329,7 @@ impl Communicator {
         let (rank, size, kind) = (transport.rank(), transport.size(), transport.kind());
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
+        let th = thresholds(&opts.algo, None);
         let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
         Ok(Communicator {
             rank,
@@ -321,6 +344,7 @@ impl Communicator {
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
             links: vec![kind; size],
             control_calls: AtomicU64::new(0),
+            thresholds: th,
         })
     }
 
@@ -352,6 +376,10 @@ impl Communicator {
         self.stats.lost_peers()
     }
 
+    /// The algorithm thresholds in force: name and bytes (or count).
+    pub fn thresholds(&self) -> &[(&'static str, u64)] {
+        &self.thresholds
+    }
     /// Per-collective counters.
     pub fn stats(&self) -> &stats::Stats {
         &self.stats
@@ -481,12 +509,16 @@ impl Communicator {
             let single = ops.len() == 1;
             for op in ops {
                 let (kind, bytes) = (op.kind(), op.bytes() as u64);
+                let transport = match &op {
+                    Op::Send { peer, .. } | Op::Recv { peer: Some(peer), .. } => engine.link_kind(*peer),
+                    _ => engine.link_kind_any(),
+                };
                 let host = into_host(op)?;
                 let st = self.stats.clone();
                 let record = move |w: &Work| {
                     let w2 = w.clone();
                     w.on_complete(Box::new(move |r, _| {
-                        let s = stats::Sample { op: kind, bytes, duration: w2.duration(), algorithm: "direct", transport: "tcp", ok: r.is_ok() };
+                        let s = stats::Sample { op: kind, bytes, duration: w2.duration(), algorithm: "direct", transport, ok: r.is_ok() };
                         st.record(s);
                         if let Err(e) = r {
                             st.note_error(e);

@@ -320,6 +320,11 @@ fn stats_dict<'py>(py: Python<'py>, c: &crate::Communicator) -> PyResult<Bound<'
     out.set_item("transport", c.transport_kind())?;
     out.set_item("links", c.link_kinds().to_vec())?;
     out.set_item("nccl", c.nccl_version())?;
+    let th = PyDict::new(py);
+    for (k, v) in c.thresholds() {
+        th.set_item(*k, *v)?;
+    }
+    out.set_item("thresholds", th)?;
     let ops = PyDict::new(py);
     for (name, s) in c.stats().snapshot() {
         let d = PyDict::new(py);

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Token};
 
 use super::frame::{Header, HEADER_LEN};
-use super::shm::direct::PhaseWait;
-use super::shm::{ShmLink, ShmLocal, ShmSetup};
+use super::shm::{PhaseWait, ShmLink, ShmLocal, ShmSetup, Window};
 use super::tcp::TcpLink;
 use super::{check_peers, interrupted_error, timeout_error, Interrupter, OpCtx, Progress, Step, Transport, Xfer};
 use crate::bootstrap::Conn;
@@ -71,7 +70,7 @@ impl Mesh {
         let mut links: Vec<Option<Link>> = (0..size).map(|_| None).collect();
         let mut addrs = vec![String::new(); size];
         let (local, shm_links) = match shm {
-            Some((l, v)) => (Some(l), v),
+            Some(s) => (Some(s.local), s.links),
             None => (None, Vec::new()),
         };
         let n_shm = shm_links.len();
@@ -377,12 +376,12 @@ impl Transport for Mesh {
         }
     }
 
-    fn direct(&mut self) -> Option<(Arc<ShmLocal>, &mut dyn PhaseWait)> {
+    fn window(&mut self) -> Option<(Window, &mut dyn PhaseWait)> {
         if !self.shm_agreed {
             return None;
         }
         let local = self.local.clone()?;
-        Some((local, self as &mut dyn PhaseWait))
+        Some((Window::new(local), self as &mut dyn PhaseWait))
     }
 
     fn hosts(&self) -> Option<Arc<Vec<Vec<Rank>>>> {

@@ -137,9 +137,10 @@ pub trait Transport: Send {
     /// injection); peers see their connections close.
     fn sever(&mut self) {}
 
-    /// Shared-memory access to the ranks of this host (for the direct
-    /// algorithms of `shm::direct`), when every rank agreed to use it.
-    fn direct(&mut self) -> Option<(std::sync::Arc<shm::ShmLocal>, &mut dyn shm::direct::PhaseWait)> {
+    /// A window onto the shared areas of the ranks of this host, and the
+    /// phase waits that order access to it (for the shared-memory
+    /// algorithms of `collectives`), when every rank agreed to use it.
+    fn window(&mut self) -> Option<(shm::Window, &mut dyn shm::PhaseWait)> {
         None
     }
 

@@ -16,7 +16,8 @@ from rustccl.bench import metrics, ops
 
 OPS = list(metrics.OPS)
 TINY = ["--max-bytes", "4K", "--factor", "8", "--iters", "3", "--warmup", "1", "--check",
-        "--ddp", "--ddp-size", "64", "--ddp-batch", "8", "--ddp-steps", "2", "--no-progress"]
+        "--ddp", "--ddp-size", "64", "--ddp-batch", "8", "--ddp-steps", "2", "--no-progress",
+        "--pp-bytes", "4K", "--pp-steps", "2"]
 
 
 def test_busbw_factors_and_sizes():
@@ -65,7 +66,7 @@ def test_check_expectations_match_a_local_simulation(dtype):
             assert msg and "1 of" in msg[0] and f"[{bad.numel() - 1}]" in msg[0]
 
 
-def _check_outputs(outdir, name, stdout, world, launcher, repeats=1):
+def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"):
     assert "## Summary" in stdout and "rustccl/gloo" in stdout and "--check: 0 mismatches" in stdout
     md = open(os.path.join(outdir, name + ".md")).read()
     for op in OPS:
@@ -79,7 +80,12 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1):
     assert head["kind"] == "header" and head["world"] == world and head["device"] == "cpu"
     assert head["machine"] == "ci" and head["cores"] >= 1 and head["torch"] == torch.__version__
     assert head["command"].startswith(launcher)
-    results = [r for r in recs if r["kind"] == "result" and r["op"] != "ddp_toy_step"]
+    assert head["method"] == method
+    if method == "ab":
+        # the host's copy bandwidth, measured in this run, and each row as a fraction of it
+        assert list(head["copy_GBps"]) == [head["host"]] and head["copy_GBps"][head["host"]] > 0
+        assert "copy bandwidth" in md and "rustccl busbw / copy" in md
+    results = [r for r in recs if r["kind"] == "result" and r["op"] not in ("ddp_toy_step", "pp_step")]
     assert not [r for r in recs if r["kind"] == "error"]
     assert {(r["backend"], r["op"]) for r in results} == {(b, op) for b in ("rustccl", "gloo") for op in OPS}
     for r in results:
@@ -94,14 +100,22 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1):
                   "broadcast": 1.0, "send_recv": 1.0}[r["op"]]
         assert math.isclose(r["busbw_GBps"], r["algbw_GBps"] * factor, rel_tol=1e-9)
         assert r["bytes"] == r["size"] * (world if r["op"] == "all_gather" else 1)
+        if method == "ab":
+            assert math.isclose(r["busbw_frac"], r["busbw_GBps"] / head["copy_GBps"][head["host"]])
     assert sorted({r["size"] for r in results}) == [8, 64, 512, 4096]
     ddp = {r["backend"]: r for r in recs if r["kind"] == "result" and r["op"] == "ddp_toy_step"}
     assert set(ddp) == {"rustccl", "gloo"} and all(r["ms"] > 0 and r["batch"] == 8 for r in ddp.values())
+    pp = {r["backend"]: r for r in recs if r["kind"] == "result" and r["op"] == "pp_step"}
+    if method == "ab":
+        assert set(pp) == {"rustccl", "gloo"} and all(r["ms"] > 0 and r["stages"] == world for r in pp.values())
+        assert "Pipeline step" in md
+    else:
+        assert not pp
     ratios = [r for r in recs if r["kind"] == "ratio"]
-    assert len(ratios) == len(OPS) * 4 + 1
+    assert len(ratios) == len(OPS) * 4 + 1 + len(pp) // 2
     for q in ratios:
         assert q["backend"] == "rustccl" and q["vs"] == "gloo" and q["ratio"] > 0
-        if q["op"] != "ddp_toy_step":
+        if q["op"] not in ("ddp_toy_step", "pp_step"):
             assert math.isclose(q["ratio"], q["us_vs"] / q["us"])
 
 
@@ -110,16 +124,16 @@ def test_cli_self_spawned(tmp_path):
            "--machine", "ci"] + TINY
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    _check_outputs(tmp_path, "t", out.stdout, 2, "python -m rustccl.bench")
+    _check_outputs(tmp_path, "t", out.stdout, 2, "python -m rustccl.bench", repeats=3)
 
 
 def test_cli_under_torchrun(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
            f"--master_port={launch.free_port()}", "-m", "rustccl.bench", "--out", str(tmp_path), "--name", "t",
-           "--machine", "ci", "--repeats", "2"] + TINY
+           "--machine", "ci", "--repeats", "2", "--method", "blocks"] + TINY
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    _check_outputs(tmp_path, "t", out.stdout, 2, "torchrun", repeats=2)
+    _check_outputs(tmp_path, "t", out.stdout, 2, "torchrun", repeats=2, method="blocks")
 
 
 def test_cli_reports_a_failing_backend(tmp_path):
@@ -130,6 +144,6 @@ def test_cli_reports_a_failing_backend(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     recs = [json.loads(line) for line in open(tmp_path / "e.jsonl")]
-    assert [r["backend"] for r in recs if r["kind"] == "result"] == ["rustccl", "rustccl"]
+    assert [r["backend"] for r in recs if r["kind"] == "result" and r["op"] == "all_reduce"] == ["rustccl", "rustccl"]
     assert any(r["kind"] == "error" and r["backend"] == "nosuchbackend" for r in recs)
     assert "## Errors" in (tmp_path / "e.md").read_text()

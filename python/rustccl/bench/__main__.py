@@ -59,12 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     a("--factor", type=int, default=4, help="size multiplier between points (default 4)")
     a("--iters", type=int, default=20, help="timed calls per point (default 20; on cpu fewer for huge sizes)")
     a("--warmup", type=int, default=5, help="untimed calls before them (default 5)")
-    a("--repeats", type=int, default=1, help="timed loops per point; the median is reported (default 1)")
+    a("--method", choices=["ab", "blocks"], default="ab",
+      help="ab (default): every backend's group alive in one process, timed alternately, median of --repeats "
+           "rounds; blocks: one backend's group at a time, op by op")
+    a("--repeats", type=int, help="timed loops (rounds) per point; the median is reported (default 3 with ab, "
+      "1 with blocks)")
     a("--check", action="store_true", help="verify every op's result; mismatches make the exit status 1")
     a("--ddp", action="store_true", help="also time the seeds' toy DDP step per backend")
     a("--ddp-size", type=int, default=4000, help="SIZE of the toy model's Linear(SIZE, SIZE) layers (4000)")
     a("--ddp-batch", type=int, help="batch per rank (default 1000 on cuda, 64 on cpu)")
     a("--ddp-steps", type=int, help="timed DDP steps after 3 untimed ones (default 20 on cuda, 5 on cpu)")
+    a("--no-pp", dest="pp", action="store_false", help="skip the pipeline-parallel micro-benchmark")
+    a("--pp-stages", type=int, default=4, help="pipeline stages (default 4, at most the world size)")
+    a("--pp-micro", type=int, default=8, help="micro-batches per pipeline step (default 8)")
+    a("--pp-bytes", type=parse_size, default=1 << 20, help="activation (and gradient) bytes per micro-batch (1M)")
+    a("--pp-steps", type=int, default=10, help="timed pipeline steps per round (default 10)")
     a("--out", default="bench-results", help="output directory (default ./bench-results)")
     a("--machine", default=socket.gethostname().split(".")[0], help="machine label for the file name and records")
     a("--name", help="file stem (default DATE-MACHINE-DEVICE-Nrank)")
@@ -88,6 +97,9 @@ def finish_config(cfg, world: int):
     cfg.max_bytes = cfg.max_bytes if cfg.max_bytes is not None else (1 << 30 if cuda else 32 << 20)
     cfg.ddp_batch = cfg.ddp_batch or (1000 if cuda else 64)
     cfg.ddp_steps = cfg.ddp_steps or (20 if cuda else 5)
+    cfg.repeats = cfg.repeats if cfg.repeats is not None else (3 if cfg.method == "ab" else 1)
+    if cfg.method == "blocks":
+        cfg.pp = False  # the pipeline step runs only with the A/B method
     bad = [o for o in cfg.ops if o not in metrics.OPS]
     if bad:
         p.error(f"unknown ops {bad}; known: {','.join(metrics.OPS)}")

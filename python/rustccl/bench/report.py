@@ -23,8 +23,11 @@ import json
 from .metrics import human_bytes
 
 
+STEPS = ("ddp_toy_step", "pp_step")
+
+
 def _time(row: dict) -> float:
-    return row["ms"] * 1e3 if row["op"] == "ddp_toy_step" else row["us"]
+    return row["ms"] * 1e3 if row["op"] in STEPS else row["us"]
 
 
 def ratios(rows: list[dict], backends: list[str]) -> list[dict]:
@@ -40,7 +43,7 @@ def ratios(rows: list[dict], backends: list[str]) -> list[dict]:
             if q is None:
                 continue
             rec = {"kind": "ratio", "op": op, "backend": ref, "vs": o, "ratio": _time(q) / _time(r)}
-            if op == "ddp_toy_step":
+            if op in STEPS:
                 rec.update(ms=r["ms"], ms_vs=q["ms"])
             else:
                 rec.update(size=size, bytes=r["bytes"], us=r["us"], us_vs=q["us"])
@@ -78,7 +81,8 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
     head = ["bytes"]
     for b in backends:
         head += [f"{b} us", f"{b} busbw GB/s"]
-    head += [f"{ref}/{o}" for o in backends[1:]]
+    frac = any("busbw_frac" in r for r in res)
+    head += [f"{ref}/{o}" for o in backends[1:]] + ([f"{ref} busbw / copy"] if frac else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in sizes_:
         any_row = next(cell[(b, s)] for b in backends if (b, s) in cell)
@@ -87,6 +91,9 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
             r = cell.get((b, s))
             line += [_fmt_us(r["us"]), _fmt_bw(r["busbw_GBps"])] if r else ["-", "-"]
         line += [_ratio_cell(rat.get((o, s))) for o in backends[1:]]
+        if frac:
+            f = (cell.get((ref, s)) or {}).get("busbw_frac")
+            line.append("" if f is None else f"{f:.0%}")
         lines.append("| " + " | ".join(line) + " |")
     return lines
 
@@ -126,6 +133,23 @@ def ddp_table(rows: list[dict], ratio_rows: list[dict], backends: list[str]) -> 
     return lines
 
 
+def pp_table(rows: list[dict], ratio_rows: list[dict], backends: list[str]) -> list[str]:
+    res = {r["backend"]: r for r in rows if r.get("kind") == "result" and r["op"] == "pp_step"}
+    if not res:
+        return []
+    a = next(iter(res.values()))
+    lines = ["", f"Pipeline step ({a['stages']} stages, {a['micro']} micro-batches of {human_bytes(a['bytes'])} "
+             f"forward and back, send/recv only, {a['steps']} timed steps):", "",
+             "| backend X | ms/step | slowest rank ms | " + f"{backends[0]}/X |", "|---|---|---|---|"]
+    rat = {q["vs"]: q["ratio"] for q in ratio_rows if q["op"] == "pp_step"}
+    for b in backends:
+        r = res.get(b)
+        if r:
+            ratio = rat.get(b, 1.0 if b == backends[0] else None)
+            lines.append(f"| {b} | {r['ms']:.2f} | {r['ms_max']:.2f} | {_ratio_cell(ratio)} |")
+    return lines
+
+
 def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches: list[str],
              errors: list[str] = ()) -> str:
     """The whole readable report (also printed to stdout at the end)."""
@@ -142,7 +166,13 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
            f"see `iters` per JSONL row)" + (f", median of {h['options']['repeats']} timed loops"
                                             if h['options'].get('repeats', 1) > 1 else "")
            + "; us = time per call on rank 0; busbw as nccl-tests",
-           f"- {ref}/X = X time / {ref} time = {ref} busbw / X busbw: > 1 means {ref} is faster", ""]
+           f"- {ref}/X = X time / {ref} time = {ref} busbw / X busbw: > 1 means {ref} is faster",
+           "- method: " + ("A/B (every backend's group in one process, timed alternately, median of rounds)"
+                           if h.get("method", "ab") == "ab" else "blocks (one backend's group at a time)")]
+    if h.get("copy_GBps"):
+        out.append("- copy bandwidth (Tensor.copy_ of 64 MiB, one thread per rank, all ranks of a host at once), "
+                   "GB/s per rank: " + ", ".join(f"{k} {v:g}" for k, v in h["copy_GBps"].items()))
+    out.append("")
     summary = summary_table(rows, ratio_rows, ops_, backends)
     if summary:
         out += ["## Summary", ""] + summary
@@ -150,6 +180,7 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
         if any(r.get("kind") == "result" and r["op"] == op for r in rows):
             out += [f"## {op}", ""] + op_table(op, rows, ratio_rows, backends) + [""]
     out += ddp_table(rows, ratio_rows, backends)
+    out += pp_table(rows, ratio_rows, backends)
     if errors:
         out += ["", "## Errors", ""] + [f"- {e}" for e in errors]
     if h["options"].get("check"):

@@ -25,7 +25,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import metrics, plot, report, sweep
+from . import ab, membw, metrics, plot, report, sweep
 from .progress import Null, Progress
 
 
@@ -87,7 +87,8 @@ def header(cfg, world: int, device: torch.device, hosts: list[str], load_start, 
          "command": cfg.command,
          "options": {k: getattr(cfg, k) for k in ("backends", "ops", "dtype", "min_bytes", "max_bytes", "factor",
                                                   "iters", "warmup", "repeats", "check", "ddp", "ddp_size", "ddp_batch",
-                                                  "ddp_steps", "timeout")}}
+                                                  "ddp_steps", "timeout", "method", "pp", "pp_stages", "pp_micro",
+                                                  "pp_bytes", "pp_steps")}}
     if device.type == "cuda":
         h["gpu"] = torch.cuda.get_device_name(device)
         h["hardware"] += f"; {torch.cuda.device_count()}x {h['gpu']}"
@@ -132,11 +133,16 @@ def rank_main(cfg) -> int:
     store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=cfg.timeout)))
 
     n_points = len(metrics.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor))
-    total = len(cfg.backends) * (len(cfg.ops) * n_points + (1 if cfg.ddp else 0))
+    total = len(cfg.backends) * (len(cfg.ops) * n_points + (1 if cfg.ddp else 0) + (1 if cfg.pp else 0))
     show = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
     progress = Progress(total, enabled=show) if rank == 0 else Null(total)
 
-    rows, mismatches, errors = sweep.run_all(cfg, store, rank, world, device, progress)
+    run_all = ab.run_all if cfg.method == "ab" else sweep.run_all
+    rows, mismatches, errors = run_all(cfg, store, rank, world, device, progress)
+    copy = next((r["copy_GBps"] for r in rows if r.get("kind") == "copy"), None)
+    rows = [r for r in rows if r.get("kind") != "copy"]
+    if copy:
+        membw.annotate(rows, copy, socket.gethostname())
     progress.close()
     for e in errors:
         print(f"rustccl.bench: {e}", file=sys.stderr, flush=True)
@@ -152,6 +158,9 @@ def rank_main(cfg) -> int:
     all_mismatches = [m for f in finals for m in f["mismatches"]]
     all_errors = [e for f in finals for e in f["errors"]]
     head = header(cfg, world, device, [f["host"] for f in finals], load_start, started)
+    head["method"] = cfg.method
+    if copy:
+        head["copy_GBps"] = copy
     write_outputs(cfg, head, rows, all_mismatches, all_errors)
     if all_mismatches:
         print(f"rustccl.bench: --check found {len(all_mismatches)} mismatches", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""The sweep: one block per (op, backend), each in its own process group.
+"""The ``--method blocks`` sweep: one block per (op, backend), each in its
+own process group (the default method is A/B, see ``ab``).
 
 Fairness between backends
 -------------------------
@@ -46,12 +47,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_loop(fn, iters: int, warmup: int, device: torch.device) -> float:
+def time_loop(fn, iters: int, warmup: int, device: torch.device, group=None) -> float:
     """Seconds for ``iters`` back-to-back calls after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
     sync(device)
-    dist.barrier()
+    dist.barrier(group=group)
     sync(device)
     t0 = time.perf_counter()
     for _ in range(iters):
@@ -60,10 +61,10 @@ def time_loop(fn, iters: int, warmup: int, device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-def slowest(value: float, device: torch.device) -> float:
+def slowest(value: float, device: torch.device, group=None) -> float:
     """Max of ``value`` over the ranks (through the group under test)."""
     t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return float(t.item())
 
 
@@ -127,7 +128,7 @@ def toy_model(size: int):
     return nn.Sequential(nn.Linear(size, size), nn.ReLU(), nn.Linear(size, size), nn.ReLU(), nn.Linear(size, size))
 
 
-def run_ddp(cfg, backend: str, rank: int, world: int, device, progress) -> list[dict]:
+def run_ddp(cfg, backend: str, rank: int, world: int, device, progress, group=None) -> list[dict]:
     """The anchors' DDP toy step: MSE, SGD(lr=1e-3), bucket_cap_mb=25;
     3 untimed steps, then ``ddp_steps`` timed back to back, one sync
     (median of ``--repeats`` such loops)."""
@@ -137,7 +138,8 @@ def run_ddp(cfg, backend: str, rank: int, world: int, device, progress) -> list[
     progress.update(f"{backend} ddp_toy_step SIZE={cfg.ddp_size}")
     torch.manual_seed(0)
     model = toy_model(cfg.ddp_size).to(device)
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=25)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=25,
+              process_group=group)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     g = torch.Generator(device=device).manual_seed(1 + rank)
     x = torch.randn(cfg.ddp_batch, cfg.ddp_size, device=device, generator=g)
@@ -150,9 +152,9 @@ def run_ddp(cfg, backend: str, rank: int, world: int, device, progress) -> list[
 
     for _ in range(3):
         step()
-    loops = [time_loop(step, cfg.ddp_steps, 0, device) for _ in range(cfg.repeats)]
+    loops = [time_loop(step, cfg.ddp_steps, 0, device, group) for _ in range(cfg.repeats)]
     ms = statistics.median(loops) / cfg.ddp_steps * 1e3
-    ms_max = slowest(ms, device)
+    ms_max = slowest(ms, device, group)
     progress.advance()
     return [{"kind": "result", "backend": backend, "device": device.type, "world": world, "op": "ddp_toy_step",
              "dtype": "float32", "batch": cfg.ddp_batch, "model_size": cfg.ddp_size, "steps": cfg.ddp_steps,

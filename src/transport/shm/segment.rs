@@ -8,11 +8,17 @@
 //! 64     phase    AtomicU64  progress of this rank through direct collectives
 //! 96     desc     AtomicU64  (seq, dtype, op) of the direct collective in progress
 //! 104    len      AtomicU64  its byte count
-//! 128    signal   AtomicU32  futex word: bumped by whoever changes state this rank waits on
-//! 192    sleepers AtomicU32  > 0 while this rank sleeps on `signal`
-//! 256+i*128                  ring to local rank i: head (producer) at +0, tail (consumer) at +64
-//! ctrl   n rings of `ring` bytes (ring i carries this rank's bytes to local rank i)
+//! 128    signal   AtomicU32  futex word of the collective channel: bumped by whoever changes state this rank waits on
+//! 160    signal   AtomicU32  futex word of the point-to-point channel (its own thread waits on it)
+//! 192    sleepers AtomicU32  > 0 while this rank sleeps on the collective `signal`
+//! 224    sleepers AtomicU32  > 0 while this rank sleeps on the point-to-point `signal`
+//! 256+(c*n+i)*128            ring of channel c to local rank i: head (producer) at +0, tail (consumer) at +64
+//! ctrl   2n rings of `ring` bytes (ring c*n+i carries this rank's bytes of channel c to local rank i)
 //!        small slot (`small` bytes), input area (n x `seg`), output area (`seg`)
+//!
+//! Channels: 0 carries the collectives' framed messages (worker thread),
+//! 1 the point-to-point messages (the p2p engine's thread), so the two
+//! threads never share a ring or a futex word.
 //! ```
 
 use std::fs::{File, OpenOptions};
@@ -24,7 +30,14 @@ use std::time::Duration;
 
 use memmap2::MmapRaw;
 
-const MAGIC: u64 = 0x314d_4853_4c43_4352; // "RCCLSHM1"
+const MAGIC: u64 = 0x324d_4853_4c43_4352; // "RCCLSHM2"
+
+/// Which pair of rings and futex word: collectives or point-to-point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    Coll = 0,
+    P2p = 1,
+}
 
 fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
@@ -50,24 +63,24 @@ impl Layout {
         let ring = ring.max(4096).next_power_of_two();
         let small = round_up(small.max(64), 64);
         let seg = round_up(seg.max(64), 64);
-        let ctrl = round_up(256 + n * 128, 4096);
-        let small_off = ctrl + n * ring;
+        let ctrl = round_up(256 + 2 * n * 128, 4096);
+        let small_off = ctrl + 2 * n * ring;
         let in_off = small_off + small;
         let out_off = in_off + n * seg;
         let total = round_up(out_off + seg, 4096);
         Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, total }
     }
 
-    pub fn ring_off(&self, to: usize) -> usize {
-        self.ctrl + to * self.ring
+    pub fn ring_off(&self, c: Channel, to: usize) -> usize {
+        self.ctrl + (c as usize * self.n + to) * self.ring
     }
 
-    pub fn head_off(&self, to: usize) -> usize {
-        256 + to * 128
+    pub fn head_off(&self, c: Channel, to: usize) -> usize {
+        256 + (c as usize * self.n + to) * 128
     }
 
-    pub fn tail_off(&self, to: usize) -> usize {
-        256 + to * 128 + 64
+    pub fn tail_off(&self, c: Channel, to: usize) -> usize {
+        self.head_off(c, to) + 64
     }
 }
 
@@ -179,28 +192,44 @@ impl Segment {
     }
 
     pub fn signal(&self) -> &AtomicU32 {
-        self.u32_at(128)
+        self.signal_of(Channel::Coll)
     }
 
-    fn sleepers(&self) -> &AtomicU32 {
-        self.u32_at(192)
+    /// The futex word the owner's thread of channel `c` waits on.
+    pub fn signal_of(&self, c: Channel) -> &AtomicU32 {
+        self.u32_at(128 + 32 * c as usize)
+    }
+
+    fn sleepers(&self, c: Channel) -> &AtomicU32 {
+        self.u32_at(192 + 32 * c as usize)
     }
 
     /// Tells the owner of this segment that something it may wait on changed.
     pub fn notify(&self) {
-        self.signal().fetch_add(1, Ordering::Release);
-        if self.sleepers().load(Ordering::Acquire) > 0 {
-            futex_wake(self.signal());
+        self.notify_on(Channel::Coll)
+    }
+
+    /// As `notify`, for the owner's thread of channel `c`.
+    pub fn notify_on(&self, c: Channel) {
+        self.signal_of(c).fetch_add(1, Ordering::Release);
+        if self.sleepers(c).load(Ordering::Acquire) > 0 {
+            futex_wake(self.signal_of(c));
         }
     }
 
     /// Sleeps (up to `timeout`) until `signal` differs from `seen`.
     pub fn sleep(&self, seen: u32, timeout: Duration) {
-        self.sleepers().fetch_add(1, Ordering::AcqRel);
-        if self.signal().load(Ordering::Acquire) == seen {
-            futex_wait(self.signal(), seen, timeout);
+        self.sleep_on(Channel::Coll, seen, timeout)
+    }
+
+    /// As `sleep`, on channel `c`'s word.
+    pub fn sleep_on(&self, c: Channel, seen: u32, timeout: Duration) {
+        let (sig, sleepers) = (self.signal_of(c), self.sleepers(c));
+        sleepers.fetch_add(1, Ordering::AcqRel);
+        if sig.load(Ordering::Acquire) == seen {
+            futex_wait(sig, seen, timeout);
         }
-        self.sleepers().fetch_sub(1, Ordering::AcqRel);
+        sleepers.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Copies `src` into the segment at `off`.

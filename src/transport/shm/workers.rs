@@ -8,14 +8,24 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+/// Below this many bytes per thread the pool is not woken (unless the
+/// shared-memory segment setting is smaller, as in tests): waking sleeping
+/// threads costs tens of microseconds, as much as one core needs to copy
+/// ~100-200 KiB (with 8 ranks x 8 threads, waking the pools for 8 KiB
+/// pieces made a 512 KiB all-reduce 8x slower than a 128 KiB one; with 4
+/// ranks, 64 KiB pieces still cost ~300 us per 512 KiB all-reduce).
+pub const MIN_PIECE: usize = 256 << 10;
+
 pub struct Workers {
     pool: Option<rayon::ThreadPool>,
     threads: usize,
+    min_piece: usize,
 }
 
 impl Workers {
-    /// `threads` <= 1: everything runs on the caller's thread.
-    pub fn new(threads: usize, rank: usize) -> io::Result<Workers> {
+    /// `threads` <= 1: everything runs on the caller's thread. Pieces are
+    /// at least `min_piece` bytes.
+    pub fn new(threads: usize, rank: usize, min_piece: usize) -> io::Result<Workers> {
         let pool = if threads > 1 {
             Some(
                 rayon::ThreadPoolBuilder::new()
@@ -27,16 +37,37 @@ impl Workers {
         } else {
             None
         };
-        Ok(Workers { pool, threads: threads.max(1) })
+        Ok(Workers { pool, threads: threads.max(1), min_piece: min_piece.max(64) })
+    }
+
+    pub fn min_piece(&self) -> usize {
+        self.min_piece
+    }
+
+    /// Consecutive pieces of `0..len` (one per thread, at most).
+    pub fn ranges(&self, len: usize) -> Vec<Range<usize>> {
+        let piece = self.piece(len);
+        (0..len).step_by(piece.max(1)).map(|s| s..(s + piece).min(len)).collect()
+    }
+
+    /// Calls `f` on every item, in parallel when there are several: one
+    /// wake-up of the pool for a whole phase of an algorithm.
+    pub fn for_each<T: Send, E: Send>(&self, items: Vec<T>, f: impl Fn(T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
+        match &self.pool {
+            Some(p) if items.len() > 1 => p.install(|| items.into_par_iter().try_for_each(&f)),
+            _ => items.into_iter().try_for_each(f),
+        }
     }
 
     pub fn threads(&self) -> usize {
         self.threads
     }
 
-    /// Piece length for `len` bytes: one per thread, whole cache lines.
+    /// Piece length for `len` bytes: one per thread, whole cache lines,
+    /// at least `MIN_PIECE` (so small work stays on the caller's thread).
     fn piece(&self, len: usize) -> usize {
-        len.div_ceil(self.threads).div_ceil(64).max(1) * 64
+        let used = self.threads.min(len / self.min_piece).max(1);
+        len.div_ceil(used).div_ceil(64).max(1) * 64
     }
 
     /// Calls `f(range)` for consecutive pieces of `0..len`, in parallel.

@@ -1,27 +1,16 @@
-//! Point-to-point engine: send / recv with tags, recv from any source.
-//!
-//! One event-loop thread per communicator (started on first use) owns the
-//! point-to-point connections. Sends queue per peer and are written in
-//! order. Every incoming message (24-byte header with tag and length) is
-//! matched against posted receives in posting order; a match is read
-//! straight into the receiver's tensor, anything else into an "unexpected"
-//! buffer that a later receive copies from. So a send never waits for its
-//! receive to be posted, and messages between two ranks with the same tag
-//! arrive in order (MPI matching rules).
+//! The point-to-point engine's thread: matches incoming messages with
+//! posted receives (MPI rules: by source and tag, in posting order; the
+//! rest waits in an "unexpected" queue) and writes queued sends in order,
+//! over whichever link a peer has (`link.rs`).
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::io;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token, Waker};
-
-use crate::bootstrap::Conn;
-use crate::collectives::Op;
+use super::link::Waiter;
+use super::{Incoming, Outgoing, Peer, Posted, Req, Sink};
 use crate::config::LogLevel;
 use crate::error::{Error, OpSite, Result};
 use crate::log_at;
@@ -30,177 +19,10 @@ use crate::transport::frame::{P2pHeader, P2P_HEADER_LEN};
 use crate::types::Rank;
 use crate::work::Work;
 
-enum Req {
-    Send { peer: Rank, tag: i64, buf: HostTensor, work: Work, deadline: Instant },
-    Recv { peer: Option<Rank>, tag: i64, buf: HostTensor, work: Work, deadline: Instant },
-}
-
-struct Posted {
-    posted_at: Instant,
-    peer: Option<Rank>,
-    tag: i64,
-    buf: HostTensor,
-    work: Work,
-    deadline: Instant,
-}
-
-struct Outgoing {
-    hdr: [u8; P2P_HEADER_LEN],
-    hdr_done: usize,
-    body_done: usize,
-    buf: HostTensor,
-    work: Work,
-    deadline: Instant,
-}
-
-enum Sink {
-    Posted(Posted),
-    Buffer(Vec<u8>),
-    Discard(Vec<u8>),
-}
-
-enum Incoming {
-    Header { hdr: [u8; P2P_HEADER_LEN], done: usize },
-    Body { tag: i64, done: usize, sink: Sink },
-}
-
-struct Peer {
-    stream: TcpStream,
-    addr: String,
-    dead: Option<String>,
-    out: VecDeque<Outgoing>,
-    inc: Incoming,
-}
-
-struct Running {
-    tx: mpsc::Sender<Req>,
-    waker: Arc<Waker>,
-    handle: Option<JoinHandle<()>>,
-}
-
-enum State {
-    Idle(Vec<Option<Conn>>),
-    Running(Running),
-    Closed,
-}
-
-pub struct P2pEngine {
-    rank: Rank,
-    size: usize,
-    group: String,
-    state: Mutex<State>,
-    seq: Mutex<u64>,
-}
-
-const WAKE: Token = Token(usize::MAX);
-
-impl P2pEngine {
-    pub fn new(rank: Rank, size: usize, group: String, conns: Vec<Option<Conn>>) -> P2pEngine {
-        P2pEngine { rank, size, group, state: Mutex::new(State::Idle(conns)), seq: Mutex::new(0) }
-    }
-
-    fn start(&self, conns: Vec<Option<Conn>>) -> Result<Running> {
-        let poll = Poll::new().map_err(|e| Error::Internal(format!("p2p poll: {e}")))?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(|e| Error::Internal(format!("p2p waker: {e}")))?);
-        let mut peers = Vec::with_capacity(self.size);
-        for (p, c) in conns.into_iter().enumerate() {
-            peers.push(match c {
-                Some((s, addr)) => {
-                    s.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
-                    let mut stream = TcpStream::from_std(s);
-                    poll.registry()
-                        .register(&mut stream, Token(p), Interest::READABLE | Interest::WRITABLE)
-                        .map_err(|e| Error::Internal(e.to_string()))?;
-                    Some(Peer {
-                        stream,
-                        addr,
-                        dead: None,
-                        out: VecDeque::new(),
-                        inc: Incoming::Header { hdr: [0; P2P_HEADER_LEN], done: 0 },
-                    })
-                }
-                None => None,
-            });
-        }
-        let (tx, rx) = mpsc::channel();
-        let mut ev = EventLoop {
-            rank: self.rank,
-            group: self.group.clone(),
-            poll,
-            peers,
-            posted: Vec::new(),
-            unexpected: VecDeque::new(),
-            rx,
-        };
-        let handle = std::thread::Builder::new()
-            .name(format!("rustccl-p2p-{}-r{}", self.group, self.rank))
-            .spawn(move || ev.run())
-            .map_err(|e| Error::Internal(format!("cannot start the p2p thread: {e}")))?;
-        Ok(Running { tx, waker, handle: Some(handle) })
-    }
-
-    /// Hands a validated send or receive to the event loop.
-    pub fn submit(&self, op: Op<HostTensor>, timeout: Duration, prepare: impl FnOnce(&Work)) -> Result<Work> {
-        let kind = op.kind().name();
-        let seq = {
-            let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-            *s += 1;
-            *s
-        };
-        let work = Work::new(kind, seq);
-        work.mark_started();
-        prepare(&work);
-        let deadline = Instant::now() + timeout;
-        let req = match op {
-            Op::Send { buf, peer, tag } => Req::Send { peer, tag, buf, work: work.clone(), deadline },
-            Op::Recv { buf, peer, tag } => Req::Recv { peer, tag, buf, work: work.clone(), deadline },
-            _ => return Err(Error::Internal("collective reached the p2p engine".into())),
-        };
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let State::Idle(conns) = &mut *st {
-            let conns = std::mem::take(conns);
-            *st = State::Running(self.start(conns)?);
-        }
-        match &*st {
-            State::Running(r) => {
-                r.tx.send(req).map_err(|_| Error::Closed { op: kind, how: "shut down" })?;
-                let _ = r.waker.wake();
-                Ok(work)
-            }
-            _ => Err(Error::Closed { op: kind, how: "shut down" }),
-        }
-    }
-
-    /// Stops the event loop; pending sends and receives fail with
-    /// `Error::Closed`.
-    pub fn shutdown(&self) {
-        let prev = std::mem::replace(&mut *self.state.lock().unwrap_or_else(|p| p.into_inner()), State::Closed);
-        if let State::Running(mut r) = prev {
-            drop(r.tx);
-            let _ = r.waker.wake();
-            if let Some(h) = r.handle.take() {
-                let _ = h.join();
-            }
-        }
-    }
-}
-
-impl Drop for P2pEngine {
-    fn drop(&mut self) {
-        // Closing the request channel makes the loop exit on its own.
-        if let Ok(mut st) = self.state.lock() {
-            if let State::Running(r) = &*st {
-                let _ = r.waker.wake();
-            }
-            *st = State::Closed;
-        }
-    }
-}
-
-struct EventLoop {
+pub(super) struct EventLoop {
     rank: Rank,
     group: String,
-    poll: Poll,
+    waiter: Waiter,
     peers: Vec<Option<Peer>>,
     posted: Vec<Posted>,
     unexpected: VecDeque<(Rank, i64, Vec<u8>)>,
@@ -212,15 +34,21 @@ fn site(work: &Work, group: &str) -> OpSite {
 }
 
 impl EventLoop {
+    pub(super) fn new(rank: Rank, group: String, waiter: Waiter, peers: Vec<Option<Peer>>, rx: mpsc::Receiver<Req>) -> EventLoop {
+        EventLoop { rank, group, waiter, peers, posted: Vec::new(), unexpected: VecDeque::new(), rx }
+    }
+
     /// Only peers with something to do are pumped: those the poll reported
-    /// (mio is edge-triggered, and both pumps go on until `WouldBlock`) and
-    /// those a new send was queued for, so an iteration costs system calls
-    /// for the active peers, not for the whole group.
-    fn run(&mut self) {
-        let mut events = Events::with_capacity(64);
+    /// (mio is edge-triggered, and both pumps go on until `WouldBlock`),
+    /// those a new send was queued for, and every shared-memory peer (a
+    /// look at its ring is one atomic load), so an iteration costs system
+    /// calls for the active TCP peers, not for the whole group.
+    pub(super) fn run(&mut self) {
         let n = self.peers.len();
-        let (mut pump_in, mut pump_out) = (vec![true; n], vec![true; n]);
+        let (mut pump_in, mut pump_out, mut watch) = (vec![true; n], vec![true; n], vec![false; n]);
+        let shm: Vec<bool> = self.peers.iter().map(|p| p.as_ref().is_some_and(|p| p.link.is_shm())).collect();
         loop {
+            self.waiter.arm();
             let mut moved = false;
             loop {
                 match self.rx.try_recv() {
@@ -238,37 +66,41 @@ impl EventLoop {
                     }
                 }
             }
+            self.waiter.take_ready(&mut pump_in, &mut watch);
             for p in 0..n {
-                if std::mem::take(&mut pump_out[p]) {
+                if std::mem::take(&mut pump_out[p]) || shm[p] {
                     moved |= self.pump_out(p);
                 }
-                if std::mem::take(&mut pump_in[p]) {
+                if std::mem::take(&mut pump_in[p]) || shm[p] {
                     moved |= self.pump_in(p);
                 }
             }
+            self.check_alive(&mut watch);
             self.expire();
             if !moved {
                 let timeout = self.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
-                match self.poll.poll(&mut events, timeout) {
-                    Ok(()) => {
-                        for ev in events.iter() {
-                            let p = ev.token().0;
-                            if p < n {
-                                // Any event (readable, writable, closed, error):
-                                // both pumps find out which.
-                                pump_in[p] = true;
-                                pump_out[p] = true;
-                            }
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        log_at!(LogLevel::Warn, "p2p poll failed: {e}");
-                        std::thread::sleep(Duration::from_millis(1));
-                        pump_in.fill(true);
-                        pump_out.fill(true);
-                    }
-                }
+                self.waiter.wait(timeout, &mut pump_in);
+                // Any event (readable, writable, closed, error): both pumps
+                // find out which.
+                pump_out.iter_mut().zip(&pump_in).for_each(|(o, i)| *o |= *i);
+            }
+        }
+    }
+
+    /// Shared-memory peers whose watched connection reported something (or
+    /// all of them, now and then): one that closed is dead. Runs after the
+    /// pumps, so what a peer wrote before it died is still delivered.
+    fn check_alive(&mut self, watch: &mut [bool]) {
+        for (p, w) in watch.iter_mut().enumerate() {
+            if !std::mem::take(w) {
+                continue;
+            }
+            let why = match &self.peers[p] {
+                Some(peer) if peer.dead.is_none() => peer.link.alive().err(),
+                _ => None,
+            };
+            if let Some(why) = why {
+                self.kill(p, why);
             }
         }
     }
@@ -332,8 +164,7 @@ impl EventLoop {
             }
             let Some(o) = peer.out.front_mut() else { return moved };
             let body = o.buf.bytes();
-            let bufs = [IoSlice::new(&o.hdr[o.hdr_done..]), IoSlice::new(&body[o.body_done..])];
-            match peer.stream.write_vectored(&bufs) {
+            match peer.link.write_some(&o.hdr[o.hdr_done..], &body[o.body_done..]) {
                 Ok(0) => return self.kill(p, "connection closed (wrote 0 bytes)".into()) || moved,
                 Ok(mut k) => {
                     moved = true;
@@ -362,7 +193,7 @@ impl EventLoop {
                 return moved;
             }
             let r = match &mut peer.inc {
-                Incoming::Header { hdr, done } => peer.stream.read(&mut hdr[*done..]),
+                Incoming::Header { hdr, done } => peer.link.read_some(&mut hdr[*done..]),
                 Incoming::Body { done, sink, .. } => {
                     let target: &mut [u8] = match sink {
                         Sink::Posted(r) => r.buf.bytes_mut(),
@@ -371,7 +202,7 @@ impl EventLoop {
                     if *done == target.len() {
                         Ok(0) // unreachable in practice: completed bodies are popped at once
                     } else {
-                        peer.stream.read(&mut target[*done..])
+                        peer.link.read_some(&mut target[*done..])
                     }
                 }
             };

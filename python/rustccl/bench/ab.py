@@ -1,0 +1,144 @@
+"""The A/B method (the default): every backend's group alive in one process,
+timed alternately, median of rounds.
+
+The default process group is the first backend (rustccl); every other
+backend gets a ``new_group`` over the same ranks. For every (op, size) each
+backend runs its warm-ups, then ``--repeats`` rounds (default 3) in which
+every backend runs one timed loop of ``iters`` calls, the order of the
+backends alternating from round to round; each backend's time is the
+median of its rounds. Drift of a shared host (other load, thermals) hits
+both backends alike, so the ratio of the two is what a single run can be
+trusted for (as ``/work/shared/anchors/ab_bench.py``). A backend that
+fails an op gets an error row and is left out of the rest of the sweep (its
+group may be broken); the others go on.
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed import PrefixStore
+
+from . import membw, metrics, ops, pipeline
+from .sweep import run_ddp, slowest, sync
+
+
+def _error_row(backend: str, op: str, device, world: int, dtype: str, e: Exception) -> dict:
+    msg = f"{backend} {op}: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    return {"kind": "error", "backend": backend, "device": device.type, "world": world, "op": op, "dtype": dtype,
+            "error": msg}
+
+
+def timed(fn, iters: int, device, group) -> float:
+    sync(device)
+    dist.barrier(group=group)
+    sync(device)
+    import time
+
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def groups(cfg, store, rank: int, world: int, device, errors: list) -> dict:
+    """{backend: group} for the backends that could start (default group:
+    the first)."""
+    args = dict(backend=cfg.backends[0], store=PrefixStore("rustccl-bench/ab", store), rank=rank,
+                world_size=world, timeout=timedelta(seconds=cfg.timeout))
+    if device.type == "cuda":
+        args["device_id"] = device
+    dist.init_process_group(**args)
+    out = {cfg.backends[0]: dist.group.WORLD}
+    for b in cfg.backends[1:]:
+        try:
+            out[b] = dist.new_group(backend=b, timeout=timedelta(seconds=cfg.timeout))
+        except Exception as e:  # noqa: BLE001 - the other backends are still measured
+            errors.append((b, e))
+    return out
+
+
+def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device, rows: list, errors: list,
+              mismatches: list) -> None:
+    dtype = ops.DTYPES[cfg.dtype]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    count = metrics.element_count(size, itemsize, world)
+    nbytes = metrics.reported_bytes(op, count, itemsize, world)
+    iters, warmup = metrics.effective_iters(device.type, nbytes, cfg.iters, cfg.warmup)
+    fns, loops = {}, {}
+    for b, g in list(live.items()):
+        try:
+            if cfg.check:
+                mismatches += [f"{b}: {m}" for m in ops.check(op, count, dtype, device, rank, world, g)]
+            fns[b] = ops.timed_call(op, count, dtype, device, rank, world, g)
+            for _ in range(warmup):
+                fns[b]()
+            loops[b] = []
+        except Exception as e:  # noqa: BLE001
+            errors.append((b, e, op))
+            del live[b]
+    order = list(fns)
+    for k in range(cfg.repeats):
+        for b in (order if k % 2 == 0 else order[::-1]):
+            if b not in live:
+                continue
+            try:
+                loops[b].append(timed(fns[b], iters, device, live[b]))
+            except Exception as e:  # noqa: BLE001
+                errors.append((b, e, op))
+                del live[b]
+    for b in order:
+        if b not in live or not loops[b]:
+            continue
+        secs = statistics.median(loops[b]) / iters / ops.messages_per_iter(op)
+        algbw, busbw = metrics.bandwidths(op, nbytes, secs, world)
+        rows.append({"kind": "result", "backend": b, "device": device.type, "world": world, "op": op,
+                     "dtype": cfg.dtype, "size": size, "bytes": nbytes, "count": count, "us": secs * 1e6,
+                     "us_max": slowest(secs, device, live[b]) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
+                     "iters": iters, "warmup": warmup, "repeats": cfg.repeats, "method": "ab"})
+
+
+def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[dict], list[str], list[str]]:
+    """The whole sweep (plus DDP and pipeline steps) by the A/B method;
+    returns (rows, check mismatches, errors)."""
+    rows, mismatches, raw = [], [], []
+    live = groups(cfg, store, rank, world, device, raw)
+    failed = {b: e for b, e in raw}
+    try:
+        if device.type == "cpu":
+            progress.update("copy bandwidth")
+            rows.append({"kind": "copy", "copy_GBps": membw.measure(world)})
+        for op in cfg.ops:
+            for size in metrics.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor):
+                progress.update(f"{op} {metrics.human_bytes(size)}")
+                errs = []
+                run_point(cfg, op, size, live, rank, world, device, rows, errs, mismatches)
+                for b, e, o in errs:
+                    failed[b] = e
+                    rows.append(_error_row(b, o, device, world, cfg.dtype, e))
+                progress.advance(len(cfg.backends))
+        for b, e in raw:
+            for op in cfg.ops:
+                rows.append(_error_row(b, op, device, world, cfg.dtype, e))
+        extra = (["ddp_toy_step"] if cfg.ddp else []) + (["pp_step"] if cfg.pp else [])
+        for op in extra:
+            order = list(live)
+            for b in order:
+                progress.update(f"{b} {op}")
+                try:
+                    if op == "ddp_toy_step":
+                        rows += run_ddp(cfg, b, rank, world, device, progress, group=live[b])
+                    else:
+                        rows += pipeline.run(cfg, b, rank, world, device, live[b])
+                        progress.advance()
+                except Exception as e:  # noqa: BLE001
+                    failed[b] = e
+                    rows.append(_error_row(b, op, device, world, cfg.dtype, e))
+    finally:
+        dist.destroy_process_group()
+    errors = [f"rank {rank}: {r['error']}" for r in rows if r.get("kind") == "error"]
+    return rows, mismatches, errors

@@ -1,0 +1,100 @@
+//! Pipelined all-reduce among the ranks of one host through their shared
+//! segments (reduce-scatter + all-gather in place). Vocabulary: one chunk
+//! per rank (rank r reduces chunk r), many segments per chunk, one segment
+//! of every chunk per round. Each round, every rank copies its segment of
+//! every other rank's chunk into its input slot for that rank, reduces the
+//! inputs of its own chunk, publishes the result in its output slot, and
+//! copies the other chunks' results out. Each rank's copies and
+//! reductions are split among its worker threads, one parallel region per
+//! phase (waking the pool costs more than a small copy). Phases as in
+//! `transport::shm::window`.
+#![forbid(unsafe_code)]
+
+use super::plan::{bytes, even_chunks, segments};
+use super::reduce::{finish_avg, reduce_into};
+use crate::error::{Error, Result};
+use crate::transport::shm::{Area, Desc, PhaseWait, Window};
+use crate::types::{DType, ReduceOp};
+
+pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
+    let n = win.ranks().len();
+    let me = win.me();
+    let e = dtype.size();
+    let desc = Desc { name: "all_reduce", dtype, op, len: buf.len() };
+    let seg = (win.slot_capacity() / e).max(1);
+    let chunks = even_chunks(buf.len() / e, n);
+    let segs: Vec<Vec<_>> = chunks.iter().map(|c| segments(c.clone(), seg).collect()).collect();
+    let rounds = segs.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
+    let wk = win.workers();
+    for k in 0..rounds {
+        let p = win.phase();
+        w.wait_phase(p)?; // peers finished reading our slots of the last round
+        if k == 0 {
+            // Only now: a peer may still be verifying the previous operation.
+            win.announce(w, &desc);
+        }
+        let mut puts = Vec::new();
+        for (c, s) in segs.iter().enumerate() {
+            if let (true, Some(g)) = (c != me, s.get(k)) {
+                let src = &buf[bytes(g, e)];
+                puts.extend(wk.ranges(src.len()).into_iter().map(|r| (c, r.start, &src[r])));
+            }
+        }
+        // Peers read our input slots only between our p+1 and their p+2;
+        // all are at >= p.
+        wk.for_each(puts, |(c, off, piece)| {
+            win.put(Area::Input(c), off, piece);
+            Ok::<(), Error>(())
+        })?;
+        win.publish(p + 1);
+        w.wait_phase(p + 1)?;
+        if k == 0 {
+            win.verify(w, &desc)?;
+        }
+        if let Some(g) = segs[me].get(k) {
+            let r = bytes(g, e);
+            wk.for_pieces_mut(&mut buf[r], |off, piece| {
+                for i in (0..n).filter(|&i| i != me) {
+                    // Rank i wrote this piece of its input slot for us
+                    // before its p+1 and rewrites it only after our p+3.
+                    win.with(i, Area::Input(me), off, piece.len(), |theirs| reduce_into(op, dtype, piece, theirs))?;
+                }
+                if op == ReduceOp::Avg {
+                    finish_avg(dtype, piece, n)?;
+                }
+                // Peers read our output slot only between our p+2 and
+                // their p+3; all are at >= p+1.
+                win.put(Area::Output, off, piece);
+                Ok(())
+            })?;
+        }
+        win.publish(p + 2);
+        w.wait_phase(p + 2)?;
+        // Rank c wrote its output slot before its p+2 and rewrites it only
+        // after we publish p+3.
+        let mut gets = Vec::new();
+        let mut rest: &mut [u8] = buf;
+        let mut at = 0;
+        for (c, s) in segs.iter().enumerate() {
+            if let (true, Some(g)) = (c != me, s.get(k)) {
+                let r = bytes(g, e);
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - at);
+                let (seg_buf, tail) = tail.split_at_mut(r.len());
+                rest = tail;
+                at = r.end;
+                let mut seg_rest = seg_buf;
+                for piece in wk.ranges(r.len()) {
+                    let (head, tail) = std::mem::take(&mut seg_rest).split_at_mut(piece.len());
+                    seg_rest = tail;
+                    gets.push((c, piece.start, head));
+                }
+            }
+        }
+        wk.for_each(gets, |(c, off, piece)| {
+            win.get(c, Area::Output, off, piece);
+            Ok::<(), Error>(())
+        })?;
+        win.publish(p + 3);
+    }
+    Ok(())
+}

@@ -1,0 +1,240 @@
+//! How the point-to-point engine reaches one peer, and how its thread
+//! waits for something to do.
+//!
+//! A peer on another host (or any peer with `RUSTCCL_TRANSPORT=tcp`) is a
+//! TCP stream. A peer on this host is a pair of shared-memory rings of the
+//! point-to-point channel, plus the (otherwise idle) TCP connection, kept
+//! only to learn at once that the peer died.
+//!
+//! Waiting: with TCP peers only, the thread sleeps in `mio::Poll` (requests
+//! wake it through a `mio::Waker`), as before. With shared-memory peers, it
+//! sleeps on the point-to-point futex word of this rank's segment, which
+//! the peers' producers and consumers, new requests, and a small watcher
+//! thread bump; the watcher sleeps in `mio::Poll` over the TCP connections
+//! and flags the peers it saw events for.
+#![forbid(unsafe_code)]
+
+use std::io::{self, IoSlice, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Events, Poll, Token, Waker};
+
+use crate::config::LogLevel;
+use crate::log_at;
+use crate::transport::shm::{Channel, ShmLink, ShmLocal};
+
+pub const WAKE: Token = Token(usize::MAX);
+/// How long the thread yields between looks before it sleeps on the futex
+/// word (as the collective waits do: no pure spinning).
+const YIELD_FOR: Duration = Duration::from_micros(60);
+/// How often shared-memory peers are checked for life when nothing else
+/// (the watcher) says they died.
+pub const ALIVE_EVERY: Duration = Duration::from_millis(50);
+
+pub enum PeerLink {
+    Tcp(TcpStream),
+    Shm { ring: ShmLink, watch: TcpStream },
+}
+
+impl PeerLink {
+    pub fn is_shm(&self) -> bool {
+        matches!(self, PeerLink::Shm { .. })
+    }
+
+    /// The TCP stream to register with the poll (data, or the watch).
+    pub fn stream(&mut self) -> &mut TcpStream {
+        match self {
+            PeerLink::Tcp(s) => s,
+            PeerLink::Shm { watch, .. } => watch,
+        }
+    }
+
+    /// Writes a prefix of `head` then `body`; `WouldBlock` when nothing
+    /// fits.
+    pub fn write_some(&mut self, head: &[u8], body: &[u8]) -> io::Result<usize> {
+        match self {
+            PeerLink::Tcp(s) => s.write_vectored(&[IoSlice::new(head), IoSlice::new(body)]),
+            PeerLink::Shm { ring, .. } => {
+                let mut n = ring.push(head);
+                if n == head.len() {
+                    n += ring.push(body);
+                }
+                if n == 0 {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(n)
+                }
+            }
+        }
+    }
+
+    /// Reads what is there into `dst` (not empty); `WouldBlock` when
+    /// nothing is.
+    pub fn read_some(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        match self {
+            PeerLink::Tcp(s) => s.read(dst),
+            PeerLink::Shm { ring, .. } => match ring.pull(dst) {
+                0 => Err(io::ErrorKind::WouldBlock.into()),
+                n => Ok(n),
+            },
+        }
+    }
+
+    /// For a shared-memory peer: Err when its watched connection closed.
+    pub fn alive(&self) -> Result<(), String> {
+        let PeerLink::Shm { watch, .. } = self else { return Ok(()) };
+        let mut b = [0u8; 1];
+        match watch.peek(&mut b) {
+            Ok(0) => Err("connection closed by peer (process exited?)".into()),
+            Ok(_) => Err("unexpected bytes on the idle connection of a shared-memory peer".into()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(format!("connection to peer lost: {e}")),
+        }
+    }
+}
+
+/// Wakes the engine's thread after a request was queued.
+#[derive(Clone)]
+pub enum Wake {
+    Mio(Arc<Waker>),
+    Futex(Arc<ShmLocal>),
+}
+
+impl Wake {
+    pub fn wake(&self) {
+        match self {
+            Wake::Mio(w) => {
+                let _ = w.wake();
+            }
+            Wake::Futex(l) => l.mine().notify_on(Channel::P2p),
+        }
+    }
+}
+
+/// A thread that sleeps in `poll` and flags the peers it saw events for,
+/// then bumps the futex word the engine's thread sleeps on.
+pub struct Watcher {
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Watcher {
+    fn start(mut poll: Poll, local: Arc<ShmLocal>, ready: Arc<Vec<AtomicBool>>, name: String) -> io::Result<Watcher> {
+        let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let handle = std::thread::Builder::new().name(name).spawn(move || {
+            let mut events = Events::with_capacity(64);
+            while !st.load(Ordering::Acquire) {
+                match poll.poll(&mut events, None) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        log_at!(LogLevel::Warn, "p2p watcher poll failed: {e}");
+                        std::thread::sleep(Duration::from_millis(1));
+                        ready.iter().for_each(|r| r.store(true, Ordering::Release));
+                    }
+                }
+                for ev in events.iter() {
+                    if let Some(r) = ready.get(ev.token().0) {
+                        r.store(true, Ordering::Release);
+                    }
+                }
+                local.mine().notify_on(Channel::P2p);
+            }
+        })?;
+        Ok(Watcher { stop, waker, handle: Some(handle) })
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.waker.wake();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// How the engine's thread waits (see the module docs).
+pub enum Waiter {
+    Mio { poll: Poll, events: Events },
+    Futex { local: Arc<ShmLocal>, ready: Arc<Vec<AtomicBool>>, _watcher: Watcher, sig0: u32, last_alive: Instant },
+}
+
+impl Waiter {
+    /// A futex waiter over `local`, its watcher polling `poll` for `n` peers.
+    pub fn futex(poll: Poll, local: Arc<ShmLocal>, n: usize, name: String) -> io::Result<Waiter> {
+        let ready: Arc<Vec<AtomicBool>> = Arc::new((0..n).map(|_| AtomicBool::new(true)).collect());
+        let watcher = Watcher::start(poll, local.clone(), ready.clone(), name)?;
+        Ok(Waiter::Futex { local, ready, _watcher: watcher, sig0: 0, last_alive: Instant::now() })
+    }
+
+    /// Called before each pass over the peers: changes after this wake a
+    /// later `wait`.
+    pub fn arm(&mut self) {
+        if let Waiter::Futex { local, sig0, .. } = self {
+            *sig0 = local.mine().signal_of(Channel::P2p).load(Ordering::Acquire);
+        }
+    }
+
+    /// Peers with events since the last call (all shared-memory peers are
+    /// looked at on every pass anyway). `watch[p]` is set for peers whose
+    /// connection reported something (a shared-memory peer's idle
+    /// connection only does when it closes), or for every peer once per
+    /// `ALIVE_EVERY`.
+    pub fn take_ready(&mut self, ready_out: &mut [bool], watch: &mut [bool]) {
+        if let Waiter::Futex { ready, last_alive, .. } = self {
+            for (p, r) in ready.iter().enumerate() {
+                if r.swap(false, Ordering::AcqRel) {
+                    ready_out[p] = true;
+                    watch[p] = true;
+                }
+            }
+            if last_alive.elapsed() >= ALIVE_EVERY {
+                *last_alive = Instant::now();
+                watch.fill(true);
+            }
+        }
+    }
+
+    /// Sleeps until something may have happened, at most `timeout`.
+    /// `ready_out[p]` is set for peers with events (mio mode).
+    pub fn wait(&mut self, timeout: Option<Duration>, ready_out: &mut [bool]) {
+        match self {
+            Waiter::Mio { poll, events } => match poll.poll(events, timeout) {
+                Ok(()) => {
+                    for ev in events.iter() {
+                        if let Some(r) = ready_out.get_mut(ev.token().0) {
+                            *r = true;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log_at!(LogLevel::Warn, "p2p poll failed: {e}");
+                    std::thread::sleep(Duration::from_millis(1));
+                    ready_out.fill(true);
+                }
+            },
+            Waiter::Futex { local, sig0, .. } => {
+                let word = local.mine().signal_of(Channel::P2p);
+                let t0 = Instant::now();
+                while t0.elapsed() < YIELD_FOR {
+                    if word.load(Ordering::Acquire) != *sig0 {
+                        return;
+                    }
+                    std::thread::yield_now();
+                }
+                let cap = timeout.unwrap_or(ALIVE_EVERY).min(ALIVE_EVERY);
+                local.mine().sleep_on(Channel::P2p, *sig0, cap);
+            }
+        }
+    }
+}

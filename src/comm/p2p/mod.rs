@@ -1,0 +1,250 @@
+//! Point-to-point engine: send / recv with tags, recv from any source.
+//!
+//! One event-loop thread per communicator (started on first use) owns the
+//! point-to-point links: shared-memory rings to the ranks of this host,
+//! TCP to the others (`link.rs`). Sends queue per peer and are written in
+//! order. Every incoming message (24-byte header with tag and length) is
+//! matched against posted receives in posting order; a match is read
+//! straight into the receiver's tensor, anything else into an "unexpected"
+//! buffer that a later receive copies from. So a send never waits for its
+//! receive to be posted, and messages between two ranks with the same tag
+//! arrive in order (MPI matching rules).
+#![forbid(unsafe_code)]
+
+mod event_loop;
+mod link;
+
+use std::collections::VecDeque;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Waker};
+
+use crate::bootstrap::Conn;
+use crate::collectives::Op;
+use crate::error::{Error, Result};
+use crate::tensor::HostTensor;
+use crate::transport::frame::P2P_HEADER_LEN;
+use crate::transport::shm::{ShmLink, ShmLocal};
+use crate::types::Rank;
+use crate::work::Work;
+
+use event_loop::EventLoop;
+use link::{PeerLink, Waiter, Wake, WAKE};
+
+/// Shared-memory links of the point-to-point channel, by global rank.
+pub type ShmP2p = (Arc<ShmLocal>, Vec<(Rank, ShmLink)>);
+
+enum Req {
+    Send { peer: Rank, tag: i64, buf: HostTensor, work: Work, deadline: Instant },
+    Recv { peer: Option<Rank>, tag: i64, buf: HostTensor, work: Work, deadline: Instant },
+}
+
+struct Posted {
+    posted_at: Instant,
+    peer: Option<Rank>,
+    tag: i64,
+    buf: HostTensor,
+    work: Work,
+    deadline: Instant,
+}
+
+struct Outgoing {
+    hdr: [u8; P2P_HEADER_LEN],
+    hdr_done: usize,
+    body_done: usize,
+    buf: HostTensor,
+    work: Work,
+    deadline: Instant,
+}
+
+enum Sink {
+    Posted(Posted),
+    Buffer(Vec<u8>),
+    Discard(Vec<u8>),
+}
+
+enum Incoming {
+    Header { hdr: [u8; P2P_HEADER_LEN], done: usize },
+    Body { tag: i64, done: usize, sink: Sink },
+}
+
+struct Peer {
+    link: PeerLink,
+    addr: String,
+    dead: Option<String>,
+    out: VecDeque<Outgoing>,
+    inc: Incoming,
+}
+
+struct Running {
+    tx: mpsc::Sender<Req>,
+    wake: Wake,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// What the event loop starts from.
+struct Links {
+    conns: Vec<Option<Conn>>,
+    shm: Option<ShmP2p>,
+}
+
+enum State {
+    Idle(Links),
+    Running(Running),
+    Closed,
+}
+
+pub struct P2pEngine {
+    rank: Rank,
+    size: usize,
+    group: String,
+    state: Mutex<State>,
+    seq: Mutex<u64>,
+    /// Link kind per peer ("shm" / "tcp"), for stats.
+    kinds: Vec<&'static str>,
+}
+
+fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::Internal(format!("p2p {what}: {e}"))
+}
+
+impl P2pEngine {
+    /// `conns`: a TCP connection per peer; `shm`: shared-memory links to
+    /// the peers of this host that have them (their TCP connection then
+    /// only watches for the peer's death).
+    pub fn new(rank: Rank, size: usize, group: String, conns: Vec<Option<Conn>>, shm: Option<ShmP2p>) -> P2pEngine {
+        let mut kinds: Vec<&'static str> = conns.iter().map(|c| if c.is_some() { "tcp" } else { "" }).collect();
+        kinds.resize(size, "");
+        if let Some((_, links)) = &shm {
+            for (r, _) in links {
+                kinds[*r] = "shm";
+            }
+        }
+        let shm = shm.filter(|(_, links)| !links.is_empty());
+        P2pEngine { rank, size, group, state: Mutex::new(State::Idle(Links { conns, shm })), seq: Mutex::new(0), kinds }
+    }
+
+    /// "shm" or "tcp": how messages to / from `peer` travel.
+    pub fn link_kind(&self, peer: Rank) -> &'static str {
+        self.kinds.get(peer).copied().unwrap_or("")
+    }
+
+    /// The link kind of an any-source receive: "shm" if every peer is.
+    pub fn link_kind_any(&self) -> &'static str {
+        let mut k = self.kinds.iter().enumerate().filter(|(p, _)| *p != self.rank).map(|(_, k)| *k);
+        match k.next() {
+            Some(first) if k.all(|x| x == first) => first,
+            Some(_) => "shm+tcp",
+            None => "",
+        }
+    }
+
+    fn start(&self, links: Links) -> Result<Running> {
+        let poll = Poll::new().map_err(internal("poll"))?;
+        let mut shm_links: Vec<Option<ShmLink>> = (0..self.size).map(|_| None).collect();
+        let local = links.shm.map(|(local, v)| {
+            for (r, l) in v {
+                shm_links[r] = Some(l);
+            }
+            local
+        });
+        let mut peers = Vec::with_capacity(self.size);
+        for (p, c) in links.conns.into_iter().enumerate() {
+            peers.push(match c {
+                Some((s, addr)) => {
+                    s.set_nonblocking(true).map_err(internal("socket"))?;
+                    let stream = TcpStream::from_std(s);
+                    let mut link = match shm_links[p].take() {
+                        Some(ring) => PeerLink::Shm { ring, watch: stream },
+                        None => PeerLink::Tcp(stream),
+                    };
+                    // A shared-memory peer's connection only ever becomes readable (closed).
+                    let interest = if link.is_shm() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
+                    poll.registry()
+                        .register(link.stream(), mio::Token(p), interest)
+                        .map_err(internal("register"))?;
+                    Some(Peer { link, addr, dead: None, out: VecDeque::new(), inc: Incoming::Header { hdr: [0; P2P_HEADER_LEN], done: 0 } })
+                }
+                None => None,
+            });
+        }
+        let name = |what: &str| format!("rustccl-{what}-{}-r{}", self.group, self.rank);
+        let (waiter, wake) = match local {
+            Some(local) => (Waiter::futex(poll, local.clone(), self.size, name("p2pw")).map_err(internal("watcher"))?, Wake::Futex(local)),
+            None => {
+                let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(internal("waker"))?);
+                (Waiter::Mio { poll, events: Events::with_capacity(64) }, Wake::Mio(waker))
+            }
+        };
+        let (tx, rx) = mpsc::channel();
+        let mut ev = EventLoop::new(self.rank, self.group.clone(), waiter, peers, rx);
+        let handle = std::thread::Builder::new()
+            .name(name("p2p"))
+            .spawn(move || ev.run())
+            .map_err(|e| Error::Internal(format!("cannot start the p2p thread: {e}")))?;
+        Ok(Running { tx, wake, handle: Some(handle) })
+    }
+
+    /// Hands a validated send or receive to the event loop.
+    pub fn submit(&self, op: Op<HostTensor>, timeout: Duration, prepare: impl FnOnce(&Work)) -> Result<Work> {
+        let kind = op.kind().name();
+        let seq = {
+            let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+            *s += 1;
+            *s
+        };
+        let work = Work::new(kind, seq);
+        work.mark_started();
+        prepare(&work);
+        let deadline = Instant::now() + timeout;
+        let req = match op {
+            Op::Send { buf, peer, tag } => Req::Send { peer, tag, buf, work: work.clone(), deadline },
+            Op::Recv { buf, peer, tag } => Req::Recv { peer, tag, buf, work: work.clone(), deadline },
+            _ => return Err(Error::Internal("collective reached the p2p engine".into())),
+        };
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let State::Idle(links) = &mut *st {
+            let links = std::mem::replace(links, Links { conns: Vec::new(), shm: None });
+            *st = State::Running(self.start(links)?);
+        }
+        match &*st {
+            State::Running(r) => {
+                r.tx.send(req).map_err(|_| Error::Closed { op: kind, how: "shut down" })?;
+                r.wake.wake();
+                Ok(work)
+            }
+            _ => Err(Error::Closed { op: kind, how: "shut down" }),
+        }
+    }
+
+    /// Stops the event loop; pending sends and receives fail with
+    /// `Error::Closed`.
+    pub fn shutdown(&self) {
+        let prev = std::mem::replace(&mut *self.state.lock().unwrap_or_else(|p| p.into_inner()), State::Closed);
+        if let State::Running(mut r) = prev {
+            drop(r.tx);
+            r.wake.wake();
+            if let Some(h) = r.handle.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for P2pEngine {
+    fn drop(&mut self) {
+        // Closing the request channel makes the loop exit on its own.
+        if let Ok(mut st) = self.state.lock() {
+            let prev = std::mem::replace(&mut *st, State::Closed);
+            if let State::Running(r) = prev {
+                drop(r.tx);
+                r.wake.wake();
+            }
+        }
+    }
+}
+

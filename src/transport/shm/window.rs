@@ -1,0 +1,209 @@
+//! A window onto the shared areas of every local rank's segment, for the
+//! shared-memory algorithms in `collectives` (which see only this: areas,
+//! byte offsets and phases, never a pointer).
+//!
+//! Vocabulary: each rank publishes a monotonically increasing *phase* in its
+//! segment; all ranks run the same steps, so phases agree at every step.
+//! An algorithm writes its own areas only after every peer reached the
+//! phase at which it stopped reading them, and reads a peer's areas only
+//! after the peer published the phase at which it finished writing them.
+//! The window checks bounds; the phase protocol is the algorithm's promise
+//! (breaking it gives wrong bytes, never an access outside the mapping).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{ShmLocal, Workers};
+use crate::error::{Error, Result};
+use crate::types::{DType, Rank, ReduceOp};
+
+/// Blocks until every local rank's phase is at least `target` (with the
+/// transport's deadline, interrupt and dead-peer checks).
+pub trait PhaseWait {
+    fn wait_phase(&mut self, target: u64) -> Result<()>;
+    /// Wire sequence number of the current operation.
+    fn seq(&self) -> u32;
+    /// A protocol error with `peer` (ranks disagree about the operation).
+    fn mismatch(&self, peer: Rank, detail: String) -> Error;
+}
+
+/// One of the shared areas of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Area {
+    /// The one-round slot (`small_capacity` bytes).
+    Small,
+    /// Input slot `c` (`slot_capacity` bytes each, one per local rank).
+    Input(usize),
+    /// All input slots as one area (`inputs_capacity` bytes).
+    Inputs,
+    /// The output slot (`slot_capacity` bytes).
+    Output,
+}
+
+/// What a rank announces before it publishes anything of an operation, so
+/// that ranks that disagree fail instead of mixing data.
+#[derive(Debug, Clone, Copy)]
+pub struct Desc {
+    pub name: &'static str,
+    pub dtype: DType,
+    pub op: ReduceOp,
+    pub len: usize,
+}
+
+fn dtype_code(d: DType) -> u64 {
+    match d {
+        DType::F32 => 1,
+        DType::F64 => 2,
+        DType::F16 => 3,
+        DType::BF16 => 4,
+        DType::U8 => 5,
+        DType::I8 => 6,
+        DType::I16 => 7,
+        DType::I32 => 8,
+        DType::I64 => 9,
+        DType::Bool => 10,
+        DType::Other { code, bits } => 0x1000 | (code as u64) << 16 | bits as u64,
+    }
+}
+
+fn descriptor(seq: u32, d: &Desc) -> u64 {
+    (seq as u64) << 32 | dtype_code(d.dtype) << 8 | d.op as u64
+}
+
+/// The local ranks' shared areas (cheap to clone, `Sync`: worker threads
+/// share it).
+#[derive(Clone)]
+pub struct Window {
+    local: Arc<ShmLocal>,
+}
+
+impl Window {
+    pub fn new(local: Arc<ShmLocal>) -> Window {
+        Window { local }
+    }
+
+    /// Local ranks (global numbers, ascending).
+    pub fn ranks(&self) -> &[Rank] {
+        &self.local.ranks
+    }
+
+    /// This rank's index among `ranks`.
+    pub fn me(&self) -> usize {
+        self.local.me
+    }
+
+    pub fn workers(&self) -> &Workers {
+        &self.local.workers
+    }
+
+    pub fn small_capacity(&self) -> usize {
+        self.local.mine().layout.small
+    }
+
+    /// Largest all-reduce to run in one round (<= `small_capacity`).
+    pub fn one_round_max(&self) -> usize {
+        self.local.one_round_max.min(self.small_capacity())
+    }
+
+    pub fn slot_capacity(&self) -> usize {
+        self.local.mine().layout.seg
+    }
+
+    pub fn inputs_capacity(&self) -> usize {
+        let l = self.local.mine().layout;
+        l.n * l.seg
+    }
+
+    /// Offset of `area`, after checking that `off..off+len` lies inside it.
+    fn at(&self, area: Area, off: usize, len: usize) -> usize {
+        let l = self.local.mine().layout;
+        let (base, cap) = match area {
+            Area::Small => (l.small_off, l.small),
+            Area::Input(c) => {
+                assert!(c < l.n, "input slot {c} of {}", l.n);
+                (l.in_off + c * l.seg, l.seg)
+            }
+            Area::Inputs => (l.in_off, l.n * l.seg),
+            Area::Output => (l.out_off, l.seg),
+        };
+        assert!(off + len <= cap, "{area:?}: {off}+{len} beyond {cap} bytes");
+        base + off
+    }
+
+    /// Copies `src` into this rank's `area` at `off`.
+    pub fn put(&self, area: Area, off: usize, src: &[u8]) {
+        let at = self.at(area, off, src.len());
+        // SAFETY: in bounds (checked); by the phase protocol no peer reads
+        // this range until we publish the phase after this write.
+        unsafe { self.local.mine().write(at, src) }
+    }
+
+    /// Copies `dst.len()` bytes of local rank `peer`'s `area` at `off`.
+    pub fn get(&self, peer: usize, area: Area, off: usize, dst: &mut [u8]) {
+        let at = self.at(area, off, dst.len());
+        // SAFETY: in bounds (checked); by the phase protocol the peer
+        // published this range and rewrites it only after we publish.
+        unsafe { self.local.segs[peer].read(at, dst) }
+    }
+
+    /// Calls `f` with a view of `len` bytes of local rank `peer`'s `area`
+    /// at `off` (the view cannot outlive the call).
+    pub fn with<R>(&self, peer: usize, area: Area, off: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        let at = self.at(area, off, len);
+        // SAFETY: as in `get`, for the duration of `f`.
+        f(unsafe { self.local.segs[peer].view(at, len) })
+    }
+
+    /// This rank's current phase.
+    pub fn phase(&self) -> u64 {
+        self.local.mine().phase().load(Ordering::Relaxed)
+    }
+
+    /// Publishes phase `v` (everything written before it becomes visible to
+    /// peers that wait for it) and wakes them.
+    pub fn publish(&self, v: u64) {
+        self.local.mine().phase().store(v, Ordering::Release);
+        for (i, s) in self.local.segs.iter().enumerate() {
+            if i != self.local.me {
+                s.notify();
+            }
+        }
+    }
+
+    /// Announces the operation this rank is about to run. Call it only
+    /// once every peer is past verifying the previous one (after the first
+    /// wait of the operation) and before the first publish.
+    pub fn announce(&self, w: &dyn PhaseWait, d: &Desc) {
+        self.local.mine().desc().store(descriptor(w.seq(), d), Ordering::Relaxed);
+        self.local.mine().desc_len().store(d.len as u64, Ordering::Relaxed);
+    }
+
+    /// After the first wait that follows every peer's announce: they all
+    /// announced the same operation.
+    pub fn verify(&self, w: &dyn PhaseWait, d: &Desc) -> Result<()> {
+        let want = descriptor(w.seq(), d);
+        for (i, s) in self.local.segs.iter().enumerate() {
+            if i == self.local.me {
+                continue;
+            }
+            let (got, l) = (s.desc().load(Ordering::Relaxed), s.desc_len().load(Ordering::Relaxed));
+            if got >> 32 != want >> 32 {
+                return Err(w.mismatch(self.local.ranks[i], format!(
+                    "peer is at operation seq {} but this rank is at seq {}: the ranks called a different number of collectives",
+                    got >> 32,
+                    want >> 32
+                )));
+            }
+            if got != want || l != d.len as u64 {
+                return Err(w.mismatch(self.local.ranks[i], format!(
+                    "peer runs {} on {l} bytes (type/op code {:#x}) where this rank has {} bytes ({:#x}): the ranks passed different tensors or ops",
+                    d.name,
+                    got & 0xffff_ffff,
+                    d.len,
+                    want & 0xffff_ffff
+                )));
+            }
+        }
+        Ok(())
+    }
+}
