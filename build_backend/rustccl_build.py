@@ -38,9 +38,9 @@ def check_torch() -> None:
         found = metadata.version("torch")
     except metadata.PackageNotFoundError:
         raise SystemExit(
-            f"rustccl build: torch=={pin} is not importable by the building Python.\n"
-            f"rustccl compiles its C++ shim against the installed torch and the wheel requires exactly that torch, "
-            f"so it does not build in pip's isolated build environment. Install torch=={pin} and build with\n"
+            f"rustccl build: the building Python has no torch (pip's default build isolation hides the installed one).\n"
+            f"rustccl compiles its C++ shim against the installed torch=={pin}, and the wheel requires exactly that "
+            f"torch, so it builds only against it. Install torch=={pin} and build with\n"
             f"    pip install --no-build-isolation .\n"
             f"(see README.md, 'Install into your own environment')."
         ) from None

@@ -17,6 +17,7 @@ import os
 import platform
 import socket
 import sys
+from importlib import metadata
 from typing import Any
 
 from .. import _rustccl
@@ -39,9 +40,10 @@ def _versions() -> dict[str, Any]:
         "nccl": None,
         "cuda_driver": None,
     }
-    np = sys.modules.get("numpy")
-    if np is not None:
-        out["numpy"] = np.__version__
+    try:
+        out["numpy"] = metadata.version("numpy")
+    except metadata.PackageNotFoundError:
+        pass
     try:
         out["nccl"] = _rustccl._nccl_version()
     except RuntimeError as e:
