@@ -244,6 +244,30 @@ def test_info_reports_each_peer_link(transport, link):
     assert all(len(a) == 1 and re.fullmatch(r"[\d.]+:\d+|\[[0-9a-f:]+\]:\d+", next(iter(a))) for a in addrs.values())
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_info_on_cuda_matches_torch_and_the_driver():
+    world = 2
+    res = launch.run("w_info:cuda_groups", world)
+    for rank, r in enumerate(res):
+        assert r["value"] == world
+        report, ref = r["report"], r["ref"]
+        cuda = report["cuda"]
+        assert cuda["available"] and cuda["driver"] == ref["driver"] == report["versions"]["cuda_driver"]
+        assert [d["name"] for d in cuda["devices"]] == ref["names"]
+        assert [d["compute_capability"] for d in cuda["devices"]] == ref["cc"]
+        n = len(ref["names"])
+        for i in range(n):
+            for j in range(n):
+                assert (cuda["peers"][i][j] != "none") == ref["access"][i][j], (i, j, cuda["peers"])
+        assert report["versions"]["nccl"] == ref["nccl"]
+        [g] = [g for g in report["groups"] if g["size"] == world]
+        assert g["cuda"]["device"] == rank and g["nccl"] == ref["nccl"]
+        # what info() predicts is what the engine did on the first all_reduce
+        one_shot = g["one_shot"]
+        assert one_shot["eligible"] == one_shot["state"].startswith("on"), one_shot
+
+
 # --- the type stub -----------------------------------------------------------
 
 STUB = Path(_rustccl.__file__).with_name("_rustccl.pyi")
