@@ -86,3 +86,8 @@ def register() -> NoReturn:
 def monitored_barrier(*args: object, **kwargs: object) -> NoReturn:
     """Stands in for ``rustccl.monitored_barrier`` when torch is not installed."""
     _needs_torch("monitored_barrier")
+
+
+def failed_ranks(*args: object, **kwargs: object) -> NoReturn:
+    """Stands in for ``rustccl.failed_ranks`` when torch is not installed."""
+    _needs_torch("failed_ranks")
