@@ -7,7 +7,8 @@
 
 Inside a job, call ``rustccl.info()`` after ``init_process_group`` on each
 rank (e.g. ``print(json.dumps(rustccl.info()))``) to see the links each rank
-chose.
+chose. It initialises the CUDA driver in the calling process (where there is
+one), so a process that forks CUDA workers afterwards should not call it.
 """
 
 from __future__ import annotations
