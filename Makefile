@@ -8,7 +8,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-TORCH_VERSION := 2.11.0
+# The torch rustccl builds against and requires: pyproject.toml's pin.
+TORCH_VERSION := $(shell sed -n 's/.*"torch==\([^"]*\)".*/\1/p' pyproject.toml | head -n 1)
 NPROC ?= 2
 
 .PHONY: setup build test test-rust test-python demo bench clean
@@ -17,13 +18,14 @@ $(VENV)/.deps-$(TORCH_VERSION): pyproject.toml
 	@command -v cargo >/dev/null || { echo "rustccl: cargo (Rust) is needed to build the engine: https://rustup.rs"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==$(TORCH_VERSION) numpy pytest "maturin>=1.7,<2" matplotlib
+	$(PIP) install -q torch==$(TORCH_VERSION) numpy pytest "maturin>=1.12.1,<2" matplotlib mypy
 	touch $@
 
 setup: $(VENV)/.deps-$(TORCH_VERSION)
 
-# Builds the abi3 extension (engine + C++ shim) against the venv's torch and
-# installs it into the venv; cargo's cache makes re-runs quick.
+# Builds the abi3 extension (engine) and the C++ shim against the venv's torch
+# and installs them into the venv; cargo's cache makes re-runs quick. Without
+# build isolation: the build needs the venv's torch (README.md says why).
 build: setup
 	$(PIP) install -q --no-build-isolation --no-deps --force-reinstall .
 

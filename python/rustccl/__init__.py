@@ -11,20 +11,28 @@ Every collective on CPU tensors then runs over rustccl's own transport.
 DLPack-capable CPU array) without torch.distributed.
 """
 
-# torch first: the extension links libtorch and registers its c10d shim
-# with torch's dispatcher when it loads.
-import torch  # noqa: F401
+# torch, when installed, must be the torch this build was compiled against
+# (checked before the torch backend's shim loads); without torch,
+# Communicator works and only the backend is unavailable.
+from ._torch_check import import_torch
+
+_torch = import_torch()
 
 from . import _rustccl
 from ._rustccl import Communicator, __version__, config, host_identity
-from .backend import BACKEND_NAME, register
-from .groups import install as _install_torch_compat
-from .groups import failed_ranks, monitored_barrier
+from .info import info
 from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 
-register()
-_install_torch_compat()
+if _torch is not None:
+    from .backend import BACKEND_NAME, register
+    from .groups import install as _install_torch_compat
+    from .groups import failed_ranks, monitored_barrier
+
+    register()
+    _install_torch_compat()
+else:
+    from ._torch_check import BACKEND_NAME, failed_ranks, monitored_barrier, register
 
 __all__ = [
     "BACKEND_NAME",
@@ -35,6 +43,7 @@ __all__ = [
     "failed_ranks",
     "flight_record",
     "host_identity",
+    "info",
     "monitored_barrier",
     "register",
     "reset_stats",

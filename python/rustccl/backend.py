@@ -54,8 +54,21 @@ def _create_backend(opts, backend_options=None):
     return pg._get_backend(torch.device("cpu"))
 
 
+_SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim.so")
+
+
+def _load_shim() -> None:
+    """Loads the c10d shim (it registers ``torch.ops.rustccl``); the only
+    part of rustccl that links libtorch."""
+    try:
+        torch.ops.load_library(_SHIM)
+    except OSError as e:
+        raise ImportError(f"rustccl: cannot load its torch backend {_SHIM}: {e}") from e
+
+
 def register() -> None:
     """Registers the backend under the name ``"rustccl"`` (idempotent)."""
+    _load_shim()
     plugins = getattr(dist.Backend, "_plugins", {})
     if BACKEND_NAME.upper() in plugins:
         return

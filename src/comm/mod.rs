@@ -593,6 +593,12 @@ impl Communicator {
         self.nccl_if_started().map(|n| n.nccl_version())
     }
 
+    /// The CUDA device and one-shot all-reduce state, once the CUDA engine
+    /// has started.
+    pub fn one_shot_state(&self) -> Option<nccl::OneShotState> {
+        self.nccl_if_started().map(|n| n.one_shot_state())
+    }
+
     fn submit_cuda(&self, ops: Vec<Op<Tensor>>, device: i32, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
         let name = ops[0].kind().name();
         let engine = self.nccl(name)?;

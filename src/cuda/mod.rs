@@ -513,3 +513,24 @@ impl Drop for HostFlag {
         let _ = unsafe { drv::free_host(self.host.cast()) };
     }
 }
+
+/// The CUDA driver's version as (major, minor), e.g. (13, 0).
+pub fn driver_version() -> CudaResult<(i32, i32)> {
+    load()?;
+    let mut v = 0;
+    // SAFETY: `v` is a valid out-pointer.
+    unsafe { sys::cuDriverGetVersion(&mut v) }.result().map_err(|e| err("cuDriverGetVersion", e))?;
+    Ok((v / 1000, (v % 1000) / 10))
+}
+
+/// Devices visible to this process.
+pub fn device_count() -> CudaResult<i32> {
+    load()?;
+    drv::device::get_count().map_err(|e| err("cuDeviceGetCount", e))
+}
+
+/// The name of `device` ("NVIDIA H200").
+pub fn device_name(device: i32) -> CudaResult<String> {
+    load()?;
+    drv::device::get_name(device_handle(device)?).map_err(|e| err("cuDeviceGetName", e))
+}

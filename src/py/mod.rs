@@ -4,6 +4,8 @@
 //! DLPack-capable CPU array (numpy at least).
 #![forbid(unsafe_code)]
 
+mod info;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -414,5 +416,9 @@ fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_flight_record, m)?)?;
     m.add_function(wrap_pyfunction!(_failed_ranks, m)?)?;
     m.add_function(wrap_pyfunction!(_one_shot_ptx, m)?)?;
+    m.add_function(wrap_pyfunction!(info::build_info, m)?)?;
+    m.add_function(wrap_pyfunction!(info::_nccl_version, m)?)?;
+    m.add_function(wrap_pyfunction!(info::_cuda_report, m)?)?;
+    m.add_function(wrap_pyfunction!(info::_groups, m)?)?;
     Ok(())
 }

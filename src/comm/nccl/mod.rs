@@ -53,6 +53,15 @@ pub trait IdExchange {
     fn single_host(&self) -> bool;
 }
 
+/// See [`NcclEngine::one_shot_state`].
+pub type OneShotState = (Option<i32>, Vec<(i32, Option<usize>)>);
+
+/// The version of the libnccl that CUDA collectives use (the one torch
+/// loaded, or `RUSTCCL_NCCL_LIBRARY`); loads it if nothing has yet.
+pub fn library_version() -> std::result::Result<String, String> {
+    NcclLib::get().map(NcclLib::version_string)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Key {
     Group(i32),
@@ -216,6 +225,15 @@ impl NcclEngine {
     /// The device this group's CUDA work is bound to, once it has run some.
     pub fn device(&self) -> Option<i32> {
         *lock(&self.bound)
+    }
+
+    /// The device the group is bound to, and per device whether the one-shot
+    /// all-reduce is set up (`Some(its buffer bytes)`) or off (`None`);
+    /// devices where no eligible all_reduce has run yet are absent.
+    pub fn one_shot_state(&self) -> OneShotState {
+        let mut per: Vec<_> = lock(&self.sh.custom).iter().map(|(d, ar)| (*d, ar.as_ref().map(|a| a.bytes()))).collect();
+        per.sort_unstable();
+        (self.device(), per)
     }
 
     /// Binds the group to `device` on first use; later uses must match.
