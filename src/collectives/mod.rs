@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod chain;
+pub mod codec;
 pub mod direct;
 pub mod hierarchical;
 pub mod op;
