@@ -4,6 +4,7 @@
 // `unsafe` lives only in `nccl` (and the cuda helpers it uses).
 #![deny(unsafe_code)]
 
+pub mod compression;
 pub mod flight;
 pub mod host;
 pub mod nccl;
@@ -112,6 +113,8 @@ pub struct Communicator {
     flight: Arc<flight::FlightRecorder>,
     /// Link kind per peer ("shm" / "tcp").
     links: Vec<&'static str>,
+    /// Codec for the exchange between hosts (default off).
+    compression: compression::GroupCompression,
 }
 
 /// The fault of `opts` if it targets this rank and group.
@@ -131,6 +134,9 @@ fn observer(stats: Arc<stats::Stats>) -> Observer {
             transport: d.transport,
             ok: d.result.is_ok(),
         });
+        if d.result.is_ok() && (d.sent_between_hosts > 0 || !d.codec.is_empty()) {
+            stats.record_between_hosts(op, d.sent_between_hosts, d.codec);
+        }
     })
 }
 
@@ -238,6 +244,7 @@ impl Communicator {
             stats,
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
             links,
+            compression: Default::default(),
         })
     }
 
@@ -299,6 +306,7 @@ impl Communicator {
             stats,
             flight: Arc::new(flight::FlightRecorder::new(Config::get().flight_size)),
             links: vec![kind; size],
+            compression: Default::default(),
         })
     }
 
@@ -327,6 +335,16 @@ impl Communicator {
     /// Per-collective counters.
     pub fn stats(&self) -> &stats::Stats {
         &self.stats
+    }
+
+    /// Compresses this group's later float SUM / AVG all-reduces between
+    /// hosts with `setting` (None: exact). Every rank must set the same.
+    pub fn set_compression(&self, setting: Option<compression::Setting>) {
+        self.compression.set(setting)
+    }
+
+    pub fn compression(&self) -> Option<compression::Setting> {
+        self.compression.get()
     }
 
     /// Collectives submitted so far (the next sequence number).
@@ -411,6 +429,7 @@ impl Communicator {
     }
 
     fn dispatch(&self, ops: Vec<Op<Tensor>>, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
+        let compress = self.compression.request(&self.opts.group, &ops);
         let first = ops[0].kind();
         let name = first.name();
         let p2p = ops.iter().filter(|o| o.kind().is_p2p()).count();
@@ -468,7 +487,7 @@ impl Communicator {
         }
         let bytes = ops.iter().map(|o| o.bytes()).sum();
         let host_ops = ops.into_iter().map(into_host).collect::<Result<Vec<_>>>()?;
-        self.host.submit(host_ops, bytes, timeout, attach)
+        self.host.submit_compressed(host_ops, bytes, timeout, compress, attach)
     }
 
     /// Runs a CPU broadcast of `data` from rank 0 on the host engine.
