@@ -18,6 +18,7 @@ import torch  # noqa: F401
 from . import _rustccl
 from ._rustccl import Communicator, __version__, config, host_identity
 from .backend import BACKEND_NAME, register
+from .compression import compression, set_compression
 from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 
@@ -26,6 +27,7 @@ register()
 __all__ = [
     "BACKEND_NAME",
     "Communicator",
+    "compression",
     "FileStore",
     "__version__",
     "config",
@@ -33,5 +35,6 @@ __all__ = [
     "host_identity",
     "register",
     "reset_stats",
+    "set_compression",
     "stats",
 ]

@@ -57,9 +57,12 @@ pub fn all_reduce(
                 }
             }
         }
-        if let Some(c) = comp {
+        if let Some(c) = comp.as_deref_mut() {
             c.sent_between_hosts += sub.bytes_sent();
         }
+    }
+    if let (Some(req), Some(c)) = (&codec_req, comp) {
+        c.used = Some(req.codec); // non-leaders too: their result went through it
     }
     if host.len() > 1 {
         let mut sub = SubTransport::new(t, host);
