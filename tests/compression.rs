@@ -77,7 +77,7 @@ fn compressed_all_reduce_matches_reference_on_every_rank() {
         let cs = comms(&layout);
         for codec in [Codec::Int8, Codec::Bf16, Codec::Fp16] {
             cs.iter().for_each(|c| c.set_compression(Some(Setting { codec, feedback: false })));
-            for (n, avg) in [(1usize, false), (255, true), (1000, false), (70_001, true)] {
+            for (n, avg) in [(1usize, false), (255, true), (1000, false), (70_001, true), (600_001, false)] {
                 let contribs: Vec<Vec<f64>> = (0..layout.len()).map(|r| vals(r, n, 0)).collect();
                 let op = if avg { ReduceOp::Avg } else { ReduceOp::Sum };
                 let got = on_ranks(&cs, |r, c| {

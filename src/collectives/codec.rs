@@ -15,6 +15,9 @@
 //! | `bf16` | 2n bytes | relative 2^-9 (round to nearest even) |
 //! | `fp16` | 2n bytes | relative 2^-12 in 6e-5..65504; overflows to inf above |
 //! | `int8` | n + 4 ceil(n / 256) bytes | at most max\|block\| / 254 (one f32 scale per 256 values, round to nearest even) |
+//!
+//! Non-finite inputs: the casts keep them; an int8 block holding one
+//! decodes to NaN (and its residual restarts from zero).
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
@@ -27,9 +30,9 @@ use crate::types::DType;
 /// Values per int8 scale.
 pub const INT8_BLOCK: usize = 256;
 
-/// 1.5 * 2^23: adding and subtracting it rounds an f32 of magnitude below
-/// 2^22 to the nearest integer, ties to even (and vectorises, unlike
-/// `round`).
+/// 1.5 * 2^23: adding it to an f32 of magnitude below 2^22 rounds it to an
+/// integer k (nearest, ties to even; vectorises, unlike `round`), held in
+/// the low mantissa bits: the low byte of the sum's bits is k as an i8.
 const ROUND_MAGIC: f32 = 12_582_912.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,19 +72,12 @@ impl Codec {
     pub fn encode(self, x: &[f32], out: &mut [u8]) -> Result<()> {
         check_len(self, x.len(), out.len())?;
         match self {
-            Codec::Bf16 => x.iter().zip(out.chunks_exact_mut(2)).for_each(|(v, o)| o.copy_from_slice(&bf16::from_f32(*v).to_le_bytes())),
-            Codec::Fp16 => x.iter().zip(out.chunks_exact_mut(2)).for_each(|(v, o)| o.copy_from_slice(&f16::from_f32(*v).to_le_bytes())),
+            Codec::Bf16 => cast_out::<bf16>(x, out),
+            Codec::Fp16 => cast_out::<f16>(x, out),
             Codec::Int8 => {
                 let (scales, values) = out.split_at_mut(4 * x.len().div_ceil(INT8_BLOCK));
                 for ((blk, s), q) in x.chunks(INT8_BLOCK).zip(scales.chunks_exact_mut(4)).zip(values.chunks_mut(INT8_BLOCK)) {
-                    let m = blk.iter().fold(0f32, |m, v| if v.abs() > m { v.abs() } else { m });
-                    let scale = m / 127.0;
-                    let inv = if m > 0.0 { 127.0 / m } else { 0.0 };
-                    s.copy_from_slice(&scale.to_le_bytes());
-                    for (o, v) in q.iter_mut().zip(blk) {
-                        let r = ((v * inv + ROUND_MAGIC) - ROUND_MAGIC).clamp(-127.0, 127.0);
-                        *o = (r as i8) as u8;
-                    }
+                    s.copy_from_slice(&quantize(blk, q, None).to_le_bytes());
                 }
             }
         }
@@ -92,16 +88,9 @@ impl Codec {
     /// when true.
     pub fn decode(self, payload: &[u8], acc: &mut [f32], add: bool) -> Result<()> {
         check_len(self, acc.len(), payload.len())?;
-        fn put(a: &mut f32, v: f32, add: bool) {
-            if add {
-                *a += v
-            } else {
-                *a = v
-            }
-        }
         match self {
-            Codec::Bf16 => acc.iter_mut().zip(payload.chunks_exact(2)).for_each(|(a, p)| put(a, bf16::from_le_bytes([p[0], p[1]]).to_f32(), add)),
-            Codec::Fp16 => acc.iter_mut().zip(payload.chunks_exact(2)).for_each(|(a, p)| put(a, f16::from_le_bytes([p[0], p[1]]).to_f32(), add)),
+            Codec::Bf16 => cast_in::<bf16>(payload, acc, add),
+            Codec::Fp16 => cast_in::<f16>(payload, acc, add),
             Codec::Int8 => {
                 let (scales, values) = payload.split_at(4 * acc.len().div_ceil(INT8_BLOCK));
                 for ((a, s), q) in acc.chunks_mut(INT8_BLOCK).zip(scales.chunks_exact(4)).zip(values.chunks(INT8_BLOCK)) {
@@ -115,6 +104,116 @@ impl Codec {
             }
         }
         Ok(())
+    }
+}
+
+/// Quantises one block into `q` and returns its scale (max|x| / 127);
+/// with `residual`, stores `x - q * scale` there. A block holding a
+/// non-finite value gets a NaN scale (it decodes to NaN) and a zero
+/// residual. Written so that it vectorises: eight running maxima, and the
+/// integer read from the bits of `x / scale + 1.5 * 2^23`.
+fn quantize(x: &[f32], q: &mut [u8], residual: Option<&mut [f32]>) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut bad = false;
+    let mut it = x.chunks_exact(8);
+    for c in &mut it {
+        for j in 0..8 {
+            let a = c[j].abs();
+            lanes[j] = if a > lanes[j] { a } else { lanes[j] };
+            bad |= c[j].is_nan();
+        }
+    }
+    for v in it.remainder() {
+        lanes[0] = if v.abs() > lanes[0] { v.abs() } else { lanes[0] };
+        bad |= v.is_nan();
+    }
+    let m = lanes.iter().fold(0f32, |m, v| if *v > m { *v } else { m });
+    if bad || !m.is_finite() {
+        q.iter_mut().for_each(|q| *q = 0);
+        if let Some(r) = residual {
+            r.iter_mut().for_each(|r| *r = 0.0);
+        }
+        return f32::NAN;
+    }
+    let scale = m / 127.0;
+    let inv = if m > 0.0 { 127.0 / m } else { 0.0 };
+    match residual {
+        None => q.iter_mut().zip(x).for_each(|(o, v)| *o = (v * inv + ROUND_MAGIC).to_bits() as u8),
+        Some(r) => {
+            for ((o, v), r) in q.iter_mut().zip(x).zip(r.iter_mut()) {
+                let y = v * inv + ROUND_MAGIC;
+                *o = y.to_bits() as u8;
+                *r = v - (y - ROUND_MAGIC) * scale;
+            }
+        }
+    }
+    scale
+}
+
+/// A 16-bit float type half's slice conversions handle.
+trait Half16: bytemuck::Pod + Default {
+    fn from_f32s(dst: &mut [Self], src: &[f32]);
+    fn to_f32s(src: &[Self], dst: &mut [f32]);
+    fn from_le(b: [u8; 2]) -> Self;
+    fn to_le(self) -> [u8; 2];
+}
+
+macro_rules! half16 {
+    ($t:ty) => {
+        impl Half16 for $t {
+            fn from_f32s(dst: &mut [Self], src: &[f32]) {
+                use half::slice::HalfFloatSliceExt;
+                dst.convert_from_f32_slice(src)
+            }
+            fn to_f32s(src: &[Self], dst: &mut [f32]) {
+                use half::slice::HalfFloatSliceExt;
+                src.convert_to_f32_slice(dst)
+            }
+            fn from_le(b: [u8; 2]) -> Self {
+                <$t>::from_le_bytes(b)
+            }
+            fn to_le(self) -> [u8; 2] {
+                self.to_le_bytes()
+            }
+        }
+    };
+}
+half16!(bf16);
+half16!(f16);
+
+/// Values per conversion block of the casts.
+const CAST_BLOCK: usize = 512;
+
+/// Payload (little-endian 16-bit floats) of `x`, through a stack block.
+fn cast_out<H: Half16>(x: &[f32], out: &mut [u8]) {
+    let mut tmp = [H::default(); CAST_BLOCK];
+    for (xb, ob) in x.chunks(CAST_BLOCK).zip(out.chunks_mut(2 * CAST_BLOCK)) {
+        let t = &mut tmp[..xb.len()];
+        H::from_f32s(t, xb);
+        match bytemuck::try_cast_slice_mut::<u8, H>(ob) {
+            Ok(dst) if cfg!(target_endian = "little") => dst.copy_from_slice(t),
+            _ => ob.chunks_exact_mut(2).zip(t.iter()).for_each(|(o, v)| o.copy_from_slice(&v.to_le())),
+        }
+    }
+}
+
+/// `acc (+)= payload` as f32.
+fn cast_in<H: Half16>(payload: &[u8], acc: &mut [f32], add: bool) {
+    let mut tmp = [H::default(); CAST_BLOCK];
+    let mut wide = [0f32; CAST_BLOCK];
+    for (pb, ab) in payload.chunks(2 * CAST_BLOCK).zip(acc.chunks_mut(CAST_BLOCK)) {
+        let t = &mut tmp[..ab.len()];
+        match bytemuck::try_cast_slice::<u8, H>(pb) {
+            Ok(src) if cfg!(target_endian = "little") => t.copy_from_slice(src),
+            _ => t.iter_mut().zip(pb.chunks_exact(2)).for_each(|(v, b)| *v = H::from_le([b[0], b[1]])),
+        }
+        if add {
+            let w = &mut wide[..ab.len()];
+            H::to_f32s(t, w);
+            ab.iter_mut().zip(w.iter()).for_each(|(a, w)| *a += w);
+        } else {
+            H::to_f32s(t, ab);
+        }
     }
 }
 
@@ -215,18 +314,35 @@ impl Feedback {
 }
 
 /// Encodes `x` (this leader's partial sum) into `payload`; with a residual,
-/// first adds it to `x` and then stores what this encoding lost in it.
+/// first adds it to `x` and then stores what this encoding lost in it. One
+/// pass per block of [`INT8_BLOCK`] values (the block stays in cache).
 pub fn encode_with_feedback(codec: Codec, x: &mut [f32], residual: Option<&mut [f32]>, payload: &mut [u8]) -> Result<()> {
-    match residual {
-        None => codec.encode(x, payload),
-        Some(r) => {
-            x.iter_mut().zip(r.iter()).for_each(|(x, r)| *x += r);
-            codec.encode(x, payload)?;
-            codec.decode(payload, r, false)?;
-            r.iter_mut().zip(x.iter()).for_each(|(r, x)| *r = x - *r);
-            Ok(())
+    check_len(codec, x.len(), payload.len())?;
+    let Some(r) = residual else {
+        return codec.encode(x, payload);
+    };
+    if r.len() != x.len() {
+        return Err(Error::Internal(format!("residual of {} values for {} inputs", r.len(), x.len())));
+    }
+    match codec {
+        Codec::Bf16 | Codec::Fp16 => {
+            for ((xb, rb), pb) in x.chunks_mut(INT8_BLOCK).zip(r.chunks_mut(INT8_BLOCK)).zip(payload.chunks_mut(2 * INT8_BLOCK)) {
+                xb.iter_mut().zip(rb.iter()).for_each(|(x, r)| *x += r);
+                codec.encode(xb, pb)?;
+                codec.decode(pb, rb, false)?;
+                rb.iter_mut().zip(xb.iter()).for_each(|(r, x)| *r = x - *r);
+            }
+        }
+        Codec::Int8 => {
+            let (scales, values) = payload.split_at_mut(4 * x.len().div_ceil(INT8_BLOCK));
+            let blocks = x.chunks_mut(INT8_BLOCK).zip(r.chunks_mut(INT8_BLOCK));
+            for (((xb, rb), s), q) in blocks.zip(scales.chunks_exact_mut(4)).zip(values.chunks_mut(INT8_BLOCK)) {
+                xb.iter_mut().zip(rb.iter()).for_each(|(x, r)| *x += r);
+                s.copy_from_slice(&quantize(xb, q, Some(rb)).to_le_bytes());
+            }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

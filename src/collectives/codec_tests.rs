@@ -86,6 +86,22 @@ fn int8_extremes() {
 }
 
 #[test]
+fn int8_non_finite_block_decodes_to_nan() {
+    let mut x = values(600, 4);
+    x[300] = f32::NAN;
+    x[10] = f32::INFINITY;
+    let y = roundtrip(Codec::Int8, &x);
+    assert!(y[..512].iter().all(|v| v.is_nan()), "blocks 0 and 1 hold a non-finite value");
+    let r = int8_reference(&x[512..]);
+    assert_eq!(&y[512..], &r[..], "block 2 is unaffected");
+    let mut w = x.clone();
+    let mut res = vec![0.5f32; 600];
+    let mut p = vec![0u8; Codec::Int8.payload_len(600)];
+    encode_with_feedback(Codec::Int8, &mut w, Some(&mut res), &mut p).unwrap();
+    assert!(res[..512].iter().all(|v| *v == 0.0) && res[512..].iter().all(|v| v.is_finite()));
+}
+
+#[test]
 fn decode_adds_in_place() {
     let x = values(700, 3);
     let mut p = vec![0u8; Codec::Int8.payload_len(700)];

@@ -48,7 +48,7 @@ pub fn all_reduce(
         match (&codec_req, comp.as_deref_mut()) {
             (Some(_), Some(c)) => {
                 let avg = (op == ReduceOp::Avg).then_some(n);
-                compressed::leaders_all_reduce(&mut sub, buf, dtype, avg, c, cfg.segment_bytes, scratch)?;
+                compressed::leaders_all_reduce(&mut sub, buf, dtype, avg, c, scratch)?;
             }
             _ => {
                 all_reduce_bytes(&mut sub, buf, dtype, sum, cfg, scratch)?;

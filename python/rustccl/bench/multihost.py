@@ -25,6 +25,12 @@ def run(cfg, extra: list[str]) -> int:
     if cfg.hosts != 2:
         print("rustccl.bench --hosts: only 2 hosts (one veth pair) are supported", file=sys.stderr)
         return 2
+    import signal
+
+    def _term(signum, frame):  # so that the namespaces are deleted on SIGTERM too
+        raise SystemExit(f"rustccl.bench --hosts: signal {signum}")
+
+    signal.signal(signal.SIGTERM, _term)
     name = cfg.name or f"{datetime.date.today().isoformat()}-{cfg.machine}-cpu-2host-{cfg.link}"
     out = os.path.abspath(cfg.out)
     try:
@@ -42,10 +48,13 @@ def run(cfg, extra: list[str]) -> int:
             try:
                 codes = [p.wait(timeout=cfg.timeout) for p in procs]
             except subprocess.TimeoutExpired:
-                for p in procs:
-                    p.kill()
                 print(f"rustccl.bench --hosts: no result within {cfg.timeout:.0f} s", file=sys.stderr)
                 return 2
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
     except NetnsError as e:
         print(str(e), file=sys.stderr)
         return 2
