@@ -136,7 +136,16 @@ fn quantize(x: &[f32], q: &mut [u8], residual: Option<&mut [f32]>) -> f32 {
         return f32::NAN;
     }
     let scale = m / 127.0;
-    let inv = if m > 0.0 { 127.0 / m } else { 0.0 };
+    let inv = 127.0 / m;
+    if m == 0.0 || !inv.is_finite() {
+        // All zero, or so small (subnormal) that 127 / max overflows: send
+        // zeros; with feedback the whole block carries over.
+        q.iter_mut().for_each(|q| *q = 0);
+        if let Some(r) = residual {
+            r.copy_from_slice(x);
+        }
+        return 0.0;
+    }
     match residual {
         None => q.iter_mut().zip(x).for_each(|(o, v)| *o = (v * inv + ROUND_MAGIC).to_bits() as u8),
         Some(r) => {

@@ -102,6 +102,19 @@ fn int8_non_finite_block_decodes_to_nan() {
 }
 
 #[test]
+fn int8_tiny_block_is_zero_and_carried_over() {
+    let x: Vec<f32> = (0..300).map(|i| if i < 256 { (i as f32 - 128.0) * 1e-41 } else { 1.0 }).collect();
+    let mut w = x.clone();
+    let mut res = vec![0f32; 300];
+    let mut p = vec![0u8; Codec::Int8.payload_len(300)];
+    encode_with_feedback(Codec::Int8, &mut w, Some(&mut res), &mut p).unwrap();
+    let mut y = vec![0f32; 300];
+    Codec::Int8.decode(&p, &mut y, false).unwrap();
+    assert!(y.iter().chain(res.iter()).all(|v| v.is_finite()), "no NaN from a subnormal block");
+    assert!(y[..256].iter().all(|v| *v == 0.0) && res[..256] == x[..256]);
+}
+
+#[test]
 fn decode_adds_in_place() {
     let x = values(700, 3);
     let mut p = vec![0u8; Codec::Int8.payload_len(700)];
