@@ -217,3 +217,24 @@ fn stats_count_bytes_between_hosts() {
     assert_eq!(sent[1], Codec::Bf16.payload_len(n) as u64);
     assert_eq!(sent[2], Codec::Int8.payload_len(n) as u64);
 }
+
+#[test]
+fn a_rejected_call_does_not_pass_its_codec_on() {
+    let layout = [0, 0, 1, 1];
+    let cs = comms(&layout);
+    let contribs: Vec<Vec<f64>> = (0..4).map(|r| vals(r, 4000, 5)).collect();
+    let want = common::reference(DType::F32, ReduceOp::Sum, &contribs);
+    let (lossy, _) = reference(Codec::Int8, &layout, &contribs, false);
+    assert!(lossy.iter().zip(&want).any(|(l, w)| *l as f64 != *w), "int8 would change these values");
+    on_ranks(&cs, |r, c| {
+        set_next("test", Some(Setting { codec: Codec::Int8, feedback: false }), "k");
+        let mut bad = spec(OpKind::AllReduce);
+        bad.reduce_op = 99;
+        bad.inputs = vec![t(&buf(DType::F32, &contribs[r]))];
+        assert!(c.submit(vec![bad], None, None).is_err());
+        let b = buf(DType::F32, &contribs[r]);
+        all_reduce(c, &b, ReduceOp::Sum);
+        assert_eq!(read(DType::F32, &b), want, "rank {r}: compressed after all");
+    });
+    assert_eq!(cs[0].stats().snapshot()["all_reduce"].algorithm, "hierarchical");
+}

@@ -28,7 +28,7 @@ pub struct Setting {
     pub feedback: bool,
 }
 
-struct Next {
+pub struct Next {
     group: String,
     setting: Option<Setting>,
     key: String,
@@ -45,7 +45,7 @@ pub fn set_next(group: &str, setting: Option<Setting>, key: &str) {
 }
 
 /// Takes this thread's pending per-call choice for `group`, if any.
-fn take_next(group: &str) -> Option<Next> {
+pub fn take_next(group: &str) -> Option<Next> {
     NEXT.with(|n| {
         let mut n = n.borrow_mut();
         if n.as_ref().is_some_and(|x| x.group == group) {
@@ -74,7 +74,13 @@ impl GroupCompression {
     /// whose tensors are all of one float dtype with SUM / AVG compress
     /// (the rest stay exact). Consumes a pending [`set_next`] for the group.
     pub fn request(&self, group: &str, ops: &[Op<Tensor>]) -> Option<Request> {
-        let next = take_next(group);
+        self.request_with(take_next(group), ops)
+    }
+
+    /// [`GroupCompression::request`] with the pending choice already taken
+    /// (the communicator takes it before validating, so a rejected call
+    /// cannot leave it to the next one).
+    pub fn request_with(&self, next: Option<Next>, ops: &[Op<Tensor>]) -> Option<Request> {
         let first = match ops.first()? {
             Op::AllReduce { bufs, op } => (bufs.first()?.dtype(), *op),
             _ => return None,

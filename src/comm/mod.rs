@@ -357,6 +357,7 @@ impl Communicator {
     /// overrides the group's; `callback` runs once when the work finishes.
     /// An `Err` means nothing was submitted and the group is unaffected.
     pub fn submit(&self, specs: Vec<OpSpec>, timeout: Option<Duration>, callback: Option<Callback>) -> Result<Work> {
+        let next = compression::take_next(&self.opts.group);
         let timeout_d = timeout.unwrap_or(self.opts.timeout);
         let mut ops = Vec::with_capacity(specs.len());
         let stream = specs.first().map_or(0, |s| s.stream);
@@ -370,7 +371,8 @@ impl Communicator {
             self.check_collective(&ops, timeout_d)?;
         }
         let meta = flight_meta(&ops);
-        let w = self.dispatch(ops, stream, timeout_d, callback)?;
+        let compress = self.compression.request_with(next, &ops);
+        let w = self.dispatch(ops, stream, timeout_d, callback, compress)?;
         self.flight.record(meta, &w);
         if let Some(dir) = &Config::get().flight_dir {
             let (fr, dir, g, r, n) = (self.flight.clone(), dir.clone(), self.opts.group.clone(), self.rank, self.size);
@@ -428,8 +430,14 @@ impl Communicator {
         Ok(())
     }
 
-    fn dispatch(&self, ops: Vec<Op<Tensor>>, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
-        let compress = self.compression.request(&self.opts.group, &ops);
+    fn dispatch(
+        &self,
+        ops: Vec<Op<Tensor>>,
+        stream: u64,
+        timeout: Duration,
+        callback: Option<Callback>,
+        compress: Option<crate::collectives::codec::Request>,
+    ) -> Result<Work> {
         let first = ops[0].kind();
         let name = first.name();
         let p2p = ops.iter().filter(|o| o.kind().is_p2p()).count();
