@@ -153,8 +153,8 @@ fn pipeline(
                 }
                 t.exchange(&mut xf)?;
             }
-            for j in 0..h {
-                let src: &[u8] = if j == me { pk } else { &*peer_chunks[j][k] };
+            for (j, pc) in peer_chunks.iter().enumerate() {
+                let src: &[u8] = if j == me { pk } else { &*pc[k] };
                 c.decode(src, xk, j > 0)?;
             }
             if let Some(m) = avg_over {
