@@ -20,6 +20,7 @@ _torch = import_torch()
 
 from . import _rustccl
 from ._rustccl import Communicator, __version__, config, host_identity
+from .compression import compression, set_compression
 from .info import info
 from .stats import flight_record, reset_stats, stats
 from .store import FileStore
@@ -37,6 +38,7 @@ else:
 __all__ = [
     "BACKEND_NAME",
     "Communicator",
+    "compression",
     "FileStore",
     "__version__",
     "config",
@@ -47,5 +49,6 @@ __all__ = [
     "monitored_barrier",
     "register",
     "reset_stats",
+    "set_compression",
     "stats",
 ]

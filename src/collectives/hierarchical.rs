@@ -3,8 +3,14 @@
 //! among the hosts' *leaders* (each host's lowest rank) over TCP, then
 //! broadcast within every host. Only one rank per host crosses the network.
 //! AVG sums at both levels and divides once, on the leaders.
+//!
+//! With a compression request (float SUM / AVG only), the leaders' exchange
+//! goes through a codec ([`super::compressed`]); the steps within a host stay
+//! exact, and every rank ends with the same bits.
 #![forbid(unsafe_code)]
 
+use super::codec;
+use super::compressed::{self, Compression};
 use super::reduce::{finish_avg, Scratch};
 use super::{all_reduce_bytes, all_reduce_shm, tree, AlgoName};
 use crate::config::AlgoConfig;
@@ -13,6 +19,7 @@ use crate::transport::sub::SubTransport;
 use crate::transport::Transport;
 use crate::types::{DType, Rank, ReduceOp};
 
+#[allow(clippy::too_many_arguments)] // scratch and comp: the engine's state
 pub fn all_reduce(
     t: &mut dyn Transport,
     hosts: &[Vec<Rank>],
@@ -21,6 +28,7 @@ pub fn all_reduce(
     op: ReduceOp,
     cfg: &AlgoConfig,
     scratch: &mut Scratch,
+    comp: Option<&mut Compression>,
 ) -> Result<AlgoName> {
     let me = t.rank();
     let n = t.size();
@@ -32,16 +40,32 @@ pub fn all_reduce(
             all_reduce_shm(&win, wait, buf, dtype, sum)?;
         }
     }
+    let mut comp = comp;
+    let codec_req = comp.as_ref().and_then(|c| c.request.clone()).filter(|_| hosts.len() > 1 && codec::applies(dtype, op));
     if me == host[0] {
         let mut sub = SubTransport::new(t, leaders);
-        all_reduce_bytes(&mut sub, buf, dtype, sum, cfg, scratch)?;
-        if op == ReduceOp::Avg {
-            finish_avg(dtype, buf, n)?;
+        match (&codec_req, comp.as_deref_mut()) {
+            (Some(_), Some(c)) => {
+                let avg = (op == ReduceOp::Avg).then_some(n);
+                compressed::leaders_all_reduce(&mut sub, buf, dtype, avg, c, scratch)?;
+            }
+            _ => {
+                all_reduce_bytes(&mut sub, buf, dtype, sum, cfg, scratch)?;
+                if op == ReduceOp::Avg {
+                    finish_avg(dtype, buf, n)?;
+                }
+            }
         }
+        if let Some(c) = comp.as_deref_mut() {
+            c.sent_between_hosts += sub.bytes_sent();
+        }
+    }
+    if let (Some(req), Some(c)) = (&codec_req, comp) {
+        c.used = Some(req.codec); // non-leaders too: their result went through it
     }
     if host.len() > 1 {
         let mut sub = SubTransport::new(t, host);
         tree::broadcast(&mut sub, buf, 0)?;
     }
-    Ok("hierarchical")
+    Ok(if codec_req.is_some() { "hierarchical_compressed" } else { "hierarchical" })
 }

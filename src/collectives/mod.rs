@@ -16,6 +16,8 @@
 #![forbid(unsafe_code)]
 
 pub mod chain;
+pub mod codec;
+pub mod compressed;
 pub mod direct;
 pub mod hierarchical;
 pub mod op;
@@ -31,6 +33,7 @@ pub mod shm_reduce_scatter;
 pub mod tree;
 
 pub use op::{into_host, Op, OpSpec, Parts};
+pub use compressed::Compression;
 pub use reduce::Scratch;
 
 use crate::config::AlgoConfig;
@@ -51,6 +54,20 @@ pub(crate) fn all_reduce_bytes(
     cfg: &AlgoConfig,
     scratch: &mut Scratch,
 ) -> Result<AlgoName> {
+    all_reduce_bytes_with(t, buf, dtype, op, cfg, scratch, None)
+}
+
+/// [`all_reduce_bytes`] with the engine's compression state: a request
+/// compresses the exchange between hosts (groups on one host stay exact).
+fn all_reduce_bytes_with(
+    t: &mut dyn Transport,
+    buf: &mut [u8],
+    dtype: DType,
+    op: ReduceOp,
+    cfg: &AlgoConfig,
+    scratch: &mut Scratch,
+    comp: Option<&mut Compression>,
+) -> Result<AlgoName> {
     if t.size() == 1 {
         return Ok("local");
     }
@@ -61,8 +78,9 @@ pub(crate) fn all_reduce_bytes(
         }
     }
     if let Some(hosts) = t.hosts() {
-        if hosts.iter().any(|h| h.len() > 1) {
-            return hierarchical::all_reduce(t, &hosts, buf, dtype, op, cfg, scratch);
+        let compress = hosts.len() > 1 && comp.as_ref().is_some_and(|c| c.request.is_some());
+        if compress || hosts.iter().any(|h| h.len() > 1) {
+            return hierarchical::all_reduce(t, &hosts, buf, dtype, op, cfg, scratch, comp);
         }
     }
     if buf.len() <= cfg.small_allreduce_bytes {
@@ -94,17 +112,18 @@ fn all_reduce_many(
     op: ReduceOp,
     cfg: &AlgoConfig,
     scratch: &mut Scratch,
+    comp: Option<&mut Compression>,
 ) -> Result<AlgoName> {
     if let [one] = bufs {
         let dtype = one.dtype();
-        return all_reduce_bytes(t, one.bytes_mut(), dtype, op, cfg, scratch);
+        return all_reduce_bytes_with(t, one.bytes_mut(), dtype, op, cfg, scratch, comp);
     }
     let dtype = bufs[0].dtype();
     if bufs.iter().any(|b| b.dtype() != dtype) {
         let mut name = "local";
         for b in bufs.iter_mut() {
             let d = b.dtype();
-            name = all_reduce_bytes(t, b.bytes_mut(), d, op, cfg, scratch)?;
+            name = all_reduce_bytes(t, b.bytes_mut(), d, op, cfg, scratch)?; // mixed dtypes: exact
         }
         return Ok(name);
     }
@@ -115,7 +134,7 @@ fn all_reduce_many(
         copy_region(&mut packed, off, b, 0, b.nbytes());
         off += b.nbytes();
     }
-    let name = all_reduce_bytes(t, packed.bytes_mut(), dtype, op, cfg, scratch)?;
+    let name = all_reduce_bytes_with(t, packed.bytes_mut(), dtype, op, cfg, scratch, comp)?;
     let mut off = 0;
     for b in bufs.iter_mut() {
         let n = b.nbytes();
@@ -227,11 +246,12 @@ fn whole_host(t: &mut dyn Transport) -> Option<(Window, &mut dyn PhaseWait)> {
     t.window().filter(|(win, _)| win.ranks().len() == n)
 }
 
-/// Runs one collective (not send / recv) over `t`.
-pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scratch: &mut Scratch) -> Result<AlgoName> {
+/// Runs one collective (not send / recv) over `t`. `comp` (all_reduce
+/// only) carries the engine's compression request and memory.
+pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scratch: &mut Scratch, comp: Option<&mut Compression>) -> Result<AlgoName> {
     let (n, r) = (t.size(), t.rank());
     match op {
-        Op::AllReduce { bufs, op } => all_reduce_many(t, bufs, *op, cfg, scratch),
+        Op::AllReduce { bufs, op } => all_reduce_many(t, bufs, *op, cfg, scratch, comp),
         Op::Broadcast { buf, root } => {
             if n == 1 {
                 Ok("local")

@@ -14,7 +14,8 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::collectives::{self, AlgoName, Op, Scratch};
+use crate::collectives::codec::Request;
+use crate::collectives::{self, AlgoName, Compression, Op, Scratch};
 use crate::config::{AlgoConfig, FaultAction, FaultSpec, LogLevel};
 use crate::error::{Error, OpSite, Result};
 use crate::log_at;
@@ -31,6 +32,10 @@ pub struct Done<'a> {
     pub transport: &'static str,
     pub duration: Duration,
     pub result: &'a Result<()>,
+    /// Bytes this rank sent to other hosts (hierarchical all_reduce leaders).
+    pub sent_between_hosts: u64,
+    /// Codec of the exchange between hosts, "" when exact.
+    pub codec: &'static str,
 }
 
 pub type Observer = Box<dyn Fn(&Done<'_>) + Send>;
@@ -40,6 +45,7 @@ struct Job {
     work: Work,
     timeout: Duration,
     bytes: usize,
+    compress: Option<Request>,
 }
 
 struct Queue {
@@ -96,6 +102,7 @@ impl HostEngine {
             .name(name)
             .spawn(move || {
                 let mut scratch = Scratch::default();
+                let mut comp = Compression::default();
                 let mut poisoned: Option<Error> = None;
                 while let Some(mut job) = next_job(&rx) {
                     job.work.mark_started();
@@ -103,6 +110,7 @@ impl HostEngine {
                     let seq = job.work.seq();
                     let started = std::time::Instant::now();
                     let mut algo_name: AlgoName = "none";
+                    comp.begin(job.compress.take());
                     let injected = fault.as_ref().filter(|f| f.seq == seq).map(|f| f.action);
                     if let Some(FaultAction::Delay(d)) = injected {
                         log_at!(LogLevel::Warn, "group '{g}' rank {}: RUSTCCL_FAULT: delaying {op_name} seq {seq} by {d:?}", transport.rank());
@@ -121,8 +129,12 @@ impl HostEngine {
                         log_at!(LogLevel::Trace, "group '{g}' rank {}: {op_name} seq {seq} ({} bytes) start", transport.rank(), job.bytes);
                         let t = transport.as_mut();
                         catch_unwind(AssertUnwindSafe(|| -> Result<()> {
-                            for op in job.ops.iter_mut() {
-                                algo_name = collectives::run(t, op, &algo, &mut scratch)?;
+                            let base = comp.request.as_ref().map(|r| r.key.clone());
+                            for (i, op) in job.ops.iter_mut().enumerate() {
+                                if let (true, Some(r), Some(b)) = (i > 0, comp.request.as_mut(), base.as_ref()) {
+                                    r.key = format!("{b}#{i}"); // coalesced: one residual per tensor
+                                }
+                                algo_name = collectives::run(t, op, &algo, &mut scratch, Some(&mut comp))?;
                             }
                             Ok(())
                         }))
@@ -147,6 +159,8 @@ impl HostEngine {
                             transport: transport.kind(),
                             duration: started.elapsed(),
                             result: &result,
+                            sent_between_hosts: comp.sent_between_hosts,
+                            codec: comp.used.map_or("", |c| c.name()),
                         });
                     }
                     job.work.finish(result);
@@ -172,6 +186,19 @@ impl HostEngine {
         timeout: Duration,
         prepare: impl FnOnce(&Work),
     ) -> Result<Work> {
+        self.submit_compressed(ops, bytes, timeout, None, prepare)
+    }
+
+    /// [`HostEngine::submit`] with a compression request for the exchange
+    /// between hosts (applies to float SUM / AVG all_reduce only).
+    pub fn submit_compressed(
+        &self,
+        ops: Vec<Op<HostTensor>>,
+        bytes: usize,
+        timeout: Duration,
+        compress: Option<Request>,
+        prepare: impl FnOnce(&Work),
+    ) -> Result<Work> {
         let op_name = ops.first().map(|o| o.kind().name()).unwrap_or("barrier");
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let Some(tx) = q.tx.as_ref() else {
@@ -180,7 +207,7 @@ impl HostEngine {
         let seq = q.next_seq;
         let work = Work::new(op_name, seq);
         prepare(&work);
-        tx.send(Job { ops, work: work.clone(), timeout, bytes })
+        tx.send(Job { ops, work: work.clone(), timeout, bytes, compress })
             .map_err(|_| Error::Closed { op: op_name, how: "shut down" })?;
         q.next_seq += 1;
         Ok(work)

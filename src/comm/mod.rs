@@ -4,6 +4,7 @@
 // `unsafe` lives only in `nccl` (and the cuda helpers it uses).
 #![deny(unsafe_code)]
 
+pub mod compression;
 pub mod flight;
 pub mod host;
 pub mod nccl;
@@ -120,6 +121,8 @@ pub struct Communicator {
     control_calls: AtomicU64,
     /// The algorithm thresholds in force (settings or chosen from the host).
     thresholds: Vec<(&'static str, u64)>,
+    /// Codec for the exchange between hosts (default off).
+    compression: compression::GroupCompression,
 }
 
 /// The thresholds of `algo`, plus the shared-memory ones of `local`.
@@ -158,6 +161,9 @@ fn observer(stats: Arc<stats::Stats>) -> Observer {
         });
         if let Err(e) = d.result {
             stats.note_error(e);
+        }
+        if d.result.is_ok() && (d.sent_between_hosts > 0 || !d.codec.is_empty()) {
+            stats.record_between_hosts(op, d.sent_between_hosts, d.codec);
         }
     })
 }
@@ -281,6 +287,7 @@ impl Communicator {
             links,
             control_calls: AtomicU64::new(0),
             thresholds,
+            compression: Default::default(),
         })
     }
 
@@ -345,6 +352,7 @@ impl Communicator {
             links: vec![kind; size],
             control_calls: AtomicU64::new(0),
             thresholds: th,
+            compression: Default::default(),
         })
     }
 
@@ -393,6 +401,16 @@ impl Communicator {
         CONTROL_TAG + self.control_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64
     }
 
+    /// Compresses this group's later float SUM / AVG all-reduces between
+    /// hosts with `setting` (None: exact). Every rank must set the same.
+    pub fn set_compression(&self, setting: Option<compression::Setting>) {
+        self.compression.set(setting)
+    }
+
+    pub fn compression(&self) -> Option<compression::Setting> {
+        self.compression.get()
+    }
+
     /// Collectives submitted so far (the next sequence number).
     pub fn seq(&self) -> u64 {
         self.host.seq()
@@ -403,6 +421,7 @@ impl Communicator {
     /// overrides the group's; `callback` runs once when the work finishes.
     /// An `Err` means nothing was submitted and the group is unaffected.
     pub fn submit(&self, specs: Vec<OpSpec>, timeout: Option<Duration>, callback: Option<Callback>) -> Result<Work> {
+        let next = compression::take_next(&self.opts.group);
         let timeout_d = timeout.unwrap_or(self.opts.timeout);
         let mut ops = Vec::with_capacity(specs.len());
         let stream = specs.first().map_or(0, |s| s.stream);
@@ -416,7 +435,8 @@ impl Communicator {
             self.check_collective(&ops, timeout_d)?;
         }
         let meta = flight_meta(&ops);
-        let w = self.dispatch(ops, stream, timeout_d, callback)?;
+        let compress = self.compression.request_with(next, &ops);
+        let w = self.dispatch(ops, stream, timeout_d, callback, compress)?;
         self.flight.record(meta, &w);
         if let Some(dir) = &Config::get().flight_dir {
             let (fr, dir, g, r, n) = (self.flight.clone(), dir.clone(), self.opts.group.clone(), self.rank, self.size);
@@ -474,7 +494,14 @@ impl Communicator {
         Ok(())
     }
 
-    fn dispatch(&self, ops: Vec<Op<Tensor>>, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
+    fn dispatch(
+        &self,
+        ops: Vec<Op<Tensor>>,
+        stream: u64,
+        timeout: Duration,
+        callback: Option<Callback>,
+        compress: Option<crate::collectives::codec::Request>,
+    ) -> Result<Work> {
         let first = ops[0].kind();
         let name = first.name();
         let p2p = ops.iter().filter(|o| o.kind().is_p2p()).count();
@@ -539,7 +566,7 @@ impl Communicator {
         }
         let bytes = ops.iter().map(|o| o.bytes()).sum();
         let host_ops = ops.into_iter().map(into_host).collect::<Result<Vec<_>>>()?;
-        self.host.submit(host_ops, bytes, timeout, attach)
+        self.host.submit_compressed(host_ops, bytes, timeout, compress, attach)
     }
 
     /// Runs a CPU broadcast of `data` from rank 0 on the host engine.

@@ -30,6 +30,10 @@ pub struct OpStats {
     pub recent: VecDeque<(u64, Duration)>,
     pub algorithm: &'static str,
     pub transport: &'static str,
+    /// Bytes this rank sent to other hosts (hierarchical all_reduce).
+    pub between_hosts_bytes: u64,
+    /// Codec of the last call's exchange between hosts ("" when exact).
+    pub codec: &'static str,
 }
 
 /// What one finished operation contributes.
@@ -97,6 +101,14 @@ impl Stats {
             }
             e.recent.push_back((s.bytes, d));
         }
+    }
+
+    /// Adds what a finished `op` sent between hosts, and with which codec.
+    pub fn record_between_hosts(&self, op: OpKind, bytes: u64, codec: &'static str) {
+        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        let e = ops.entry(op.name()).or_default();
+        e.between_hosts_bytes += bytes;
+        e.codec = codec;
     }
 
     pub fn snapshot(&self) -> BTreeMap<&'static str, OpStats> {

@@ -347,6 +347,8 @@ fn stats_dict<'py>(py: Python<'py>, c: &crate::Communicator) -> PyResult<Bound<'
         d.set_item("recent_busbw_GBps", bw(rb, rt) * bus_factor(name, c.size()))?;
         d.set_item("algorithm", s.algorithm)?;
         d.set_item("transport", s.transport)?;
+        d.set_item("between_hosts_bytes", s.between_hosts_bytes)?;
+        d.set_item("codec", s.codec)?;
         ops.set_item(name, d)?;
     }
     out.set_item("ops", ops)?;
@@ -392,6 +394,46 @@ fn _failed_ranks(group: &str) -> PyResult<Vec<usize>> {
     Ok(c.failed_ranks())
 }
 
+fn codec_setting(codec: Option<&str>, error_feedback: bool, who: &str) -> PyResult<Option<crate::comm::compression::Setting>> {
+    use crate::collectives::codec::Codec;
+    match codec {
+        None | Some("none") | Some("") => Ok(None),
+        Some(name) => Codec::from_name(name)
+            .map(|codec| Some(crate::comm::compression::Setting { codec, feedback: error_feedback }))
+            .ok_or_else(|| PyValueError::new_err(format!("{who}: unknown codec {name:?} (known: none, bf16, fp16, int8)"))),
+    }
+}
+
+/// Compresses the later float SUM / AVG all-reduces of group `group`
+/// between hosts with `codec` (None / "none": exact).
+#[pyfunction]
+#[pyo3(signature = (group, codec, error_feedback=true))]
+fn _set_compression(group: &str, codec: Option<&str>, error_feedback: bool) -> PyResult<()> {
+    let s = codec_setting(codec, error_feedback, "rustccl.set_compression")?;
+    let c = crate::comm::stats::lookup(group)
+        .ok_or_else(|| PyValueError::new_err(format!("rustccl.set_compression: no live rustccl process group named {group:?}")))?;
+    c.set_compression(s);
+    Ok(())
+}
+
+/// The codec of group `group` (None when exact) and whether error feedback is on.
+#[pyfunction]
+fn _compression(group: &str) -> PyResult<Option<(String, bool)>> {
+    let c = crate::comm::stats::lookup(group)
+        .ok_or_else(|| PyValueError::new_err(format!("rustccl.compression: no live rustccl process group named {group:?}")))?;
+    Ok(c.compression().map(|s| (s.codec.name().to_string(), s.feedback)))
+}
+
+/// The next collective this thread submits to group `group` compresses
+/// with `codec` (None / "none": exact), error feedback under `key`.
+#[pyfunction]
+#[pyo3(signature = (group, codec, key, error_feedback=true))]
+fn _compress_next(group: &str, codec: Option<&str>, key: &str, error_feedback: bool) -> PyResult<()> {
+    let s = codec_setting(codec, error_feedback, "rustccl.hooks.engine_compression")?;
+    crate::comm::compression::set_next(group, s, key);
+    Ok(())
+}
+
 /// This host's identity as rustccl sees it (for debugging placement).
 #[pyfunction]
 fn host_identity() -> String {
@@ -420,5 +462,8 @@ fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info::_nccl_version, m)?)?;
     m.add_function(wrap_pyfunction!(info::_cuda_report, m)?)?;
     m.add_function(wrap_pyfunction!(info::_groups, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_compression, m)?)?;
+    m.add_function(wrap_pyfunction!(_compression, m)?)?;
+    m.add_function(wrap_pyfunction!(_compress_next, m)?)?;
     Ok(())
 }

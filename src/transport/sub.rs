@@ -12,13 +12,19 @@ pub struct SubTransport<'a> {
     /// Real ranks of the members, in their sub-rank order.
     ranks: Vec<Rank>,
     me: Rank,
+    sent: u64,
 }
 
 impl<'a> SubTransport<'a> {
     /// `ranks` must contain the inner transport's own rank.
     pub fn new(inner: &'a mut dyn Transport, ranks: Vec<Rank>) -> SubTransport<'a> {
         let me = ranks.iter().position(|&r| r == inner.rank()).expect("this rank is a member");
-        SubTransport { inner, ranks, me }
+        SubTransport { inner, ranks, me, sent: 0 }
+    }
+
+    /// Bytes sent through this view so far.
+    pub fn bytes_sent(&self) -> u64 {
+        self.sent
     }
 }
 
@@ -49,7 +55,10 @@ impl Transport for SubTransport<'_> {
         let mut mapped: Vec<Xfer<'_>> = xfers
             .iter_mut()
             .map(|x| match x {
-                Xfer::Send { peer, data } => Xfer::Send { peer: self.ranks[*peer], data },
+                Xfer::Send { peer, data } => {
+                    self.sent += data.len() as u64;
+                    Xfer::Send { peer: self.ranks[*peer], data }
+                }
                 Xfer::Recv { peer, data } => Xfer::Recv { peer: self.ranks[*peer], data },
             })
             .collect();

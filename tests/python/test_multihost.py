@@ -13,43 +13,20 @@ import tempfile
 
 import pytest
 
+from rustccl.bench import netns
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _sh(*args):
-    return subprocess.run(list(args), capture_output=True, text=True)
 
 
 @pytest.fixture
 def two_hosts():
-    tag = f"{os.getpid() % 10000}{random.randint(0, 99)}"
-    a, b = f"rcA{tag}", f"rcB{tag}"
-    va, vb = f"rva{tag}", f"rvb{tag}"
-    net = random.randint(16, 250)
-    ip_a, ip_b = f"10.231.{net}.1", f"10.231.{net}.2"
-    probe = _sh("ip", "netns", "add", a)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot create network namespaces here: {probe.stderr.strip()}")
-    try:
-        steps = [
-            ["ip", "netns", "add", b],
-            ["ip", "link", "add", va, "type", "veth", "peer", "name", vb],
-            ["ip", "link", "set", va, "netns", a],
-            ["ip", "link", "set", vb, "netns", b],
-            ["ip", "-n", a, "addr", "add", f"{ip_a}/24", "dev", va],
-            ["ip", "-n", b, "addr", "add", f"{ip_b}/24", "dev", vb],
-            ["ip", "-n", a, "link", "set", va, "up"],
-            ["ip", "-n", b, "link", "set", vb, "up"],
-            ["ip", "-n", a, "link", "set", "lo", "up"],
-            ["ip", "-n", b, "link", "set", "lo", "up"],
-        ]
-        for s in steps:
-            r = _sh(*s)
-            assert r.returncode == 0, f"{' '.join(s)}: {r.stderr}"
-        yield (a, va, ip_a), (b, vb, ip_b)
-    finally:
-        _sh("ip", "netns", "del", a)
-        _sh("ip", "netns", "del", b)
+    """Two namespaces joined by an unshaped veth pair (rustccl.bench.netns,
+    which the compression benchmark also uses), deleted afterwards."""
+    why = netns.available()
+    if why:
+        pytest.skip(why)
+    with netns.two_hosts("none", prefix=os.environ.get("RUSTCCL_NETNS_PREFIX", "rcmh")) as hosts:
+        yield [(h.ns, h.dev, h.ip) for h in hosts]
 
 
 def test_two_hosts_two_ranks_each(two_hosts):

@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     a("--machine", default=socket.gethostname().split(".")[0], help="machine label for the file name and records")
     a("--name", help="file stem (default DATE-MACHINE-DEVICE-Nrank)")
     a("--timeout", type=float, default=300.0, help="seconds before a stuck collective fails (default 300)")
+    h = p.add_argument_group("two simulated hosts (root): network namespaces joined by a shaped veth pair")
+    h.add_argument("--hosts", type=int, help="run the compression benchmark on this many hosts (only 2)")
+    h.add_argument("--link", default="1gbit", help="link between the hosts: 1gbit, 10gbit, 25gbit or none (default 1gbit)")
+    h.add_argument("--ranks-per-host", type=int, default=2)
+    h.add_argument("--netns-prefix", default="rcbench", help="prefix of the namespaces' names (the pid follows)")
+    h.add_argument("--hosts-args", default="", help="extra arguments for rustccl.bench.multihost_rank, e.g. "
+                   "'--steps 100 --configs none,engine\\ int8'")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="show the progress bar even when stderr is not a terminal")
@@ -164,6 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     from .runner import command_line
 
     cfg.command = command_line(argv)
+    if cfg.hosts:
+        import shlex
+
+        from .multihost import run
+
+        if cfg.timeout == 300.0:
+            cfg.timeout = 1800.0
+        return run(cfg, shlex.split(cfg.hosts_args))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         world = int(os.environ["WORLD_SIZE"])
         if cfg.world is not None and cfg.world != world:

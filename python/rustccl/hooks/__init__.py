@@ -16,6 +16,7 @@ collectives from the hook call so every rank issues them in the same order.
 | powersgd_hook | PowerSGDState | r(rows + cols) per matrix, vectors as is |
 | topk_hook | TopKState | 8k bytes, k = ratio x n, (value, index) pairs |
 | int8_hook | QuantState | n bytes + 4 per chunk (2048 entries of one parameter) |
+| engine_compression(codec) | process group / None / CommState | 4n bytes into rustccl's all-reduce; its host leaders send each other 2n (bf16, fp16) or n + 4n/256 (int8) |
 
 The states keep per-bucket memory (error feedback, warm start) that is
 safe across DDP's bucket rebuild, count ``bytes_sent`` against
@@ -25,6 +26,7 @@ safe across DDP's bucket rebuild, count ``bytes_sent`` against
 
 from ._state import CommState
 from .default import allreduce_hook, bf16_compress_hook, fp16_compress_hook
+from .engine import engine_compression
 from .powersgd import PowerSGDState, powersgd_hook
 from .quant import QuantState, int8_hook
 from .topk import TopKState, topk_hook
@@ -36,6 +38,7 @@ __all__ = [
     "TopKState",
     "allreduce_hook",
     "bf16_compress_hook",
+    "engine_compression",
     "fp16_compress_hook",
     "int8_hook",
     "powersgd_hook",
