@@ -205,6 +205,7 @@ pub unsafe extern "C" fn rustccl_submit(
     out_work: *mut *mut RustcclWork,
 ) -> i32 {
     guarded("submit", || {
+        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::CapiSubmit);
         // Take every tensor first, so that nothing leaks on any error path.
         let descs = if n_ops == 0 || ops.is_null() { &[][..] } else { std::slice::from_raw_parts(ops, n_ops) };
         let mut specs = Vec::with_capacity(descs.len());
@@ -329,6 +330,7 @@ pub extern "C" fn rustccl_work_order_stream(w: *const RustcclWork, stream: u64) 
         return fail(&Error::Internal("order_stream: null work".into()));
     }
     guarded("order_stream", || {
+        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::OrderStream);
         // SAFETY: as in `rustccl_work_wait`.
         match unsafe { (*w).0.mark() } {
             Some(m) => match m.order_after(stream) {

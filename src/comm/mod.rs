@@ -6,6 +6,7 @@
 
 pub mod flight;
 pub mod host;
+pub mod hostprof;
 pub mod nccl;
 pub mod p2p;
 pub mod stats;

@@ -44,40 +44,42 @@ def peer(rank: int, world: int) -> int | None:
     return p if p < world else None
 
 
-def _send_recv(buf, rank: int, world: int):
+def _send_recv(buf, rank: int, world: int, group=None):
     p = peer(rank, world)
     if p is None:
         return lambda: None
     if rank % 2 == 0:
         def fn():
-            dist.send(buf, p)
-            dist.recv(buf, p)
+            dist.send(buf, p, group=group)
+            dist.recv(buf, p, group=group)
     else:
         def fn():
-            dist.recv(buf, p)
-            dist.send(buf, p)
+            dist.recv(buf, p, group=group)
+            dist.send(buf, p, group=group)
     return fn
 
 
-def timed_call(op: str, count: int, dtype, device, rank: int, world: int):
-    """The zero-argument callable issuing one call of ``op`` on ones-filled
-    buffers of ``count`` elements (buffers live in the closure)."""
+def timed_call(op: str, count: int, dtype, device, rank: int, world: int, group=None):
+    """The zero-argument callable issuing one call of ``op`` (in ``group``,
+    default: the default group) on ones-filled buffers of ``count`` elements
+    (buffers live in the closure)."""
     x = torch.ones(count, dtype=dtype, device=device)
+    g = group
     if op == "all_reduce":
-        return lambda: dist.all_reduce(x)
+        return lambda: dist.all_reduce(x, group=g)
     if op == "all_gather":
         out = torch.empty(count * world, dtype=dtype, device=device)
-        return lambda: dist.all_gather_into_tensor(out, x)
+        return lambda: dist.all_gather_into_tensor(out, x, group=g)
     if op == "reduce_scatter":
         out = torch.empty(count // world, dtype=dtype, device=device)
-        return lambda: dist.reduce_scatter_tensor(out, x)
+        return lambda: dist.reduce_scatter_tensor(out, x, group=g)
     if op == "broadcast":
-        return lambda: dist.broadcast(x, 0)
+        return lambda: dist.broadcast(x, 0, group=g)
     if op == "all_to_all":
         out = torch.empty(count, dtype=dtype, device=device)
-        return lambda: dist.all_to_all_single(out, x)
+        return lambda: dist.all_to_all_single(out, x, group=g)
     if op == "send_recv":
-        return _send_recv(x, rank, world)
+        return _send_recv(x, rank, world, g)
     raise ValueError(f"unknown op {op!r}")
 
 
@@ -129,8 +131,9 @@ def compare(what: str, got, want) -> list[str]:
             f"first at [{idx}]: got {got[idx].item()}, expected {want[idx].item()}"]
 
 
-def check(op: str, count: int, dtype, device, rank: int, world: int) -> list[str]:
-    """Runs ``op`` once on check inputs; returns this rank's mismatches."""
+def check(op: str, count: int, dtype, device, rank: int, world: int, group=None) -> list[str]:
+    """Runs ``op`` once (in ``group``) on check inputs; returns this rank's mismatches."""
+    g = group
     what = f"rank {rank}: {op} count={count} {str(dtype).replace('torch.', '')}"
     if op == "send_recv":
         p = peer(rank, world)
@@ -139,11 +142,11 @@ def check(op: str, count: int, dtype, device, rank: int, world: int) -> list[str
         mine = pattern(rank, count, dtype, device)
         got = torch.zeros(count, dtype=dtype, device=device)
         if rank % 2 == 0:
-            dist.send(mine, p)
-            dist.recv(got, p)
+            dist.send(mine, p, group=g)
+            dist.recv(got, p, group=g)
         else:
-            dist.recv(got, p)
-            dist.send(mine, p)
+            dist.recv(got, p, group=g)
+            dist.send(mine, p, group=g)
         return compare(what, got.cpu(), expected(op, rank, world, count, dtype))
     if op == "all_to_all":
         x = a2a_pattern(rank, world, count, dtype, device)
@@ -151,16 +154,16 @@ def check(op: str, count: int, dtype, device, rank: int, world: int) -> list[str
         x = pattern(rank, count, dtype, device)
     if op == "all_reduce" or op == "broadcast":
         out = x
-        dist.all_reduce(x) if op == "all_reduce" else dist.broadcast(x, 0)
+        dist.all_reduce(x, group=g) if op == "all_reduce" else dist.broadcast(x, 0, group=g)
     elif op == "all_gather":
         out = torch.zeros(count * world, dtype=dtype, device=device)
-        dist.all_gather_into_tensor(out, x)
+        dist.all_gather_into_tensor(out, x, group=g)
     elif op == "reduce_scatter":
         out = torch.zeros(count // world, dtype=dtype, device=device)
-        dist.reduce_scatter_tensor(out, x)
+        dist.reduce_scatter_tensor(out, x, group=g)
     elif op == "all_to_all":
         out = torch.zeros(count, dtype=dtype, device=device)
-        dist.all_to_all_single(out, x)
+        dist.all_to_all_single(out, x, group=g)
     else:
         raise ValueError(f"unknown op {op!r}")
     return compare(what, out.cpu(), expected(op, rank, world, count, dtype))

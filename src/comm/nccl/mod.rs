@@ -82,7 +82,7 @@ struct Pending {
     done: Arc<Event>,
     kind: crate::types::OpKind,
     bytes: u64,
-    /// For stats: "nccl" / "nccl", or "one_shot" / "nvlink".
+    /// For stats: "nccl" / "nccl", or "one_shot" (two_shot, peer_copy) / "nvlink".
     algorithm: &'static str,
     transport: &'static str,
     _ops: Vec<Op<Tensor>>,
@@ -94,7 +94,7 @@ struct Pending {
 /// What a submission runs on the communicator's stream.
 enum Body {
     Nccl(Plan),
-    OneShot { ar: Arc<custom::CustomAr>, dt: crate::types::DType, op: crate::types::ReduceOp, timeout: Duration },
+    Peer { ar: Arc<custom::CustomAr>, choice: custom::Choice, timeout: Duration },
 }
 
 /// Work in flight, one FIFO per communicator stream: work on one stream
@@ -127,7 +127,7 @@ struct Shared {
     events: Mutex<Vec<Event>>,
     stats: Arc<Stats>,
     timing: bool,
-    /// The one-shot all-reduce per device, once set up (`None`: unavailable).
+    /// The peer-memory collectives per device, once set up (`None`: unavailable).
     custom: Mutex<HashMap<i32, Option<Arc<custom::CustomAr>>>>,
 }
 
@@ -137,7 +137,7 @@ pub struct NcclEngine {
     bound: Mutex<Option<i32>>,
     seq: AtomicU64,
     watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Held while the one-shot all-reduce is being set up.
+    /// Held while the peer-memory collectives are being set up.
     custom_setup: Mutex<()>,
 }
 
@@ -298,39 +298,39 @@ impl NcclEngine {
         self.comm(Key::Group(device), ids)
     }
 
-    /// The one-shot all-reduce for `ops`, when it can run them: set up on
+    /// The peer-memory kernel for `ops`, when one can run them: set up on
     /// the first eligible call (never during graph capture, where its
     /// allocations are not allowed; every rank decides alike).
-    #[allow(clippy::type_complexity)]
-    fn one_shot(
+    fn peer(
         &self,
         dc: &DeviceComm,
         ops: &[Op<Tensor>],
         device: i32,
         capturing: bool,
         ids: &dyn IdExchange,
-    ) -> Result<Option<(Arc<custom::CustomAr>, crate::types::DType, crate::types::ReduceOp)>> {
+    ) -> Result<Option<(Arc<custom::CustomAr>, custom::Choice)>> {
         let cfg = crate::config::Config::get();
         if !cfg.custom_allreduce || ops.len() != 1 || !matches!(dc.key, Key::Group(_)) {
             return Ok(None);
         }
-        let max_bytes = cfg.one_shot_max_bytes(self.size);
-        let Some((dt, op)) = custom::eligible(&ops[0], self.size, max_bytes) else {
+        let (one_shot, all_reduce, gather) = cfg.peer_limits(self.size);
+        let lim = custom::Limits { one_shot, all_reduce, gather };
+        let Some(choice) = custom::choose(&ops[0], self.size, &lim) else {
             return Ok(None);
         };
         if let Some(state) = lock(&self.sh.custom).get(&device) {
-            return Ok(state.clone().map(|a| (a, dt, op)));
+            return Ok(state.clone().map(|a| (a, choice)));
         }
         if capturing || !ids.single_host() {
             return Ok(None);
         }
         let _setup = lock(&self.custom_setup);
         if let Some(state) = lock(&self.sh.custom).get(&device) {
-            return Ok(state.clone().map(|a| (a, dt, op)));
+            return Ok(state.clone().map(|a| (a, choice)));
         }
-        let ar = custom::CustomAr::setup(device, self.sh.rank, self.size, max_bytes, ids)?.map(Arc::new);
+        let ar = custom::CustomAr::setup(device, self.sh.rank, self.size, lim.cap(), ids)?.map(Arc::new);
         lock(&self.sh.custom).insert(device, ar.clone());
-        Ok(ar.map(|a| (a, dt, op)))
+        Ok(ar.map(|a| (a, choice)))
     }
 
     /// Launches `ops` (all on `device`) after the work already queued on
@@ -345,6 +345,7 @@ impl NcclEngine {
         ids: &dyn IdExchange,
         prepare: impl FnOnce(&Work),
     ) -> Result<Work> {
+        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::EngineSubmit);
         let name = ops.first().map_or("collective", |o| o.kind().name());
         if let Some(cause) = lock(&self.sh.poisoned).clone() {
             return Err(Error::Poisoned { op: name, cause: Box::new(cause) });
@@ -356,8 +357,8 @@ impl NcclEngine {
         let derr = |detail: String| Error::Device { site: site.clone(), rank: self.sh.rank, device, detail };
         dc.ctx.bind().map_err(|e| derr(e.0))?;
         let capturing = cuda::is_capturing(caller_stream).map_err(|e| derr(e.0))?;
-        let body = match self.one_shot(&dc, &ops, device, capturing, ids)? {
-            Some((ar, dt, op)) => Body::OneShot { ar, dt, op, timeout },
+        let body = match self.peer(&dc, &ops, device, capturing, ids)? {
+            Some((ar, choice)) => Body::Peer { ar, choice, timeout },
             None => {
                 let map = |p: Rank| dc.ranks.get(p).copied().flatten().unwrap_or(usize::MAX);
                 let plan = plan::plan(&ops, self.sh.rank, &map)?;
@@ -368,7 +369,7 @@ impl NcclEngine {
             }
         };
         let (algorithm, transport) = match body {
-            Body::OneShot { .. } => ("one_shot", "nvlink"),
+            Body::Peer { choice, .. } => (choice.kind.algorithm(), "nvlink"),
             Body::Nccl(_) => ("nccl", "nccl"),
         };
         self.seq.fetch_add(1, Ordering::Relaxed);
@@ -429,6 +430,7 @@ impl NcclEngine {
         caller_stream: u64,
         capturing: bool,
     ) -> std::result::Result<(Option<Event>, Arc<Event>, Vec<DeviceBuffer>), String> {
+        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::Launch);
         let raw = lock(&dc.raw);
         let comm = raw.as_ref().ok_or("the NCCL communicator was aborted")?.0;
         let s = dc.stream.raw(); // dc.ctx is current: submit bound it
@@ -442,9 +444,9 @@ impl NcclEngine {
             None
         };
         let temps = match body {
-            Body::OneShot { ar, dt, op, timeout } => {
-                let Some(Op::AllReduce { bufs, .. }) = ops.first() else { return Err("one-shot all-reduce without a tensor".into()) };
-                ar.launch(*dt, *op, &bufs[0], s, *timeout)?;
+            Body::Peer { ar, choice, timeout } => {
+                let op = ops.first().ok_or("a peer-memory collective without an operation")?;
+                ar.launch(*choice, op, s, *timeout)?;
                 Vec::new()
             }
             Body::Nccl(plan) => self.launch_plan(comm, plan, s)?,
@@ -651,7 +653,7 @@ fn watchdog(sh: Arc<Shared>) {
                         site: OpSite { op: "all_reduce", seq: 0, group: sh.group.clone() },
                         rank: sh.rank,
                         device: *device,
-                        detail: "the one-shot all-reduce kernel gave up waiting for a peer (a rank stopped calling collectives, or a graph replay ran on some ranks only)".into(),
+                        detail: "a peer-memory kernel (one-shot / two-shot all-reduce, all-gather, reduce-scatter) gave up waiting for a peer (a rank stopped calling collectives, or a graph replay ran on some ranks only)".into(),
                     });
                 }
             }
