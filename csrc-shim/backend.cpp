@@ -273,6 +273,7 @@ class Submission {
       d.out_splits = o.out_splits.data();
       d.n_out_splits = o.out_splits.size();
       d.stream = stream_;
+      d.flags = sync_ ? RUSTCCL_OP_SYNC : 0u;
       descs.push_back(d);
     }
     // The context keeps the work alive until the engine is done with it.
@@ -301,6 +302,16 @@ class Submission {
     std::vector<int64_t> out_splits;
   };
 
+  bool sync_ = false;
+
+ public:
+  // torch's asyncOp=false: the caller waits for the work at once.
+  Submission& sync(bool s) {
+    sync_ = s;
+    return *this;
+  }
+
+ private:
   void noteDevice(const at::Tensor& t) {
     if (device_) return;
     device_ = t.device();
@@ -662,6 +673,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
   checkOne(tensors, "all_reduce");
   Submission s(*this, "all_reduce", c10d::OpType::ALLREDUCE, "rustccl:all_reduce");
   s.add(RUSTCCL_ALL_REDUCE, engineOp(opts.reduceOp)).inoutScaled(opts.reduceOp, tensors[0], true);
+  s.sync(!opts.asyncOp);
   return finish(s, tensors, opts.timeout);
 }
 
@@ -703,6 +715,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
                                                         const c10d::AllgatherOptions& opts) {
   Submission s(*this, "all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, "rustccl:all_gather_into_tensor");
   s.add(RUSTCCL_ALL_GATHER).in(input).out(output);
+  s.sync(!opts.asyncOp);
   return finish(s, {output}, opts.timeout);
 }
 
@@ -786,6 +799,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output,
                                                              const c10d::ReduceScatterOptions& opts) {
   Submission s(*this, "reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, "rustccl:reduce_scatter_tensor");
   s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp)).inScaled(opts.reduceOp, input).out(output);
+  s.sync(!opts.asyncOp);
   return finish(s, {output}, opts.timeout);
 }
 

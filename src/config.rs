@@ -363,13 +363,16 @@ impl Config {
 
     /// Size limits of the NVLink kernels for a group of `world` ranks:
     /// (one-shot all_reduce, any all_reduce, all_gather / reduce_scatter).
-    /// Auto values measured on H200 NVLink (benchmarks/results/*-cuda-probe*):
-    /// see the README's CUDA section.
+    /// Auto values where they beat NCCL on H200 NVLink, measured with
+    /// 2 GPUs (benchmarks/results/*-cuda-probe*, see the README's CUDA
+    /// section). With more ranks only the one-shot limit is measured (4 GPUs,
+    /// before the two-shot kernel existed): the two-shot kernel stays off
+    /// and the copy kernels small until measured there.
     pub fn peer_limits(&self, world: usize) -> (usize, usize, usize) {
         let two = world <= 2;
-        let all_reduce = self.custom_allreduce_max_bytes.unwrap_or(if two { 16 << 20 } else { 16 << 20 });
-        let one_shot = self.one_shot_max_bytes.unwrap_or(if two { 1 << 20 } else { 512 << 10 }).min(all_reduce);
-        let gather = self.custom_gather_max_bytes.unwrap_or(1 << 20);
+        let all_reduce = self.custom_allreduce_max_bytes.unwrap_or(if two { 16 << 20 } else { 1 << 20 });
+        let one_shot = self.one_shot_max_bytes.unwrap_or(if two { 2 << 20 } else { 1 << 20 }).min(all_reduce);
+        let gather = self.custom_gather_max_bytes.unwrap_or(if two { 4 << 20 } else { 256 << 10 });
         (one_shot, all_reduce, gather)
     }
 

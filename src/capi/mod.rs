@@ -43,7 +43,12 @@ pub struct RustcclOpDesc {
     pub n_out_splits: usize,
     /// CUDA: the caller's current stream on the tensors' device.
     pub stream: u64,
+    /// `RUSTCCL_OP_*` bits (rustccl.h).
+    pub flags: u32,
 }
+
+/// `RUSTCCL_OP_SYNC`: the caller waits for the operation at once.
+const OP_SYNC: u32 = 1;
 
 /// Called once when a submitted work finishes: status 0 or an error code,
 /// the error message (valid during the call), and the source rank of a
@@ -226,6 +231,7 @@ pub unsafe extern "C" fn rustccl_submit(
                     s.in_splits = i64s(d.in_splits, d.n_in_splits);
                     s.out_splits = i64s(d.out_splits, d.n_out_splits);
                     s.stream = d.stream;
+                    s.sync = d.flags & OP_SYNC != 0;
                     specs.push(s);
                 }
                 (None, _, _) => {

@@ -343,6 +343,7 @@ impl Communicator {
         let timeout_d = timeout.unwrap_or(self.opts.timeout);
         let mut ops = Vec::with_capacity(specs.len());
         let stream = specs.first().map_or(0, |s| s.stream);
+        let sync = !specs.is_empty() && specs.iter().all(|s| s.sync);
         for spec in specs {
             ops.push(Op::from_spec(spec, self.rank, self.size)?);
         }
@@ -353,7 +354,7 @@ impl Communicator {
             self.check_collective(&ops, timeout_d)?;
         }
         let meta = flight_meta(&ops);
-        let w = self.dispatch(ops, stream, timeout_d, callback)?;
+        let w = self.dispatch(ops, stream, sync, timeout_d, callback)?;
         self.flight.record(meta, &w);
         if let Some(dir) = &Config::get().flight_dir {
             let (fr, dir, g, r, n) = (self.flight.clone(), dir.clone(), self.opts.group.clone(), self.rank, self.size);
@@ -411,7 +412,7 @@ impl Communicator {
         Ok(())
     }
 
-    fn dispatch(&self, ops: Vec<Op<Tensor>>, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
+    fn dispatch(&self, ops: Vec<Op<Tensor>>, stream: u64, sync: bool, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
         let first = ops[0].kind();
         let name = first.name();
         let p2p = ops.iter().filter(|o| o.kind().is_p2p()).count();
@@ -424,7 +425,7 @@ impl Communicator {
         }
         match device {
             Device::Cpu => {}
-            Device::Cuda(d) => return self.submit_cuda(ops, d, stream, timeout, callback),
+            Device::Cuda(d) => return self.submit_cuda(ops, d, stream, sync, timeout, callback),
             d => return Err(Error::unsupported(name, format!("tensors on device {d} are not supported"))),
         }
         if first == OpKind::Barrier {
@@ -523,14 +524,14 @@ impl Communicator {
         self.nccl_if_started().map(|n| n.nccl_version())
     }
 
-    fn submit_cuda(&self, ops: Vec<Op<Tensor>>, device: i32, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
+    fn submit_cuda(&self, ops: Vec<Op<Tensor>>, device: i32, stream: u64, sync: bool, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
         let name = ops[0].kind().name();
         let engine = self.nccl(name)?;
         if ops.iter().any(nccl::plan::needs_host) {
             return self.cuda_via_host(ops, device, stream, timeout, callback);
         }
         let mut callback = callback;
-        engine.submit(ops, device, stream, timeout, self, |w| {
+        engine.submit(ops, device, nccl::Caller { stream, sync }, timeout, self, |w| {
             if let Some(cb) = callback.take() {
                 w.on_complete(cb);
             }

@@ -337,12 +337,13 @@ def one_shot(rank: int, world: int) -> tuple[int, list[str]]:
     # many in flight, one-shot and NCCL interleaved on the group's stream
     small = [torch.full((1000 + k,), float(rank + k), device=dev) for k in range(64)]
     large = [torch.full((cap // 4 + 64,), float(rank * k), device=dev) for k in range(4)]
+    bump = torch.zeros(1000, device=dev)
     works = []
     for k, t in enumerate(small):
         works.append(dist.all_reduce(t, async_op=True))
         if k % 16 == 0:
             works.append(dist.all_reduce(large[k // 16], async_op=True))
-            t.add_(0)  # a kernel on the caller's stream between the two
+            bump.add_(1)  # a kernel on the caller's stream between the two (not on `t`: it is in flight)
     for w in works:
         w.wait()
     for k, t in enumerate(small):

@@ -29,18 +29,19 @@ use crate::types::{DType, Rank, ReduceOp};
 
 /// Largest group the kernel serves (its `MAX_RANKS`).
 pub const MAX_RANKS: usize = 8;
-/// Most blocks per launch (the kernel has flags for 64).
-const MAX_GRID: u64 = 32;
+/// Most blocks per one-shot, all-gather or reduce-scatter launch.
+const MAX_GRID: u64 = 64;
 const THREADS: u32 = 512;
 /// Where the data buffers start in a region (after flags and counters).
-const DATA_OFF: u64 = 4096;
+const DATA_OFF: u64 = 8192;
 const SOURCE: &str = include_str!("custom_ar.cu");
 /// How much longer than the operation's timeout a kernel waits for peers.
 const KERNEL_GRACE: Duration = Duration::from_secs(10);
 /// Bytes each rank contributes to the setup exchange.
 const BLOB: usize = 128;
-/// Most blocks of a two-shot launch (the kernel has flags for 64).
-const MAX_GRID_TWO_SHOT: u64 = 64;
+/// Most blocks of a two-shot launch (the kernel has flags for 128): enough
+/// loads in flight to fill NVLink at 4-16 MiB.
+const MAX_GRID_TWO_SHOT: u64 = 128;
 
 /// Which peer-memory kernel runs a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

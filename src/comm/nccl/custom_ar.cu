@@ -8,9 +8,9 @@
 // Every rank owns one region of device memory, mapped into every other
 // rank's address space with CUDA IPC:
 //
-//   [0, 2048)      flags[block][rank]: written by peer `rank` for `block`
-//   [2048, 2304)   counters[block]: calls completed (the epoch; local)
-//   [4096, ...)    two data buffers of `cap` bytes each
+//   [0, 4096)      flags[block][rank]: written by peer `rank` for `block`
+//   [4096, 4608)   counters[block]: calls completed (the epoch; local)
+//   [8192, ...)    two data buffers of `cap` bytes each
 //
 // Vocabulary: a call has an epoch e (calls completed + 1) and uses data
 // buffer e % 2 of every region. Block b of every rank owns the same byte
@@ -54,10 +54,10 @@ typedef unsigned char u8;
 typedef long long i64;
 
 #define MAX_RANKS 8
-#define MAX_BLOCKS 64
+#define MAX_BLOCKS 128
 #define FLAGS_OFF 0
-#define COUNTERS_OFF 2048
-#define DATA_OFF 4096
+#define COUNTERS_OFF 4096
+#define DATA_OFF 8192
 
 struct Args {
   u64 input;              // this rank's tensor, read first

@@ -8,7 +8,12 @@
 //!
 //! A submission is launched on the calling thread: an event recorded on the
 //! caller's current stream orders the communicator's stream after it, the
-//! [`plan`] runs there, and a `done` event marks its end. The operation's
+//! [`plan`] runs there, and a `done` event marks its end. A peer-memory
+//! kernel ([`custom`]) that the caller waits for at once (torch's
+//! `asyncOp=False`) runs on the caller's stream itself: no events between
+//! the streams, on the host or on the device. The group's launches stay in
+//! one order across streams: a launch on another stream than the previous
+//! one waits for that one's `done` event while it may still run. The operation's
 //! tensors stay with the watchdog until `done` has passed, so torch's
 //! caching allocator cannot reuse their memory early; the watchdog then
 //! finishes the work, and fails everything (aborting the NCCL
@@ -53,6 +58,15 @@ pub trait IdExchange {
     fn single_host(&self) -> bool;
 }
 
+/// The caller's side of a submission.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    /// The caller's current stream on the tensors' device.
+    pub stream: u64,
+    /// The caller waits for the work at once (torch's `asyncOp=False`).
+    pub sync: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Key {
     Group(i32),
@@ -68,6 +82,9 @@ struct DeviceComm {
     /// Rank of group rank `i` in this communicator (identity for the group's).
     ranks: Vec<Option<usize>>,
     raw: Mutex<Option<RawComm>>,
+    /// The stream and `done` event of the latest launch (taken under `raw`);
+    /// the event is gone once that work was reaped, i.e. finished.
+    last: Mutex<Option<(u64, std::sync::Weak<Event>)>>,
 }
 
 struct RawComm(ncclComm_t);
@@ -158,6 +175,9 @@ impl DeviceMark for Mark {
         self.done.query().unwrap_or(false)
     }
     fn order_after(&self, stream: u64) -> std::result::Result<(), String> {
+        if stream == self.stream {
+            return Ok(()); // ran on that stream: already in order
+        }
         cuda::wait_event_raw(stream, &self.done).map_err(|e| e.0)
     }
 }
@@ -268,7 +288,7 @@ impl NcclEngine {
         let stream = Stream::new().map_err(|e| cerr(e.0))?;
         let ready = Event::new().map_err(|e| cerr(e.0))?;
         log_at!(LogLevel::Info, "group '{}' rank {rank}: NCCL communicator {key:?} on cuda:{device} ({nranks} ranks)", self.sh.group);
-        Ok(DeviceComm { key, ctx, stream, ready, ranks, raw: Mutex::new(Some(RawComm(raw))) })
+        Ok(DeviceComm { key, ctx, stream, ready, ranks, raw: Mutex::new(Some(RawComm(raw))), last: Mutex::new(None) })
     }
 
     /// Creates the group's communicator on `device` now (all ranks call it).
@@ -340,11 +360,12 @@ impl NcclEngine {
         &self,
         ops: Vec<Op<Tensor>>,
         device: i32,
-        caller_stream: u64,
+        caller: Caller,
         timeout: Duration,
         ids: &dyn IdExchange,
         prepare: impl FnOnce(&Work),
     ) -> Result<Work> {
+        let caller_stream = caller.stream;
         let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::EngineSubmit);
         let name = ops.first().map_or("collective", |o| o.kind().name());
         if let Some(cause) = lock(&self.sh.poisoned).clone() {
@@ -375,9 +396,12 @@ impl NcclEngine {
         self.seq.fetch_add(1, Ordering::Relaxed);
         let kind = ops[0].kind();
         let bytes: u64 = ops.iter().map(|o| o.bytes() as u64).sum();
-        let (start, done, temps) = self.launch(&dc, &body, &ops, caller_stream, capturing).map_err(derr)?;
+        // Sync peer kernels run on the caller's stream (not under capture,
+        // where the capture's own stream order already applies).
+        let on_caller = caller.sync && !capturing && matches!(body, Body::Peer { .. });
+        let (start, done, temps, ran_on) = self.launch(&dc, &body, &ops, caller_stream, capturing, on_caller).map_err(derr)?;
         let work = Work::new(name, seq);
-        work.set_mark(Arc::new(Mark { device, stream: dc.stream.raw(), done: done.clone() }));
+        work.set_mark(Arc::new(Mark { device, stream: ran_on, done: done.clone() }));
         prepare(&work);
         work.mark_started();
         if capturing {
@@ -418,9 +442,10 @@ impl NcclEngine {
         if self.sh.timing { Event::timed() } else { Event::new() }.map_err(|e| e.0)
     }
 
-    /// Enqueues `body` on the communicator's stream after `caller_stream`
-    /// (the caller has made `dc.ctx` current); returns the (timed) start
-    /// event, the `done` event and the scratch buffers to keep until `done`.
+    /// Enqueues `body` on the communicator's stream after `caller_stream`,
+    /// or (`on_caller`) on `caller_stream` itself (the caller has made
+    /// `dc.ctx` current); returns the (timed) start event, the `done` event,
+    /// the scratch buffers to keep until `done` and the stream it ran on.
     #[allow(clippy::type_complexity)]
     fn launch(
         &self,
@@ -429,13 +454,27 @@ impl NcclEngine {
         ops: &[Op<Tensor>],
         caller_stream: u64,
         capturing: bool,
-    ) -> std::result::Result<(Option<Event>, Arc<Event>, Vec<DeviceBuffer>), String> {
+        on_caller: bool,
+    ) -> std::result::Result<(Option<Event>, Arc<Event>, Vec<DeviceBuffer>, u64), String> {
         let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::Launch);
         let raw = lock(&dc.raw);
         let comm = raw.as_ref().ok_or("the NCCL communicator was aborted")?.0;
-        let s = dc.stream.raw(); // dc.ctx is current: submit bound it
-        dc.ready.record(caller_stream).map_err(|e| e.0)?;
-        dc.stream.wait(&dc.ready).map_err(|e| e.0)?;
+        let s = if on_caller { caller_stream } else { dc.stream.raw() }; // dc.ctx is current: submit bound it
+        if !on_caller {
+            dc.ready.record(caller_stream).map_err(|e| e.0)?;
+            dc.stream.wait(&dc.ready).map_err(|e| e.0)?;
+        }
+        let mut last = lock(&dc.last);
+        if !capturing {
+            // After the group's previous launch when it went to another
+            // stream and may still run (its event lives until it is reaped).
+            if let Some((ls, prev)) = last.as_ref().and_then(|(ls, w)| Some((*ls, w.upgrade()?))) {
+                let covered = !on_caller && ls == caller_stream; // the `ready` event already orders it
+                if ls != s && !covered && !prev.query().unwrap_or(false) {
+                    cuda::wait_event_raw(s, &prev).map_err(|e| e.0)?;
+                }
+            }
+        }
         let start = if self.sh.timing && !capturing {
             let e = self.event()?;
             e.record(s).map_err(|e| e.0)?;
@@ -454,7 +493,10 @@ impl NcclEngine {
         // Captured events are graph nodes: never pooled or queried.
         let done = Arc::new(if capturing { Event::new().map_err(|e| e.0)? } else { self.event()? });
         done.record(s).map_err(|e| e.0)?;
-        Ok((start, done, temps))
+        if !capturing {
+            *last = Some((s, Arc::downgrade(&done)));
+        }
+        Ok((start, done, temps, s))
     }
 
     /// Enqueues the copies and NCCL calls of `plan` on stream `s`.
