@@ -94,6 +94,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tenso
   if (tensors[0].defined() && tensors[0].layout() == c10::kSparse) return allreduce_sparse(tensors, opts);
   Submission s(*this, "all_reduce", c10d::OpType::ALLREDUCE, "rustccl:all_reduce");
   s.add(RUSTCCL_ALL_REDUCE, engineOp(opts.reduceOp)).inoutScaled(opts.reduceOp, tensors[0], true);
+  s.sync(!opts.asyncOp);
   return finish(s, tensors, opts.timeout);
 }
 
@@ -131,6 +132,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::
                                                         const c10d::AllgatherOptions& opts) {
   Submission s(*this, "all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, "rustccl:all_gather_into_tensor");
   s.add(RUSTCCL_ALL_GATHER).in(input).out(output);
+  s.sync(!opts.asyncOp);
   return finish(s, {output}, opts.timeout);
 }
 
@@ -214,6 +216,7 @@ c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output,
                                                              const c10d::ReduceScatterOptions& opts) {
   Submission s(*this, "reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, "rustccl:reduce_scatter_tensor");
   s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp)).inScaled(opts.reduceOp, input).out(output);
+  s.sync(!opts.asyncOp);
   return finish(s, {output}, opts.timeout);
 }
 

@@ -53,7 +53,12 @@ typedef struct {
   const int64_t* out_splits;
   size_t n_out_splits;
   uint64_t stream;  // CUDA: the caller's current stream on the tensors' device
+  uint32_t flags;   // RUSTCCL_OP_* bits
 } RustcclOpDesc;
+
+// The caller waits for the operation right away (torch's asyncOp=false):
+// rustccl may run it on the caller's stream instead of its own.
+#define RUSTCCL_OP_SYNC 1u
 
 typedef void (*RustcclDoneFn)(void* ctx, int32_t status, const char* message, int32_t source_rank);
 

@@ -68,6 +68,12 @@ class Submission {
     return inout(scaled);
   }
 
+  // torch's asyncOp=false: the caller waits for the work at once.
+  Submission& sync(bool s) {
+    sync_ = s;
+    return *this;
+  }
+
   // A tensor the engine writes.
   Submission& out(const at::Tensor& t) {
     ops_.back().outs.push_back(exportTensor(writable(t, false)));
@@ -130,6 +136,7 @@ class Submission {
       d.out_splits = o.out_splits.data();
       d.n_out_splits = o.out_splits.size();
       d.stream = stream_;
+      d.flags = sync_ ? RUSTCCL_OP_SYNC : 0u;
       descs.push_back(d);
     }
     // The context keeps the work alive until the engine is done with it.
@@ -205,6 +212,7 @@ class Submission {
   std::optional<c10::Device> device_;
   uint64_t stream_ = 0;
   bool handed_ = false;
+  bool sync_ = false;
 };
 
 }  // namespace rustccl

@@ -117,11 +117,19 @@ pub struct Config {
     pub host_id: Option<String>,
     pub nccl_library: Option<String>,
     pub cuda_timing: bool,
+    /// `RUSTCCL_HOST_PROFILE`: time the host spans of CUDA collectives.
+    pub host_profile: bool,
     /// rustccl's own NVLink all-reduce for small CUDA tensors.
     pub custom_allreduce: bool,
-    /// Largest CUDA all_reduce (bytes) that takes the NVLink one-shot path;
-    /// `None`: by group size ([`Config::one_shot_max_bytes`]).
+    /// Largest CUDA all_reduce (bytes) that takes an NVLink kernel (one-shot
+    /// or two-shot); `None`: by group size ([`Config::peer_limits`]).
     pub custom_allreduce_max_bytes: Option<usize>,
+    /// Largest CUDA all_reduce (bytes) that takes the one-shot kernel (the
+    /// two-shot one above it); `None`: by group size.
+    pub one_shot_max_bytes: Option<usize>,
+    /// Largest all_gather_into_tensor output / reduce_scatter_tensor input
+    /// (bytes) that takes the NVLink copy kernels; `None`: auto.
+    pub custom_gather_max_bytes: Option<usize>,
     pub nvrtc_library: Option<String>,
     pub transport: TransportMode,
     pub shm: ShmConfig,
@@ -201,6 +209,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "1: time every CUDA collective on the device (CUDA events) for rustccl.stats(); off by default, as torch's NCCL backend",
     },
     Setting {
+        name: "RUSTCCL_HOST_PROFILE",
+        default: "0",
+        doc: "1: sum the host time of rustccl's spans of each collective (C ABI submit, engine, driver calls, wait) for rustccl._rustccl._host_profile() (benchmarks/cuda_probe.py)",
+    },
+    Setting {
         name: "RUSTCCL_CUSTOM_ALLREDUCE",
         default: "1",
         doc: "1: CUDA all_reduce of small tensors on GPUs that reach each other over NVLink runs rustccl's one-shot kernel instead of NCCL; 0: always NCCL",
@@ -208,7 +221,17 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES",
         default: "auto",
-        doc: "largest CUDA all_reduce (bytes) that takes the one-shot kernel, also the size of each rank's two registered buffers; auto: 4 MiB for 2 ranks, 1 MiB for more (where it stops beating NCCL on H200 NVLink)",
+        doc: "largest CUDA all_reduce (bytes) that takes rustccl's NVLink kernels (one-shot, then two-shot), also the size of each rank's two registered buffers; auto: see README (where they stop beating NCCL on H200 NVLink)",
+    },
+    Setting {
+        name: "RUSTCCL_ONE_SHOT_MAX_BYTES",
+        default: "auto",
+        doc: "largest CUDA all_reduce (bytes) that takes the one-shot kernel; larger ones up to RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES take the two-shot kernel; auto: see README",
+    },
+    Setting {
+        name: "RUSTCCL_CUSTOM_GATHER_MAX_BYTES",
+        default: "auto",
+        doc: "largest all_gather_into_tensor output / reduce_scatter_tensor input (bytes) that goes through rustccl's NVLink kernels instead of NCCL (0: never); auto: see README",
     },
     Setting {
         name: "RUSTCCL_NVRTC_LIBRARY",
@@ -241,6 +264,14 @@ pub const SETTINGS: &[Setting] = &[
         doc: "OFF, WARN, INFO or TRACE: logs to stderr (communicator creation, algorithms, errors)",
     },
 ];
+
+/// A byte count, or `None` for unset / empty / "auto" (at most 256 MiB).
+fn env_auto_size(name: &str) -> Option<usize> {
+    match std::env::var(name).as_deref() {
+        Err(_) | Ok("") | Ok("auto") => None,
+        Ok(_) => Some(env_usize(name, 1 << 20).min(256 << 20)),
+    }
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     match std::env::var(name) {
@@ -320,21 +351,29 @@ impl Config {
             }),
             check: matches!(std::env::var("RUSTCCL_CHECK").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             cuda_timing: matches!(std::env::var("RUSTCCL_CUDA_TIMING").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
+            host_profile: matches!(std::env::var("RUSTCCL_HOST_PROFILE").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             custom_allreduce: !matches!(std::env::var("RUSTCCL_CUSTOM_ALLREDUCE").as_deref(), Ok("0") | Ok("false") | Ok("FALSE")),
-            custom_allreduce_max_bytes: match std::env::var("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES").as_deref() {
-                Err(_) | Ok("") | Ok("auto") => None,
-                Ok(_) => Some(env_usize("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES", 1 << 20).min(64 << 20)),
-            },
+            custom_allreduce_max_bytes: env_auto_size("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES"),
+            one_shot_max_bytes: env_auto_size("RUSTCCL_ONE_SHOT_MAX_BYTES"),
+            custom_gather_max_bytes: env_auto_size("RUSTCCL_CUSTOM_GATHER_MAX_BYTES"),
             nvrtc_library: std::env::var("RUSTCCL_NVRTC_LIBRARY").ok().filter(|s| !s.is_empty()),
             debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
         }
     }
 
-    /// Largest all_reduce the one-shot kernel runs for a group of `world`
-    /// ranks. Measured on H200 NVLink (benchmarks/results/*-cuda-probe*):
-    /// it beats NCCL up to 4 MiB with 2 GPUs and up to 1 MiB with 4.
-    pub fn one_shot_max_bytes(&self, world: usize) -> usize {
-        self.custom_allreduce_max_bytes.unwrap_or(if world <= 2 { 4 << 20 } else { 1 << 20 })
+    /// Size limits of the NVLink kernels for a group of `world` ranks:
+    /// (one-shot all_reduce, any all_reduce, all_gather / reduce_scatter).
+    /// Auto values where they beat NCCL on H200 NVLink, measured with
+    /// 2 GPUs (benchmarks/results/*-cuda-probe*, see the README's CUDA
+    /// section). With more ranks only the one-shot limit is measured (4 GPUs,
+    /// before the two-shot kernel existed): the two-shot kernel stays off
+    /// and the copy kernels small until measured there.
+    pub fn peer_limits(&self, world: usize) -> (usize, usize, usize) {
+        let two = world <= 2;
+        let all_reduce = self.custom_allreduce_max_bytes.unwrap_or(if two { 16 << 20 } else { 1 << 20 });
+        let one_shot = self.one_shot_max_bytes.unwrap_or(if two { 2 << 20 } else { 1 << 20 }).min(all_reduce);
+        let gather = self.custom_gather_max_bytes.unwrap_or(if two { 4 << 20 } else { 256 << 10 });
+        (one_shot, all_reduce, gather)
     }
 
     /// The process-wide configuration, read from the environment once.
@@ -358,8 +397,11 @@ impl Config {
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),
             ("RUSTCCL_CUDA_TIMING", (self.cuda_timing as u8).to_string()),
+            ("RUSTCCL_HOST_PROFILE", (self.host_profile as u8).to_string()),
             ("RUSTCCL_CUSTOM_ALLREDUCE", (self.custom_allreduce as u8).to_string()),
             ("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES", self.custom_allreduce_max_bytes.map_or("auto".into(), |b| b.to_string())),
+            ("RUSTCCL_ONE_SHOT_MAX_BYTES", self.one_shot_max_bytes.map_or("auto".into(), |b| b.to_string())),
+            ("RUSTCCL_CUSTOM_GATHER_MAX_BYTES", self.custom_gather_max_bytes.map_or("auto".into(), |b| b.to_string())),
             ("RUSTCCL_NVRTC_LIBRARY", self.nvrtc_library.clone().unwrap_or_default()),
             ("RUSTCCL_FLIGHT_RECORDER_DIR", self.flight_dir.clone().unwrap_or_default()),
             ("RUSTCCL_FLIGHT_RECORDER_SIZE", self.flight_size.to_string()),

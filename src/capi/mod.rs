@@ -43,7 +43,12 @@ pub struct RustcclOpDesc {
     pub n_out_splits: usize,
     /// CUDA: the caller's current stream on the tensors' device.
     pub stream: u64,
+    /// `RUSTCCL_OP_*` bits (rustccl.h).
+    pub flags: u32,
 }
+
+/// `RUSTCCL_OP_SYNC`: the caller waits for the operation at once.
+const OP_SYNC: u32 = 1;
 
 /// Called once when a submitted work finishes: status 0 or an error code,
 /// the error message (valid during the call), and the source rank of a
@@ -205,6 +210,7 @@ pub unsafe extern "C" fn rustccl_submit(
     out_work: *mut *mut RustcclWork,
 ) -> i32 {
     guarded("submit", || {
+        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::CapiSubmit);
         // Take every tensor first, so that nothing leaks on any error path.
         let descs = if n_ops == 0 || ops.is_null() { &[][..] } else { std::slice::from_raw_parts(ops, n_ops) };
         let mut specs = Vec::with_capacity(descs.len());
@@ -225,6 +231,7 @@ pub unsafe extern "C" fn rustccl_submit(
                     s.in_splits = i64s(d.in_splits, d.n_in_splits);
                     s.out_splits = i64s(d.out_splits, d.n_out_splits);
                     s.stream = d.stream;
+                    s.sync = d.flags & OP_SYNC != 0;
                     specs.push(s);
                 }
                 (None, _, _) => {
@@ -329,6 +336,7 @@ pub extern "C" fn rustccl_work_order_stream(w: *const RustcclWork, stream: u64) 
         return fail(&Error::Internal("order_stream: null work".into()));
     }
     guarded("order_stream", || {
+        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::OrderStream);
         // SAFETY: as in `rustccl_work_wait`.
         match unsafe { (*w).0.mark() } {
             Some(m) => match m.order_after(stream) {

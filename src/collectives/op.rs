@@ -23,6 +23,8 @@ pub struct OpSpec {
     pub out_splits: Vec<i64>,
     /// CUDA: the caller's current stream on the tensors' device (0: default).
     pub stream: u64,
+    /// The caller waits for the operation at once (torch's `asyncOp=False`).
+    pub sync: bool,
 }
 
 impl OpSpec {
@@ -37,6 +39,7 @@ impl OpSpec {
             in_splits: Vec::new(),
             out_splits: Vec::new(),
             stream: 0,
+            sync: false,
         }
     }
 }
@@ -378,7 +381,7 @@ impl Op<Tensor> {
                 }
             }
         }
-        let OpSpec { kind, reduce_op, root, tag, inputs, outputs, in_splits, out_splits, stream: _ } = spec;
+        let OpSpec { kind, reduce_op, root, tag, inputs, outputs, in_splits, out_splits, stream: _, sync: _ } = spec;
         let op = match kind {
             OpKind::AllReduce => {
                 if inputs.is_empty() {

@@ -7,6 +7,7 @@
 pub mod compression;
 pub mod flight;
 pub mod host;
+pub mod hostprof;
 pub mod nccl;
 pub mod monitor;
 pub mod p2p;
@@ -425,6 +426,7 @@ impl Communicator {
         let timeout_d = timeout.unwrap_or(self.opts.timeout);
         let mut ops = Vec::with_capacity(specs.len());
         let stream = specs.first().map_or(0, |s| s.stream);
+        let sync = !specs.is_empty() && specs.iter().all(|s| s.sync);
         for spec in specs {
             ops.push(Op::from_spec(spec, self.rank, self.size)?);
         }
@@ -436,7 +438,7 @@ impl Communicator {
         }
         let meta = flight_meta(&ops);
         let compress = self.compression.request_with(next, &ops);
-        let w = self.dispatch(ops, stream, timeout_d, callback, compress)?;
+        let w = self.dispatch(ops, stream, sync, timeout_d, callback, compress)?;
         self.flight.record(meta, &w);
         if let Some(dir) = &Config::get().flight_dir {
             let (fr, dir, g, r, n) = (self.flight.clone(), dir.clone(), self.opts.group.clone(), self.rank, self.size);
@@ -498,6 +500,7 @@ impl Communicator {
         &self,
         ops: Vec<Op<Tensor>>,
         stream: u64,
+        sync: bool,
         timeout: Duration,
         callback: Option<Callback>,
         compress: Option<crate::collectives::codec::Request>,
@@ -514,7 +517,7 @@ impl Communicator {
         }
         match device {
             Device::Cpu => {}
-            Device::Cuda(d) => return self.submit_cuda(ops, d, stream, timeout, callback),
+            Device::Cuda(d) => return self.submit_cuda(ops, d, stream, sync, timeout, callback),
             d => return Err(Error::unsupported(name, format!("tensors on device {d} are not supported"))),
         }
         if first == OpKind::Barrier {
@@ -626,14 +629,14 @@ impl Communicator {
         self.nccl_if_started().map(|n| n.one_shot_state())
     }
 
-    fn submit_cuda(&self, ops: Vec<Op<Tensor>>, device: i32, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
+    fn submit_cuda(&self, ops: Vec<Op<Tensor>>, device: i32, stream: u64, sync: bool, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
         let name = ops[0].kind().name();
         let engine = self.nccl(name)?;
         if ops.iter().any(nccl::plan::needs_host) {
             return self.cuda_via_host(ops, device, stream, timeout, callback);
         }
         let mut callback = callback;
-        engine.submit(ops, device, stream, timeout, self, |w| {
+        engine.submit(ops, device, nccl::Caller { stream, sync }, timeout, self, |w| {
             if let Some(cb) = callback.take() {
                 w.on_complete(cb);
             }

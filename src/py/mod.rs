@@ -440,7 +440,23 @@ fn host_identity() -> String {
     addr::host_identity()
 }
 
-/// PTX of the one-shot all-reduce kernels for compute capability
+/// The NVLink kernels' size limits for a group of `world` ranks under the
+/// current settings: (one-shot all_reduce, any all_reduce, all_gather /
+/// reduce_scatter) in bytes (tests and the benchmark read them).
+#[pyfunction]
+fn _peer_limits(world: usize) -> (usize, usize, usize) {
+    crate::config::Config::get().peer_limits(world)
+}
+
+/// Host time per span of rustccl's collectives (RUSTCCL_HOST_PROFILE=1):
+/// (span, calls, nanoseconds); `reset` zeroes the sums.
+#[pyfunction]
+#[pyo3(signature = (reset=false))]
+fn _host_profile(reset: bool) -> Vec<(&'static str, u64, u64)> {
+    crate::comm::hostprof::snapshot(reset)
+}
+
+/// PTX of the NVLink kernels (one-shot, two-shot, all-gather, reduce-scatter) for compute capability
 /// (`major`, `minor`), compiled with NVRTC; no GPU needed (tests).
 #[pyfunction]
 fn _one_shot_ptx(major: i32, minor: i32) -> PyResult<String> {
@@ -465,5 +481,7 @@ fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_set_compression, m)?)?;
     m.add_function(wrap_pyfunction!(_compression, m)?)?;
     m.add_function(wrap_pyfunction!(_compress_next, m)?)?;
+    m.add_function(wrap_pyfunction!(_peer_limits, m)?)?;
+    m.add_function(wrap_pyfunction!(_host_profile, m)?)?;
     Ok(())
 }

@@ -249,11 +249,10 @@ def eager(rank: int, world: int) -> tuple[int, list[str]]:
 
 
 def _one_shot_cap(world: int) -> int:
-    """RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES, or its documented auto value."""
+    """The largest all_reduce the one-shot kernel takes (the settings or their auto values)."""
     import rustccl
 
-    v = rustccl.config()["RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES"]["value"]
-    return int(v) if v != "auto" else (4 << 20 if world == 2 else 1 << 20)
+    return rustccl._rustccl._peer_limits(world)[0]
 
 
 def _stats_algo() -> str:
@@ -292,7 +291,9 @@ def one_shot(rank: int, world: int) -> tuple[int, list[str]]:
     x = torch.ones(cap // 4 + 1, device=dev)
     dist.all_reduce(x)
     c.eq("cap+4 all_reduce", x.cpu(), torch.full((cap // 4 + 1,), float(world)))
-    c.true(f"above the cap NCCL runs it: {_stats_algo()}", _stats_algo() == "nccl")
+    import rustccl
+    above = "two_shot" if nvlink and rustccl._rustccl._peer_limits(world)[1] > cap else "nccl"
+    c.true(f"above the cap {above} runs it: {_stats_algo()}", _stats_algo() == above)
     # random values, every float dtype and op, sizes off 16-byte multiples
     tol = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 2e-2, torch.bfloat16: 5e-2}
     for dtype in tol:
@@ -336,12 +337,13 @@ def one_shot(rank: int, world: int) -> tuple[int, list[str]]:
     # many in flight, one-shot and NCCL interleaved on the group's stream
     small = [torch.full((1000 + k,), float(rank + k), device=dev) for k in range(64)]
     large = [torch.full((cap // 4 + 64,), float(rank * k), device=dev) for k in range(4)]
+    bump = torch.zeros(1000, device=dev)
     works = []
     for k, t in enumerate(small):
         works.append(dist.all_reduce(t, async_op=True))
         if k % 16 == 0:
             works.append(dist.all_reduce(large[k // 16], async_op=True))
-            t.add_(0)  # a kernel on the caller's stream between the two
+            bump.add_(1)  # a kernel on the caller's stream between the two (not on `t`: it is in flight)
     for w in works:
         w.wait()
     for k, t in enumerate(small):

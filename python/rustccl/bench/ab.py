@@ -3,7 +3,7 @@ timed alternately, median of rounds.
 
 The default process group is the first backend (rustccl); every other
 backend gets a ``new_group`` over the same ranks. For every (op, size) each
-backend runs its warm-ups, then ``--repeats`` rounds (default 3) in which
+backend runs its warm-ups, then ``--repeats`` rounds (default 3; at least 5 on CUDA) in which
 every backend runs one timed loop of ``iters`` calls, the order of the
 backends alternating from round to round; each backend's time is the
 median of its rounds. Drift of a shared host (other load, thermals) hits
@@ -82,7 +82,9 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
             errors.append((b, e, op))
             del live[b]
     order = list(fns)
-    for k in range(cfg.repeats):
+    # GPU hosts drift more than CPU ones: at least 5 rounds on CUDA.
+    rounds = max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
+    for k in range(rounds):
         for b in (order if k % 2 == 0 else order[::-1]):
             if b not in live:
                 continue
@@ -99,7 +101,7 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
         rows.append({"kind": "result", "backend": b, "device": device.type, "world": world, "op": op,
                      "dtype": cfg.dtype, "size": size, "bytes": nbytes, "count": count, "us": secs * 1e6,
                      "us_max": slowest(secs, device, live[b]) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
-                     "iters": iters, "warmup": warmup, "repeats": cfg.repeats, "method": "ab"})
+                     "iters": iters, "warmup": warmup, "repeats": rounds, "method": "ab"})
 
 
 def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[dict], list[str], list[str]]:

@@ -164,7 +164,12 @@ def run_ddp(cfg, backend: str, rank: int, world: int, device, progress, group=No
 def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[dict], list[str], list[str]]:
     """Every block of the schedule; returns (rows, check mismatches, errors).
     A block that raises is recorded as an error and the sweep goes on with
-    the next block (its group is destroyed; the next one is a fresh one)."""
+    the next block (its group is destroyed; the next one is a fresh one).
+    CUDA runs the A/B method instead (see ``ab``)."""
+    if device.type == "cuda":
+        from . import ab
+
+        return ab.run_all(cfg, store, rank, world, device, progress)
     rows, mismatches, errors = [], [], []
     n_sizes = len(metrics.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor))
     for i, (op, backend) in enumerate(schedule(cfg.ops, cfg.backends, cfg.ddp)):

@@ -8,7 +8,12 @@
 //!
 //! A submission is launched on the calling thread: an event recorded on the
 //! caller's current stream orders the communicator's stream after it, the
-//! [`plan`] runs there, and a `done` event marks its end. The operation's
+//! [`plan`] runs there, and a `done` event marks its end. A peer-memory
+//! kernel ([`custom`]) that the caller waits for at once (torch's
+//! `asyncOp=False`) runs on the caller's stream itself: no events between
+//! the streams, on the host or on the device. The group's launches stay in
+//! one order across streams: a launch on another stream than the previous
+//! one waits for that one's `done` event while it may still run. The operation's
 //! tensors stay with the watchdog until `done` has passed, so torch's
 //! caching allocator cannot reuse their memory early; the watchdog then
 //! finishes the work, and fails everything (aborting the NCCL
@@ -20,6 +25,7 @@ pub mod custom;
 mod lib;
 pub mod plan;
 pub mod staging;
+mod watchdog;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,9 +35,10 @@ use std::time::{Duration, Instant};
 use cudarc::nccl::sys::{ncclComm_t, ncclUniqueId};
 
 use self::lib::NcclLib;
+use self::watchdog::{fail_all, watchdog};
 use self::plan::{Addr, Plan};
 use crate::collectives::Op;
-use crate::comm::stats::{Sample, Stats};
+use crate::comm::stats::Stats;
 use crate::config::LogLevel;
 use crate::cuda::{self, Context, DeviceBuffer, Event, Stream};
 use crate::error::{Error, OpSite, Result};
@@ -62,6 +69,15 @@ pub fn library_version() -> std::result::Result<String, String> {
     NcclLib::get().map(NcclLib::version_string)
 }
 
+/// The caller's side of a submission.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    /// The caller's current stream on the tensors' device.
+    pub stream: u64,
+    /// The caller waits for the work at once (torch's `asyncOp=False`).
+    pub sync: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Key {
     Group(i32),
@@ -77,6 +93,9 @@ struct DeviceComm {
     /// Rank of group rank `i` in this communicator (identity for the group's).
     ranks: Vec<Option<usize>>,
     raw: Mutex<Option<RawComm>>,
+    /// The stream and `done` event of the latest launch (taken under `raw`);
+    /// the event is gone once that work was reaped, i.e. finished.
+    last: Mutex<Option<(u64, std::sync::Weak<Event>)>>,
 }
 
 struct RawComm(ncclComm_t);
@@ -91,7 +110,7 @@ struct Pending {
     done: Arc<Event>,
     kind: crate::types::OpKind,
     bytes: u64,
-    /// For stats: "nccl" / "nccl", or "one_shot" / "nvlink".
+    /// For stats: "nccl" / "nccl", or "one_shot" (two_shot, peer_copy) / "nvlink".
     algorithm: &'static str,
     transport: &'static str,
     _ops: Vec<Op<Tensor>>,
@@ -103,7 +122,7 @@ struct Pending {
 /// What a submission runs on the communicator's stream.
 enum Body {
     Nccl(Plan),
-    OneShot { ar: Arc<custom::CustomAr>, dt: crate::types::DType, op: crate::types::ReduceOp, timeout: Duration },
+    Peer { ar: Arc<custom::CustomAr>, choice: custom::Choice, timeout: Duration },
 }
 
 /// Work in flight, one FIFO per communicator stream: work on one stream
@@ -136,7 +155,7 @@ struct Shared {
     events: Mutex<Vec<Event>>,
     stats: Arc<Stats>,
     timing: bool,
-    /// The one-shot all-reduce per device, once set up (`None`: unavailable).
+    /// The peer-memory collectives per device, once set up (`None`: unavailable).
     custom: Mutex<HashMap<i32, Option<Arc<custom::CustomAr>>>>,
 }
 
@@ -146,7 +165,7 @@ pub struct NcclEngine {
     bound: Mutex<Option<i32>>,
     seq: AtomicU64,
     watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Held while the one-shot all-reduce is being set up.
+    /// Held while the peer-memory collectives are being set up.
     custom_setup: Mutex<()>,
 }
 
@@ -167,6 +186,9 @@ impl DeviceMark for Mark {
         self.done.query().unwrap_or(false)
     }
     fn order_after(&self, stream: u64) -> std::result::Result<(), String> {
+        if stream == self.stream {
+            return Ok(()); // ran on that stream: already in order
+        }
         cuda::wait_event_raw(stream, &self.done).map_err(|e| e.0)
     }
 }
@@ -291,7 +313,7 @@ impl NcclEngine {
         let stream = Stream::new().map_err(|e| cerr(e.0))?;
         let ready = Event::new().map_err(|e| cerr(e.0))?;
         log_at!(LogLevel::Info, "group '{}' rank {rank}: NCCL communicator {key:?} on cuda:{device} ({nranks} ranks)", self.sh.group);
-        Ok(DeviceComm { key, ctx, stream, ready, ranks, raw: Mutex::new(Some(RawComm(raw))) })
+        Ok(DeviceComm { key, ctx, stream, ready, ranks, raw: Mutex::new(Some(RawComm(raw))), last: Mutex::new(None) })
     }
 
     /// Creates the group's communicator on `device` now (all ranks call it).
@@ -321,39 +343,39 @@ impl NcclEngine {
         self.comm(Key::Group(device), ids)
     }
 
-    /// The one-shot all-reduce for `ops`, when it can run them: set up on
+    /// The peer-memory kernel for `ops`, when one can run them: set up on
     /// the first eligible call (never during graph capture, where its
     /// allocations are not allowed; every rank decides alike).
-    #[allow(clippy::type_complexity)]
-    fn one_shot(
+    fn peer(
         &self,
         dc: &DeviceComm,
         ops: &[Op<Tensor>],
         device: i32,
         capturing: bool,
         ids: &dyn IdExchange,
-    ) -> Result<Option<(Arc<custom::CustomAr>, crate::types::DType, crate::types::ReduceOp)>> {
+    ) -> Result<Option<(Arc<custom::CustomAr>, custom::Choice)>> {
         let cfg = crate::config::Config::get();
         if !cfg.custom_allreduce || ops.len() != 1 || !matches!(dc.key, Key::Group(_)) {
             return Ok(None);
         }
-        let max_bytes = cfg.one_shot_max_bytes(self.size);
-        let Some((dt, op)) = custom::eligible(&ops[0], self.size, max_bytes) else {
+        let (one_shot, all_reduce, gather) = cfg.peer_limits(self.size);
+        let lim = custom::Limits { one_shot, all_reduce, gather };
+        let Some(choice) = custom::choose(&ops[0], self.size, &lim) else {
             return Ok(None);
         };
         if let Some(state) = lock(&self.sh.custom).get(&device) {
-            return Ok(state.clone().map(|a| (a, dt, op)));
+            return Ok(state.clone().map(|a| (a, choice)));
         }
         if capturing || !ids.single_host() {
             return Ok(None);
         }
         let _setup = lock(&self.custom_setup);
         if let Some(state) = lock(&self.sh.custom).get(&device) {
-            return Ok(state.clone().map(|a| (a, dt, op)));
+            return Ok(state.clone().map(|a| (a, choice)));
         }
-        let ar = custom::CustomAr::setup(device, self.sh.rank, self.size, max_bytes, ids)?.map(Arc::new);
+        let ar = custom::CustomAr::setup(device, self.sh.rank, self.size, lim.cap(), ids)?.map(Arc::new);
         lock(&self.sh.custom).insert(device, ar.clone());
-        Ok(ar.map(|a| (a, dt, op)))
+        Ok(ar.map(|a| (a, choice)))
     }
 
     /// Launches `ops` (all on `device`) after the work already queued on
@@ -363,11 +385,13 @@ impl NcclEngine {
         &self,
         ops: Vec<Op<Tensor>>,
         device: i32,
-        caller_stream: u64,
+        caller: Caller,
         timeout: Duration,
         ids: &dyn IdExchange,
         prepare: impl FnOnce(&Work),
     ) -> Result<Work> {
+        let caller_stream = caller.stream;
+        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::EngineSubmit);
         let name = ops.first().map_or("collective", |o| o.kind().name());
         if let Some(cause) = lock(&self.sh.poisoned).clone() {
             return Err(Error::Poisoned { op: name, cause: Box::new(cause) });
@@ -379,8 +403,8 @@ impl NcclEngine {
         let derr = |detail: String| Error::Device { site: site.clone(), rank: self.sh.rank, device, detail };
         dc.ctx.bind().map_err(|e| derr(e.0))?;
         let capturing = cuda::is_capturing(caller_stream).map_err(|e| derr(e.0))?;
-        let body = match self.one_shot(&dc, &ops, device, capturing, ids)? {
-            Some((ar, dt, op)) => Body::OneShot { ar, dt, op, timeout },
+        let body = match self.peer(&dc, &ops, device, capturing, ids)? {
+            Some((ar, choice)) => Body::Peer { ar, choice, timeout },
             None => {
                 let map = |p: Rank| dc.ranks.get(p).copied().flatten().unwrap_or(usize::MAX);
                 let plan = plan::plan(&ops, self.sh.rank, &map)?;
@@ -391,15 +415,18 @@ impl NcclEngine {
             }
         };
         let (algorithm, transport) = match body {
-            Body::OneShot { .. } => ("one_shot", "nvlink"),
+            Body::Peer { choice, .. } => (choice.kind.algorithm(), "nvlink"),
             Body::Nccl(_) => ("nccl", "nccl"),
         };
         self.seq.fetch_add(1, Ordering::Relaxed);
         let kind = ops[0].kind();
         let bytes: u64 = ops.iter().map(|o| o.bytes() as u64).sum();
-        let (start, done, temps) = self.launch(&dc, &body, &ops, caller_stream, capturing).map_err(derr)?;
+        // Sync peer kernels run on the caller's stream (not under capture,
+        // where the capture's own stream order already applies).
+        let on_caller = caller.sync && !capturing && matches!(body, Body::Peer { .. });
+        let (start, done, temps, ran_on) = self.launch(&dc, &body, &ops, caller_stream, capturing, on_caller).map_err(derr)?;
         let work = Work::new(name, seq);
-        work.set_mark(Arc::new(Mark { device, stream: dc.stream.raw(), done: done.clone() }));
+        work.set_mark(Arc::new(Mark { device, stream: ran_on, done: done.clone() }));
         prepare(&work);
         work.mark_started();
         if capturing {
@@ -440,9 +467,10 @@ impl NcclEngine {
         if self.sh.timing { Event::timed() } else { Event::new() }.map_err(|e| e.0)
     }
 
-    /// Enqueues `body` on the communicator's stream after `caller_stream`
-    /// (the caller has made `dc.ctx` current); returns the (timed) start
-    /// event, the `done` event and the scratch buffers to keep until `done`.
+    /// Enqueues `body` on the communicator's stream after `caller_stream`,
+    /// or (`on_caller`) on `caller_stream` itself (the caller has made
+    /// `dc.ctx` current); returns the (timed) start event, the `done` event,
+    /// the scratch buffers to keep until `done` and the stream it ran on.
     #[allow(clippy::type_complexity)]
     fn launch(
         &self,
@@ -451,12 +479,27 @@ impl NcclEngine {
         ops: &[Op<Tensor>],
         caller_stream: u64,
         capturing: bool,
-    ) -> std::result::Result<(Option<Event>, Arc<Event>, Vec<DeviceBuffer>), String> {
+        on_caller: bool,
+    ) -> std::result::Result<(Option<Event>, Arc<Event>, Vec<DeviceBuffer>, u64), String> {
+        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::Launch);
         let raw = lock(&dc.raw);
         let comm = raw.as_ref().ok_or("the NCCL communicator was aborted")?.0;
-        let s = dc.stream.raw(); // dc.ctx is current: submit bound it
-        dc.ready.record(caller_stream).map_err(|e| e.0)?;
-        dc.stream.wait(&dc.ready).map_err(|e| e.0)?;
+        let s = if on_caller { caller_stream } else { dc.stream.raw() }; // dc.ctx is current: submit bound it
+        if !on_caller {
+            dc.ready.record(caller_stream).map_err(|e| e.0)?;
+            dc.stream.wait(&dc.ready).map_err(|e| e.0)?;
+        }
+        let mut last = lock(&dc.last);
+        if !capturing {
+            // After the group's previous launch when it went to another
+            // stream and may still run (its event lives until it is reaped).
+            if let Some((ls, prev)) = last.as_ref().and_then(|(ls, w)| Some((*ls, w.upgrade()?))) {
+                let covered = !on_caller && ls == caller_stream; // the `ready` event already orders it
+                if ls != s && !covered && !prev.query().unwrap_or(false) {
+                    cuda::wait_event_raw(s, &prev).map_err(|e| e.0)?;
+                }
+            }
+        }
         let start = if self.sh.timing && !capturing {
             let e = self.event()?;
             e.record(s).map_err(|e| e.0)?;
@@ -465,9 +508,9 @@ impl NcclEngine {
             None
         };
         let temps = match body {
-            Body::OneShot { ar, dt, op, timeout } => {
-                let Some(Op::AllReduce { bufs, .. }) = ops.first() else { return Err("one-shot all-reduce without a tensor".into()) };
-                ar.launch(*dt, *op, &bufs[0], s, *timeout)?;
+            Body::Peer { ar, choice, timeout } => {
+                let op = ops.first().ok_or("a peer-memory collective without an operation")?;
+                ar.launch(*choice, op, s, *timeout)?;
                 Vec::new()
             }
             Body::Nccl(plan) => self.launch_plan(comm, plan, s)?,
@@ -475,7 +518,10 @@ impl NcclEngine {
         // Captured events are graph nodes: never pooled or queried.
         let done = Arc::new(if capturing { Event::new().map_err(|e| e.0)? } else { self.event()? });
         done.record(s).map_err(|e| e.0)?;
-        Ok((start, done, temps))
+        if !capturing {
+            *last = Some((s, Arc::downgrade(&done)));
+        }
+        Ok((start, done, temps, s))
     }
 
     /// Enqueues the copies and NCCL calls of `plan` on stream `s`.
@@ -568,138 +614,5 @@ impl Drop for NcclEngine {
                 }
             }
         }
-    }
-}
-
-/// Fails every pending work with `e`; with `abort`, aborts every NCCL
-/// communicator first (so kernels stuck waiting for peers return).
-fn fail_all(sh: &Shared, e: Error, abort: bool) {
-    if abort {
-        for c in lock(&sh.comms).values() {
-            if let Some(raw) = lock(&c.raw).take() {
-                let _ = c.ctx.bind();
-                // SAFETY: live communicator, taken out so nobody uses it again.
-                unsafe { sh.lib.abort(raw.0) };
-            }
-        }
-    }
-    if abort {
-        for ar in lock(&sh.custom).values().flatten() {
-            ar.abort();
-        }
-    }
-    let pending = lock(&sh.watch).drain();
-    for p in pending {
-        let Pending { work, kind, bytes, algorithm, transport, .. } = p;
-        sh.stats.record(Sample { op: kind, bytes, duration: None, algorithm, transport, ok: false });
-        work.finish(Err(e.clone()));
-    }
-    sh.cv.notify_all();
-}
-
-fn poison(sh: &Shared, e: Error) {
-    log_at!(LogLevel::Warn, "group '{}' rank {}: {e}", sh.group, sh.rank);
-    lock(&sh.poisoned).get_or_insert(e.clone());
-    fail_all(sh, e, true);
-}
-
-/// Reaps finished work, enforces deadlines, watches for NCCL errors.
-fn watchdog(sh: Arc<Shared>) {
-    // Event queries from here must not invalidate a graph capture running
-    // on the user's thread (torch's NCCL watchdog does the same).
-    cuda::relax_capture_mode();
-    let mut last_error_check = Instant::now();
-    loop {
-        let mut finished = Vec::new();
-        let mut failure = None;
-        {
-            let mut w = lock(&sh.watch);
-            if w.is_empty() {
-                if w.stop {
-                    return;
-                }
-                let _g = sh.cv.wait_timeout(w, Duration::from_millis(100)).unwrap_or_else(|p| p.into_inner());
-                continue;
-            }
-            let now = Instant::now();
-            for q in w.queues.values_mut() {
-                while let Some(front) = q.front() {
-                    match front.done.query() {
-                        Ok(true) => finished.extend(q.pop_front()),
-                        Ok(false) => {
-                            if front.deadline <= now && failure.is_none() {
-                                failure = Some(Error::Timeout {
-                                    site: OpSite { op: front.work.op(), seq: front.work.seq(), group: sh.group.clone() },
-                                    rank: sh.rank,
-                                    waiting: vec![],
-                                    elapsed: now.saturating_duration_since(front.started),
-                                });
-                            }
-                            break;
-                        }
-                        Err(e) => {
-                            failure.get_or_insert(Error::Device {
-                                site: OpSite { op: front.work.op(), seq: front.work.seq(), group: sh.group.clone() },
-                                rank: sh.rank,
-                                device: -1,
-                                detail: format!("CUDA error while waiting for the operation: {e}"),
-                            });
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        let reaped = !finished.is_empty();
-        for p in finished {
-            let Pending { work, done, start, kind, bytes, algorithm, transport, .. } = p; // tensors and scratch released here
-            let duration = start.as_ref().and_then(|s| done.since(s).ok());
-            sh.stats.record(Sample { op: kind, bytes, duration, algorithm, transport, ok: true });
-            work.finish(Ok(()));
-            drop(work);
-            let mut pool = lock(&sh.events);
-            pool.extend(start);
-            if let Ok(ev) = Arc::try_unwrap(done) {
-                pool.push(ev);
-            }
-        }
-        if reaped {
-            sh.cv.notify_all();
-        }
-        if failure.is_none() && last_error_check.elapsed() > Duration::from_millis(50) {
-            last_error_check = Instant::now();
-            for (device, ar) in lock(&sh.custom).iter() {
-                if ar.as_ref().is_some_and(|a| a.gave_up()) {
-                    failure = Some(Error::Device {
-                        site: OpSite { op: "all_reduce", seq: 0, group: sh.group.clone() },
-                        rank: sh.rank,
-                        device: *device,
-                        detail: "the one-shot all-reduce kernel gave up waiting for a peer (a rank stopped calling collectives, or a graph replay ran on some ranks only)".into(),
-                    });
-                }
-            }
-            for c in lock(&sh.comms).values() {
-                if let Some(raw) = lock(&c.raw).as_ref() {
-                    // SAFETY: live communicator under its lock.
-                    if let Err(why) = unsafe { sh.lib.async_error(raw.0) } {
-                        failure = Some(Error::Device {
-                            site: OpSite { op: "collective", seq: 0, group: sh.group.clone() },
-                            rank: sh.rank,
-                            device: c.ctx.device,
-                            detail: format!("NCCL communicator {:?}: {why}", c.key),
-                        });
-                        break;
-                    }
-                }
-            }
-        }
-        if let Some(e) = failure {
-            poison(&sh, e);
-            continue;
-        }
-        // Reaping only releases tensors and finishes works (waiting and
-        // is_completed ask the device directly), so poll gently: driver calls
-        // from this thread contend with launches on the caller's thread.
-        std::thread::sleep(Duration::from_millis(1));
     }
 }
