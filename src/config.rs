@@ -216,7 +216,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_CUSTOM_ALLREDUCE",
         default: "1",
-        doc: "1: CUDA all_reduce of small tensors on GPUs that reach each other over NVLink runs rustccl's one-shot kernel instead of NCCL; 0: always NCCL",
+        doc: "1: CUDA all_reduce, all_gather_into_tensor and reduce_scatter_tensor of small and medium tensors on GPUs that reach each other over NVLink run rustccl's kernels (one-shot, two-shot, copy) instead of NCCL; 0: always NCCL",
     },
     Setting {
         name: "RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES",
