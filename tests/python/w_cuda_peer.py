@@ -144,12 +144,14 @@ def two_shot(rank: int, world: int) -> tuple[int, list[str]]:
     dist.all_reduce(view)
     c.eq("two-shot misaligned view", view.cpu(), torch.arange(100_001, dtype=torch.float32) * world + sum(range(world)))
     c.true("two-shot misaligned view's neighbours", base[0].item() == -7.0 and base[100_002].item() == -7.0)
-    # NaN propagates through MIN / MAX
+    # NaN propagates through MIN / MAX in rustccl's kernels (NCCL's MAX
+    # drops it, so only where the kernels run)
     x = torch.arange(1000, dtype=torch.float32, device=dev)
     if rank == world - 1:
         x[3] = float("nan")
     dist.all_reduce(x, op=dist.ReduceOp.MAX)
-    c.true("two-shot NaN through MAX", bool(torch.isnan(x[3]).item()) and not bool(torch.isnan(x[4]).item()))
+    if peer:
+        c.true("two-shot NaN through MAX", bool(torch.isnan(x[3]).item()) and not bool(torch.isnan(x[4]).item()))
     # the limit: at it two-shot, above it NCCL
     n = ar_max // 4
     for m, path in ((n, "two_shot"), (n + 1, "nccl")):
@@ -369,7 +371,7 @@ def stalled_peer(rank: int, world: int, op: str) -> tuple[int, list[str]]:
             torch.cuda.synchronize()
             c.true(f"{op}: a later call fails", False)
         except Exception as e:  # noqa: BLE001 - DistBackendError or RuntimeError
-            c.true(f"{op}: the later call names the cause: {e}", "rustccl" in str(e) and "timed out" in str(e))
+            c.true(f"{op}: the later call names the cause: {e}", "rustccl" in str(e) and " Timed out " in str(e))
     else:
         time.sleep(10)
     return c.count, c.failures
