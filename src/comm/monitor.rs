@@ -46,10 +46,9 @@ impl Communicator {
             return self.monitored_member(tag, timeout);
         }
         let start = Instant::now();
-        let bufs: Vec<Arc<SharedBuf>> = (0..self.size).map(|_| SharedBuf::zeros(DType::U8, 1)).collect();
         let mut recvs = Vec::with_capacity(self.size - 1);
         for r in 1..self.size {
-            recvs.push((r, self.p2p_bytes(false, r, tag, &bufs[r], timeout)?));
+            recvs.push((r, self.p2p_bytes(false, r, tag, &SharedBuf::zeros(DType::U8, 1), timeout)?));
         }
         let mut missing = Vec::new();
         for (r, w) in recvs {
