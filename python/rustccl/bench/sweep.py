@@ -165,11 +165,7 @@ def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[d
     """Every block of the schedule; returns (rows, check mismatches, errors).
     A block that raises is recorded as an error and the sweep goes on with
     the next block (its group is destroyed; the next one is a fresh one).
-    CUDA runs the A/B method instead (see ``ab``)."""
-    if device.type == "cuda":
-        from . import ab
-
-        return ab.run_all(cfg, store, rank, world, device, progress)
+    Only with ``--method blocks``; the default A/B method is ``ab``."""
     rows, mismatches, errors = [], [], []
     n_sizes = len(metrics.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor))
     for i, (op, backend) in enumerate(schedule(cfg.ops, cfg.backends, cfg.ddp)):
