@@ -43,18 +43,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rustccl
-
-
-class ToyModel(nn.Module):
-    def __init__(self, size: int):
-        super().__init__()
-        self.net1 = nn.Linear(size, size)
-        self.relu = nn.ReLU()
-        self.net2 = nn.Linear(size, size)
-        self.net3 = nn.Linear(size, size)
-
-    def forward(self, x):
-        return self.net3(self.relu(self.net2(self.relu(self.net1(x)))))
+from train_ddp import ToyModel  # the seeds' toy model (this script's folder is on sys.path)
 
 
 def parse() -> argparse.Namespace:

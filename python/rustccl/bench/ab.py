@@ -23,26 +23,13 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from . import membw, metrics, ops, pipeline
-from .sweep import run_ddp, slowest, sync
+from .sweep import run_ddp, slowest, sync, time_loop
 
 
 def _error_row(backend: str, op: str, device, world: int, dtype: str, e: Exception) -> dict:
     msg = f"{backend} {op}: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
     return {"kind": "error", "backend": backend, "device": device.type, "world": world, "op": op, "dtype": dtype,
             "error": msg}
-
-
-def timed(fn, iters: int, device, group) -> float:
-    sync(device)
-    dist.barrier(group=group)
-    sync(device)
-    import time
-
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    sync(device)
-    return time.perf_counter() - t0
 
 
 def groups(cfg, store, rank: int, world: int, device, errors: list) -> dict:
@@ -89,7 +76,7 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
             if b not in live:
                 continue
             try:
-                loops[b].append(timed(fns[b], iters, device, live[b]))
+                loops[b].append(time_loop(fns[b], iters, 0, device, live[b]))
             except Exception as e:  # noqa: BLE001
                 errors.append((b, e, op))
                 del live[b]
