@@ -45,12 +45,7 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
         let mut gets = Vec::new();
         for (c, out) in outs.iter_mut().enumerate() {
             if let (true, Some(g)) = (c != me, parts[c].get(k)) {
-                let mut rest: &mut [u8] = &mut out[g.clone()];
-                for piece in wk.ranges(g.len()) {
-                    let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece.len());
-                    rest = tail;
-                    gets.push((c, piece.start, head));
-                }
+                gets.extend(wk.pieces_mut(&mut out[g.clone()]).map(|(off, piece)| (c, off, piece)));
             }
         }
         wk.for_each(gets, |(c, off, piece)| {

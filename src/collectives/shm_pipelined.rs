@@ -82,12 +82,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
                 let (seg_buf, tail) = tail.split_at_mut(r.len());
                 rest = tail;
                 at = r.end;
-                let mut seg_rest = seg_buf;
-                for piece in wk.ranges(r.len()) {
-                    let (head, tail) = std::mem::take(&mut seg_rest).split_at_mut(piece.len());
-                    seg_rest = tail;
-                    gets.push((c, piece.start, head));
-                }
+                gets.extend(wk.pieces_mut(seg_buf).map(|(off, piece)| (c, off, piece)));
             }
         }
         wk.for_each(gets, |(c, off, piece)| {

@@ -50,6 +50,13 @@ impl Workers {
         (0..len).step_by(piece.max(1)).map(|s| s..(s + piece).min(len)).collect()
     }
 
+    /// `buf` cut into the pieces of [`Workers::ranges`]: (offset, piece),
+    /// for gathering several buffers' pieces into one parallel phase.
+    pub fn pieces_mut<'a>(&self, buf: &'a mut [u8]) -> impl Iterator<Item = (usize, &'a mut [u8])> {
+        let piece = self.piece(buf.len()).max(1);
+        buf.chunks_mut(piece).enumerate().map(move |(i, c)| (i * piece, c))
+    }
+
     /// Calls `f` on every item, in parallel when there are several: one
     /// wake-up of the pool for a whole phase of an algorithm.
     pub fn for_each<T: Send, E: Send>(&self, items: Vec<T>, f: impl Fn(T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
