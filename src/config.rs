@@ -48,6 +48,9 @@ pub struct ShmConfig {
     pub segment_bytes: usize,
     /// Threads per rank in the direct algorithms; 0 = from the core count.
     pub threads: usize,
+    /// Smallest collective that reads peers' buffers directly (cross-memory
+    /// attach); `usize::MAX` = off.
+    pub attach_min: usize,
 }
 
 /// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
@@ -187,6 +190,11 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_SHM_THREADS",
         default: "0",
         doc: "threads each rank uses for its copies and reductions in the shared-memory all_reduce; 0: cores / ranks on the host, 1 to 8",
+    },
+    Setting {
+        name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
+        default: "262144",
+        doc: "collectives between ranks of one host from this many bytes per rank read the peers' tensors directly (cross-memory attach, one copy instead of two); off: never (also skips the setup probe)",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
@@ -339,6 +347,10 @@ impl Config {
                 small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 0),
                 segment_bytes: env_usize("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
                 threads: env_usize("RUSTCCL_SHM_THREADS", 0),
+                attach_min: match std::env::var("RUSTCCL_SHM_ATTACH_MIN_BYTES").as_deref() {
+                    Ok("off") => usize::MAX,
+                    _ => env_usize("RUSTCCL_SHM_ATTACH_MIN_BYTES", 256 << 10),
+                },
             },
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
@@ -393,6 +405,7 @@ impl Config {
             ("RUSTCCL_SHM_SMALL_BYTES", self.shm.small_bytes.to_string()),
             ("RUSTCCL_SHM_SEGMENT_BYTES", self.shm.segment_bytes.to_string()),
             ("RUSTCCL_SHM_THREADS", self.shm.threads.to_string()),
+            ("RUSTCCL_SHM_ATTACH_MIN_BYTES", if self.shm.attach_min == usize::MAX { "off".into() } else { self.shm.attach_min.to_string() }),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

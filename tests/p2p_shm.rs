@@ -30,7 +30,7 @@ fn recv(c: &Communicator, b: &Arc<SharedBuf>, from: Option<usize>, tag: i64) -> 
 }
 
 fn tiny_shm() -> ShmConfig {
-    ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1 }
+    ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: usize::MAX }
 }
 
 fn pattern(seed: usize, n: usize) -> Vec<f64> {

@@ -26,6 +26,8 @@ pub mod recursive_doubling;
 pub mod reduce;
 pub mod ring;
 pub mod shm_all_gather;
+pub mod shm_attach;
+pub mod shm_attach_reduce;
 pub mod shm_broadcast;
 pub mod shm_one_round;
 pub mod shm_pipelined;
@@ -92,10 +94,14 @@ fn all_reduce_bytes_with(
     }
 }
 
-/// All-reduce among the ranks of one host through shared memory: one
-/// round up to the small slot's size, pipelined above.
+/// All-reduce among the ranks of one host through shared memory: reading
+/// the peers' buffers directly from the attach size on, one round up to
+/// the small slot's size, pipelined between.
 pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<AlgoName> {
-    if buf.len() <= win.one_round_max() {
+    if attach(win, buf.len()) {
+        shm_attach_reduce::all_reduce(win, w, buf, dtype, op)?;
+        Ok("shm_attach")
+    } else if buf.len() <= win.one_round_max() {
         shm_one_round::all_reduce(win, w, buf, dtype, op)?;
         Ok("shm_one_round")
     } else {
@@ -246,6 +252,20 @@ fn whole_host(t: &mut dyn Transport) -> Option<(Window, &mut dyn PhaseWait)> {
     t.window().filter(|(win, _)| win.ranks().len() == n)
 }
 
+/// Whether a collective of `bytes` (its largest buffer, the same on every
+/// rank) reads the peers' buffers directly.
+fn attach(win: &Window, bytes: usize) -> bool {
+    win.attach_min().is_some_and(|m| bytes >= m)
+}
+
+/// The window when every rank is on this host and can read the others'
+/// memory: all_to_all, gather and scatter, whose sizes differ between
+/// ranks (no size every rank could compare with the threshold), then
+/// always read directly.
+fn attach_host(t: &mut dyn Transport) -> Option<(Window, &mut dyn PhaseWait)> {
+    whole_host(t).filter(|(win, _)| win.attach_min().is_some())
+}
+
 /// Runs one collective (not send / recv) over `t`. `comp` (all_reduce
 /// only) carries the engine's compression request and memory.
 pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scratch: &mut Scratch, comp: Option<&mut Compression>) -> Result<AlgoName> {
@@ -256,6 +276,10 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
             if n == 1 {
                 Ok("local")
             } else if let Some((win, wait)) = whole_host(t) {
+                if attach(&win, buf.nbytes()) {
+                    shm_attach::broadcast(&win, wait, buf.bytes_mut(), *root)?;
+                    return Ok("shm_attach");
+                }
                 shm_broadcast::broadcast(&win, wait, buf.bytes_mut(), *root)?;
                 Ok("shm_direct")
             } else if buf.nbytes() <= cfg.small_broadcast_bytes {
@@ -268,8 +292,12 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
         }
         Op::Reduce { buf, op, root } => {
             let dtype = buf.dtype();
+            let nbytes = buf.nbytes();
             if n == 1 {
                 Ok("local")
+            } else if let Some((win, wait)) = whole_host(t).filter(|(win, _)| attach(win, nbytes)) {
+                shm_attach_reduce::reduce(&win, wait, buf.bytes_mut(), dtype, *op, *root)?;
+                Ok("shm_attach")
             } else if buf.nbytes() <= cfg.small_allreduce_bytes {
                 tree::reduce(t, buf.bytes_mut(), dtype, *op, *root, scratch)?;
                 Ok("tree")
@@ -285,6 +313,10 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
                 return Ok("local");
             }
             if let Some((win, wait)) = whole_host(t) {
+                if attach(&win, outputs.byte_lens().iter().sum()) {
+                    shm_attach::all_gather(&win, wait, &mut outputs.views_mut())?;
+                    return Ok("shm_attach");
+                }
                 shm_all_gather::all_gather(&win, wait, &mut outputs.views_mut())?;
                 return Ok("shm_direct");
             }
@@ -303,6 +335,10 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
                     inputs
                 };
                 let (win, wait) = whole_host(t).ok_or_else(|| Error::Internal("shared memory went away".into()))?;
+                if attach(&win, ins.byte_lens().iter().sum()) {
+                    shm_attach_reduce::reduce_scatter(&win, wait, &ins.views(), output.bytes_mut(), dtype, *op)?;
+                    return Ok("shm_attach");
+                }
                 shm_reduce_scatter::reduce_scatter(&win, wait, &ins.views(), output.bytes_mut(), dtype, *op)?;
                 return Ok("shm_direct");
             }
@@ -334,12 +370,28 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
                 let (dst, d_off, _) = locate_mut(outputs, r);
                 copy_region(dst, d_off, src, so, len);
             }
-            if n > 1 {
-                direct::all_to_all(t, &inputs.views(), &mut outputs.views_mut())?;
+            if n == 1 {
+                return Ok("local");
             }
+            if let Some((win, wait)) = attach_host(t) {
+                shm_attach::all_to_all(&win, wait, &inputs.views(), &mut outputs.views_mut())?;
+                return Ok("shm_attach");
+            }
+            direct::all_to_all(t, &inputs.views(), &mut outputs.views_mut())?;
             Ok("direct")
         }
         Op::Gather { input, outputs, root } => {
+            if n > 1 {
+                if let Some((win, wait)) = attach_host(t) {
+                    let mut outs = outputs.as_mut().map(|o| {
+                        let (dst, off, len) = locate_mut(o, r);
+                        copy_region(dst, off, input, 0, len);
+                        o.views_mut()
+                    });
+                    shm_attach::gather(&win, wait, input.bytes(), outs.as_deref_mut(), *root)?;
+                    return Ok("shm_attach");
+                }
+            }
             match outputs {
                 Some(outs) => {
                     let (dst, off, len) = locate_mut(outs, r);
@@ -351,6 +403,18 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
             Ok("direct")
         }
         Op::Scatter { inputs, output, root } => {
+            if n > 1 {
+                if let Some((win, wait)) = attach_host(t) {
+                    let views = inputs.as_ref().map(|i| i.views());
+                    shm_attach::scatter(&win, wait, views.as_deref(), output.bytes_mut(), *root)?;
+                    if let Some(ins) = inputs.as_ref() {
+                        // After the peers read: our output may overlap the inputs.
+                        let (src, so, len) = locate(ins, r);
+                        copy_region(output, 0, src, so, len);
+                    }
+                    return Ok("shm_attach");
+                }
+            }
             match inputs {
                 Some(ins) => {
                     direct::scatter(t, Some(&ins.views()), &mut [], *root)?;

@@ -140,6 +140,8 @@ fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static
         v.push(("shm_threads", l.workers.threads() as u64));
         v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));
         v.push(("local_ranks", l.ranks.len() as u64));
+        // u64::MAX: the ranks cannot read each other's memory (or the setting is off).
+        v.push(("shm_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.min_bytes as u64)));
     }
     v
 }
@@ -294,6 +296,7 @@ impl Communicator {
             small: opts.shm.small_bytes,
             seg: opts.shm.segment_bytes,
             threads: opts.shm.threads,
+            attach_min: opts.shm.attach_min,
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {

@@ -19,6 +19,7 @@
 //! `collectives` safe access to every local rank's shared areas.
 #![allow(unsafe_code)]
 
+pub mod remote;
 pub mod segment;
 pub mod window;
 pub mod workers;
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use segment::{Channel, Layout, Segment};
-pub use window::{Area, Desc, PhaseWait, Window};
+pub use window::{Area, Desc, PhaseWait, PullError, Window};
 pub use workers::Workers;
 
 use crate::config::LogLevel;
@@ -54,6 +55,20 @@ pub struct ShmLocal {
     pub workers: Workers,
     /// Largest all-reduce done in one round (the setting, or from the host).
     pub one_round_max: usize,
+    /// Cross-memory attach between every pair of local ranks, when all
+    /// of them could use it.
+    pub attach: Option<Attach>,
+}
+
+/// Cross-memory attach agreed by every local rank (`remote.rs`).
+pub struct Attach {
+    /// Process id of each local rank.
+    pub pids: Vec<i32>,
+    /// Smallest collective (bytes per rank) that reads peers' buffers
+    /// directly.
+    pub min_bytes: usize,
+    /// The value peers read through our pid at setup (kept alive with us).
+    _canary: Box<u64>,
 }
 
 impl ShmLocal {
@@ -188,6 +203,9 @@ pub struct ShmSizes {
     pub seg: usize,
     /// Threads per rank for the direct algorithms (0: from the core count).
     pub threads: usize,
+    /// Smallest collective that reads peers' buffers directly through
+    /// cross-memory attach; `usize::MAX`: never (attach not even probed).
+    pub attach_min: usize,
 }
 
 /// Threads per rank: the setting, or the cores left per local rank (at
@@ -237,6 +255,35 @@ fn exchange_byte(s: &mut TcpStream, out: u8, deadline: Instant) -> io::Result<u8
     Ok(b[0])
 }
 
+/// Every local rank reads every peer's canary through the pid and address
+/// the peer published; then each tells every peer whether all its reads
+/// worked, so all ranks take the same decision. The pids, when they did.
+fn agree_attach(
+    me: Rank,
+    ranks: &[Rank],
+    my_idx: usize,
+    segs: &[Arc<Segment>],
+    conns: &mut [Option<(TcpStream, String)>],
+    deadline: Instant,
+) -> io::Result<Option<Vec<i32>>> {
+    let pids: Vec<i32> = segs.iter().map(|s| s.attach_info().0.load(Ordering::Relaxed) as i32).collect();
+    let mut ok = true;
+    for (i, s) in segs.iter().enumerate().filter(|(i, _)| *i != my_idx) {
+        let (_, addr, value) = s.attach_info();
+        let (value, addr) = (value.load(Ordering::Acquire), addr.load(Ordering::Relaxed));
+        if value == 0 || !remote::probe(pids[i], addr, value) {
+            log_at!(LogLevel::Info, "rank {me}: cannot read rank {}'s memory (cross-memory attach); copying through shared memory", ranks[i]);
+            ok = false;
+        }
+    }
+    let mut all_ok = ok;
+    for (_, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
+        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
+        all_ok &= exchange_byte(s, ok as u8, deadline)? == 1;
+    }
+    Ok(all_ok.then_some(pids))
+}
+
 /// Sets up shared memory with the local peers in `ranks` (global ranks of
 /// this host, including `me`), over their TCP connections `conns[rank]`.
 /// Returns the local group and one link per peer that both sides could
@@ -258,6 +305,14 @@ pub fn connect(
     let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
     let mine = Segment::create(&path(me), layout);
     let created = mine.is_ok() as u8;
+    let canary = Box::new(u64::from(std::process::id()) << 32 ^ getrandom::u64().unwrap_or(0x9e37_79b9_7f4a_7c15) >> 32 | 1);
+    if let (Ok(m), true) = (&mine, sizes.attach_min != usize::MAX) {
+        remote::allow_attach();
+        let (pid, addr, value) = m.attach_info();
+        pid.store(std::process::id() as u64, Ordering::Relaxed);
+        addr.store(&*canary as *const u64 as u64, Ordering::Relaxed);
+        value.store(*canary, Ordering::Release);
+    }
     // 1. everyone says whether its segment exists
     let mut peer_created = vec![0u8; n];
     for (i, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
@@ -295,8 +350,13 @@ pub fn connect(
     };
     let complete = agreed.iter().enumerate().all(|(i, &a)| a || i == my_idx);
     let all: Vec<Arc<Segment>> = segs.iter().map(|s| s.clone().unwrap_or_else(|| mine.clone())).collect();
+    let attach = if complete && sizes.attach_min != usize::MAX {
+        agree_attach(me, ranks, my_idx, &all, conns, deadline)?.map(|pids| Attach { pids, min_bytes: sizes.attach_min, _canary: canary })
+    } else {
+        None
+    };
     let workers = Workers::new(threads, me, workers::MIN_PIECE.min(sizes.seg))?;
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, one_round_max: one_round });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, one_round_max: one_round, attach });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

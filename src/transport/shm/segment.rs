@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! 0      magic, n, ring, small, seg        (written once, checked by mappers)
+//! 40     pid, canary address, canary value (cross-memory attach, `remote.rs`)
 //! 64     phase    AtomicU64  progress of this rank through direct collectives
 //! 96     desc     AtomicU64  (seq, dtype, op) of the direct collective in progress
 //! 104    len      AtomicU64  its byte count
@@ -14,7 +15,8 @@
 //! 224    sleepers AtomicU32  > 0 while this rank sleeps on the point-to-point `signal`
 //! 256+(c*n+i)*128            ring of channel c to local rank i: head (producer) at +0, tail (consumer) at +64
 //! ctrl   2n rings of `ring` bytes (ring c*n+i carries this rank's bytes of channel c to local rank i)
-//!        small slot (`small` bytes), input area (n x `seg`), output area (`seg`)
+//!        small slot (`small` bytes), input area (n x `seg`), output area (`seg`),
+//!        table (2n x (address, length): the buffers a rank lets peers read)
 //!
 //! Channels: 0 carries the collectives' framed messages (worker thread),
 //! 1 the point-to-point messages (the p2p engine's thread), so the two
@@ -54,6 +56,7 @@ pub struct Layout {
     pub small_off: usize,
     pub in_off: usize,
     pub out_off: usize,
+    pub table_off: usize,
     pub total: usize,
 }
 
@@ -67,8 +70,14 @@ impl Layout {
         let small_off = ctrl + 2 * n * ring;
         let in_off = small_off + small;
         let out_off = in_off + n * seg;
-        let total = round_up(out_off + seg, 4096);
-        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, total }
+        let table_off = out_off + seg;
+        let total = round_up(table_off + Layout::table_entries(n) * 16, 4096);
+        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, table_off, total }
+    }
+
+    /// Entries of the table: an input and an output span per local rank.
+    pub fn table_entries(n: usize) -> usize {
+        2 * n
     }
 
     pub fn ring_off(&self, c: Channel, to: usize) -> usize {
@@ -180,6 +189,12 @@ impl Segment {
 
     pub fn phase(&self) -> &AtomicU64 {
         self.u64_at(64)
+    }
+
+    /// The owner's process id, and the address and value of a canary in
+    /// its memory (for the cross-memory attach probe).
+    pub fn attach_info(&self) -> (&AtomicU64, &AtomicU64, &AtomicU64) {
+        (self.u64_at(40), self.u64_at(48), self.u64_at(56))
     }
 
     /// Descriptor of the direct collective this rank is in: (seq, dtype, op).

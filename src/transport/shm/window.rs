@@ -13,7 +13,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{ShmLocal, Workers};
+use super::{remote, ShmLocal, Workers};
 use crate::error::{Error, Result};
 use crate::types::{DType, Rank, ReduceOp};
 
@@ -68,6 +68,14 @@ fn dtype_code(d: DType) -> u64 {
 
 fn descriptor(seq: u32, d: &Desc) -> u64 {
     (seq as u64) << 32 | dtype_code(d.dtype) << 8 | d.op as u64
+}
+
+/// A failed read of a peer's buffer (cross-memory attach): which local
+/// peer, and why. Turned into an error naming the peer by [`Window::failed`].
+#[derive(Debug)]
+pub struct PullError {
+    pub peer: usize,
+    pub detail: String,
 }
 
 /// The local ranks' shared areas (cheap to clone, `Sync`: worker threads
@@ -152,6 +160,76 @@ impl Window {
         let at = self.at(area, off, len);
         // SAFETY: as in `get`, for the duration of `f`.
         f(unsafe { self.local.segs[peer].view(at, len) })
+    }
+
+    /// Smallest collective (bytes per rank) worth reading peers' buffers
+    /// directly; None when the ranks cannot (see `remote.rs`).
+    pub fn attach_min(&self) -> Option<usize> {
+        self.local.attach.as_ref().map(|a| a.min_bytes)
+    }
+
+    /// Entries in this rank's table of posted buffers.
+    pub fn table_entries(&self) -> usize {
+        super::Layout::table_entries(self.local.mine().layout.n)
+    }
+
+    /// Lets peers read `span` as table entry `entry` (from the next publish
+    /// on, until this rank publishes that they are done).
+    pub fn post(&self, entry: usize, span: &[u8]) {
+        assert!(entry < self.table_entries(), "table entry {entry} of {}", self.table_entries());
+        let l = self.local.mine().layout;
+        let mut rec = [0u8; 16];
+        rec[..8].copy_from_slice(&(span.as_ptr() as u64).to_ne_bytes());
+        rec[8..].copy_from_slice(&(span.len() as u64).to_ne_bytes());
+        // SAFETY: in bounds (asserted above, the table lies inside the
+        // mapping); peers read the table only after our next publish.
+        unsafe { self.local.mine().write(l.table_off + entry * 16, &rec) }
+    }
+
+    /// Copies `dst.len()` bytes at `off` of the buffer local rank `peer`
+    /// posted as `entry` straight out of the peer's memory. The peer must
+    /// have published the phase after its post and must keep the buffer
+    /// unchanged until this rank publishes that it is done.
+    pub fn pull(&self, peer: usize, entry: usize, off: usize, dst: &mut [u8]) -> std::result::Result<(), PullError> {
+        let Some(a) = &self.local.attach else {
+            return Err(PullError { peer, detail: "cross-memory attach is off".into() });
+        };
+        let (addr, len) = self.entry(peer, entry);
+        if off.checked_add(dst.len()).is_none_or(|end| end > len) {
+            return Err(PullError { peer, detail: format!("peer posted {len} bytes, this rank wants {}+{}: the ranks passed different sizes", off, dst.len()) });
+        }
+        remote::read(a.pids[peer], addr + off as u64, dst)
+            .map_err(|e| PullError { peer, detail: format!("reading the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
+    }
+
+    /// An invalid-argument error of `op` (naming the peer) unless local
+    /// rank `peer` posted exactly `want` bytes as `entry`. Found before any
+    /// byte moved: the ranks stay in step and the group usable.
+    pub fn check_posted(&self, op: &'static str, peer: usize, entry: usize, want: usize) -> Result<()> {
+        let (_, len) = self.entry(peer, entry);
+        if len != want {
+            return Err(Error::invalid(op, format!(
+                "rank {} expects {want} bytes from rank {}, which sends {len}: the ranks passed different split sizes",
+                self.local.ranks[self.local.me], self.local.ranks[peer]
+            )));
+        }
+        Ok(())
+    }
+
+    /// (address, length) of `peer`'s table entry `entry`.
+    fn entry(&self, peer: usize, entry: usize) -> (u64, usize) {
+        assert!(entry < self.table_entries(), "table entry {entry} of {}", self.table_entries());
+        let l = self.local.segs[peer].layout;
+        let mut rec = [0u8; 16];
+        // SAFETY: in bounds; the peer wrote the entry before the phase we
+        // waited for and rewrites it only after we publish.
+        unsafe { self.local.segs[peer].read(l.table_off + entry * 16, &mut rec) };
+        (u64::from_ne_bytes(rec[..8].try_into().expect("8 bytes")), u64::from_ne_bytes(rec[8..].try_into().expect("8 bytes")) as usize)
+    }
+
+    /// The error for a failed [`Window::pull`], naming the peer.
+    pub fn failed(&self, w: &dyn PhaseWait, e: PullError) -> Error {
+        w.mismatch(self.local.ranks[e.peer], e.detail)
     }
 
     /// This rank's current phase.

@@ -1,0 +1,132 @@
+//! Single-copy collectives among the ranks of one host: every rank posts
+//! the addresses of its own tensors in its segment's table and the others
+//! read what they need straight out of them (cross-memory attach,
+//! `transport::shm::remote`), split among their worker threads. Each byte
+//! is copied once, where the shared-slot algorithms copy it twice (into a
+//! slot and out of it).
+//!
+//! Every operation runs the same three steps ([`Step`]): wait until the
+//! peers left the previous operation, post and publish (`p+1`); read from
+//! the peers; publish `p+2` and wait until every peer did, because a peer
+//! may read this rank's tensors until then and the caller may change them
+//! as soon as the operation returns. The reducing ones (`shm_attach_reduce`)
+//! add a step in the middle.
+#![forbid(unsafe_code)]
+
+use crate::error::Result;
+use crate::transport::shm::{Desc, PhaseWait, PullError, Window};
+use crate::types::{DType, ReduceOp};
+
+/// One single-copy operation in progress: its first phase.
+pub(crate) struct Step {
+    pub p: u64,
+}
+
+impl Step {
+    /// Waits until the peers left the previous operation (so our table and
+    /// tensors are ours again), posts `spans` as table entries 0.., and
+    /// publishes them; returns once every peer posted too.
+    pub fn begin(win: &Window, w: &mut dyn PhaseWait, desc: &Desc, spans: &[&[u8]]) -> Result<Step> {
+        let p = win.phase();
+        w.wait_phase(p)?;
+        win.announce(w, desc);
+        for (i, s) in spans.iter().enumerate() {
+            win.post(i, s);
+        }
+        win.publish(p + 1);
+        w.wait_phase(p + 1)?;
+        win.verify(w, desc)?;
+        Ok(Step { p })
+    }
+
+    /// A step in the middle: every rank finished what it did since the last.
+    pub fn sync(&self, win: &Window, w: &mut dyn PhaseWait, k: u64) -> Result<()> {
+        win.publish(self.p + 1 + k);
+        w.wait_phase(self.p + 1 + k)
+    }
+
+    /// Publishes that this rank is done reading and waits until every peer
+    /// is: afterwards nobody reads our tensors. Returns `r`, the outcome of
+    /// this rank's reads: a rank that failed (a peer passed other sizes, a
+    /// read failed) still takes every step, so its peers stay in step and
+    /// the group stays usable.
+    pub fn end(self, win: &Window, w: &mut dyn PhaseWait, steps: u64, r: Result<()>) -> Result<()> {
+        self.sync(win, w, steps)?;
+        r
+    }
+}
+
+/// Runs `pulls` (local peer, table entry, offset in it, destination) on the
+/// worker threads, each cut into pieces; the first failure names its peer.
+pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, pulls: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
+    let wk = win.workers();
+    let mut items = Vec::new();
+    for (peer, entry, off, dst) in pulls {
+        items.extend(wk.pieces_mut(dst).map(|(o, piece)| (peer, entry, off + o, piece)));
+    }
+    wk.for_each(items, |(peer, entry, off, piece)| win.pull(peer, entry, off, piece))
+        .map_err(|e: PullError| win.failed(w, e))
+}
+
+fn desc(name: &'static str, len: usize) -> Desc {
+    Desc { name, dtype: DType::U8, op: ReduceOp::Sum, len }
+}
+
+/// `root`: local index of the root.
+pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usize) -> Result<()> {
+    let me = win.me();
+    let d = desc("broadcast", buf.len());
+    let step = if me == root { Step::begin(win, w, &d, &[&*buf])? } else { Step::begin(win, w, &d, &[])? };
+    let r = if me != root { pull_all(win, w, vec![(root, 0, 0, buf)]) } else { Ok(()) };
+    step.end(win, w, 1, r)
+}
+
+/// `outs[c]`: rank c's part of the output; ours already holds our input.
+pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -> Result<()> {
+    let me = win.me();
+    let total = outs.iter().map(|o| o.len()).sum();
+    let step = Step::begin(win, w, &desc("all_gather", total), &[&*outs[me]])?;
+    let pulls = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, 0, &mut **o)).collect();
+    let r = pull_all(win, w, pulls);
+    step.end(win, w, 1, r)
+}
+
+/// `ins[p]`: what this rank sends rank p; `outs[p]`: what it gets from
+/// rank p (ours already copied). Sizes are checked against the sender's.
+pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut [&mut [u8]]) -> Result<()> {
+    let me = win.me();
+    let step = Step::begin(win, w, &desc("all_to_all", 0), ins)?;
+    let r = outs.iter().enumerate().filter(|(c, _)| *c != me).try_for_each(|(c, o)| win.check_posted("all_to_all", c, me, o.len())).and_then(|()| {
+        let pulls = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, 0, &mut **o)).collect();
+        pull_all(win, w, pulls)
+    });
+    step.end(win, w, 1, r)
+}
+
+/// The root reads every rank's input into `outs` (ours already copied).
+pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&mut [&mut [u8]]>, root: usize) -> Result<()> {
+    let me = win.me();
+    debug_assert_eq!(outs.is_some(), me == root, "only the root has outputs");
+    let step = Step::begin(win, w, &desc("gather", 0), &[input])?;
+    let r = match outs {
+        Some(outs) => outs.iter().enumerate().filter(|(c, _)| *c != me).try_for_each(|(c, o)| win.check_posted("gather", c, 0, o.len())).and_then(|()| {
+            let pulls = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, 0, &mut **o)).collect();
+            pull_all(win, w, pulls)
+        }),
+        None => Ok(()),
+    };
+    step.end(win, w, 1, r)
+}
+
+/// Every rank reads its part of the root's `ins` (the root's own part is
+/// copied by the caller).
+pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, output: &mut [u8], root: usize) -> Result<()> {
+    let me = win.me();
+    let step = Step::begin(win, w, &desc("scatter", 0), ins.unwrap_or(&[]))?;
+    let r = if me != root {
+        win.check_posted("scatter", root, me, output.len()).and_then(|()| pull_all(win, w, vec![(root, me, 0, output)]))
+    } else {
+        Ok(())
+    };
+    step.end(win, w, 1, r)
+}

@@ -1,0 +1,125 @@
+//! Single-copy reductions among the ranks of one host (steps and posting
+//! as in `shm_attach`): every rank reduces its own part by reading the
+//! peers' inputs for that part straight out of their tensors, a
+//! cache-sized block at a time, into its output. all_reduce then reads
+//! every other rank's finished part out of that rank's buffer; reduce has
+//! the root read them. Every part is reduced by one rank, in the same
+//! order (its own input first, then the peers' in rank order), so all
+//! ranks hold the same bits.
+#![forbid(unsafe_code)]
+
+use super::plan::{bytes, even_chunks};
+use super::reduce::{finish_avg, reduce_into};
+use super::shm_attach::{pull_all, Step};
+use crate::error::Result;
+use crate::transport::shm::{Desc, PhaseWait, PullError, Window};
+use crate::types::{DType, ReduceOp};
+
+/// Bytes read from a peer before they are reduced: small enough that the
+/// block stays in the core's L2 cache between the read and the reduction.
+const BLOCK: usize = 64 << 10;
+
+/// Reduces `acc` (this rank's own values, already in place) with entry
+/// `entry` at `at` of every other local rank, on the worker threads.
+fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], entry: usize, at: usize, dtype: DType, op: ReduceOp) -> Result<()> {
+    let (n, me) = (win.ranks().len(), win.me());
+    let wk = win.workers();
+    let pieces: Vec<_> = wk.pieces_mut(acc).collect();
+    wk.for_each(pieces, |(off, piece)| {
+        let mut block = vec![0u8; BLOCK.min(piece.len())];
+        let mut done = 0;
+        for sub in piece.chunks_mut(BLOCK) {
+            let tmp = &mut block[..sub.len()];
+            for i in (0..n).filter(|&i| i != me) {
+                win.pull(i, entry, at + off + done, tmp)?;
+                reduce_into(op, dtype, sub, tmp).map_err(|e| PullError { peer: i, detail: e.to_string() })?;
+            }
+            if op == ReduceOp::Avg {
+                finish_avg(dtype, sub, n).map_err(|e| PullError { peer: me, detail: e.to_string() })?;
+            }
+            done += sub.len();
+        }
+        Ok(())
+    })
+    .map_err(|e| win.failed(w, e))
+}
+
+pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
+    let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
+    let chunks: Vec<_> = even_chunks(buf.len() / e, n).iter().map(|c| bytes(c, e)).collect();
+    let step = Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len() }, &[&*buf])?;
+    // Peers read our chunk c (their own) until they publish p+2; we
+    // change only chunk `me` before that.
+    let mine = chunks[me].clone();
+    let r = reduce_part(win, w, &mut buf[mine.clone()], 0, mine.start, dtype, op);
+    step.sync(win, w, 1)?;
+    if r.is_err() {
+        return step.end(win, w, 2, r);
+    }
+    // Every chunk is final in its owner's buffer; nobody reads our other
+    // chunks any more.
+    let mut pulls = Vec::new();
+    let mut rest: &mut [u8] = buf;
+    let mut at = 0;
+    for (c, r) in chunks.iter().enumerate() {
+        let (part, tail) = std::mem::take(&mut rest).split_at_mut(r.end - at);
+        rest = tail;
+        at = r.end;
+        if c != me {
+            pulls.push((c, 0, r.start, part));
+        }
+    }
+    let r = pull_all(win, w, pulls);
+    step.end(win, w, 2, r)
+}
+
+/// `ins[p]`: this rank's contribution to rank p's part; `out`: our part
+/// (does not overlap `ins`).
+pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
+    let me = win.me();
+    let total = ins.iter().map(|i| i.len()).sum();
+    let step = Step::begin(win, w, &Desc { name: "reduce_scatter", dtype, op, len: total }, ins)?;
+    let r = (0..win.ranks().len()).filter(|&c| c != me).try_for_each(|c| win.check_posted("reduce_scatter", c, me, out.len())).and_then(|()| {
+        out.copy_from_slice(ins[me]);
+        reduce_part(win, w, out, me, 0, dtype, op)
+    });
+    step.end(win, w, 1, r)
+}
+
+/// Reduce to local rank `root`: all ranks reduce a chunk each (in place on
+/// a private copy), then the root reads the chunks.
+pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp, root: usize) -> Result<()> {
+    let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
+    let chunks: Vec<_> = even_chunks(buf.len() / e, n).iter().map(|c| bytes(c, e)).collect();
+    // The reduced chunk goes to a copy: a non-root's buffer must not change.
+    let mine = chunks[me].clone();
+    let mut part = buf[mine.clone()].to_vec();
+    let step = Step::begin(win, w, &Desc { name: "reduce", dtype, op, len: buf.len() }, &[&*buf, &part])?;
+    let r = reduce_part(win, w, &mut part, 0, mine.start, dtype, op);
+    // Our entry 1 (`part`) is final for the root once every rank is here;
+    // entry 0 is no longer read.
+    step.sync(win, w, 1)?;
+    let r = r.and_then(|()| step_root(win, w, buf, &part, &chunks, me, root));
+    step.end(win, w, 2, r)
+}
+
+/// The root's second step of `reduce`: its own chunk from `part`, the
+/// others out of their owners' entry 1.
+fn step_root(win: &Window, w: &dyn PhaseWait, buf: &mut [u8], part: &[u8], chunks: &[std::ops::Range<usize>], me: usize, root: usize) -> Result<()> {
+    if me == root {
+        buf[chunks[me].clone()].copy_from_slice(part);
+        let mut pulls = Vec::new();
+        let mut rest: &mut [u8] = buf;
+        let mut at = 0;
+        for (c, r) in chunks.iter().enumerate() {
+            let (p, tail) = std::mem::take(&mut rest).split_at_mut(r.end - at);
+            rest = tail;
+            at = r.end;
+            if c != me {
+                pulls.push((c, 1, 0, p));
+            }
+        }
+        return pull_all(win, w, pulls);
+    }
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! Cross-memory attach: reading another local rank's memory straight from
+//! its address space (`process_vm_readv`), so a byte crosses between two
+//! ranks of one host in one copy instead of two (into a shared segment
+//! and out of it).
+//!
+//! Only reads: a rank writes nothing but its own memory. The kernel checks
+//! every remote address (a wrong one is `EFAULT`, never a fault here) and
+//! the caller's permission to attach (same user; with Yama's
+//! `ptrace_scope` 1 the target must allow it, see [`allow_attach`]). A
+//! pid from another pid namespace reads the wrong process or fails: the
+//! [`probe`] at setup compares a canary value read through the peer's
+//! published pid and address with the one it published in shared memory,
+//! and the group uses attach only when every pair passed.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::sync::Once;
+
+/// Lets every process of this user read this one's memory, as Open MPI's
+/// and MPICH's single-copy transports do: without it, Yama's
+/// `ptrace_scope` 1 (Ubuntu's default) refuses sibling processes such as
+/// torchrun's ranks. Without Yama the call fails and changes nothing.
+pub fn allow_attach() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) takes plain
+        // integers and touches no memory of ours; failure is harmless.
+        unsafe {
+            libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY as libc::c_ulong, 0, 0, 0);
+        }
+    });
+}
+
+/// Copies `dst.len()` bytes at `addr` in process `pid` into `dst`.
+pub fn read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < dst.len() {
+        let want = dst.len() - done;
+        let local = libc::iovec { iov_base: dst[done..].as_mut_ptr().cast(), iov_len: want };
+        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: want };
+        // SAFETY: `local` describes `dst[done..]`, memory we own mutably
+        // for the whole call; the remote range is checked by the kernel,
+        // which fails with EFAULT / ESRCH / EPERM rather than touching
+        // anything else. Nothing is read from `remote` in this process.
+        let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        match got {
+            n if n > 0 => done += n as usize,
+            0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("process {pid} returned 0 bytes at {addr:#x}+{done}"))),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether this process can read `expect` at `addr` of process `pid`.
+pub fn probe(pid: i32, addr: u64, expect: u64) -> bool {
+    let mut b = [0u8; 8];
+    read(pid, addr, &mut b).is_ok() && u64::from_ne_bytes(b) == expect
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_memory_and_refuses_bad_addresses() {
+        let src: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let pid = std::process::id() as i32;
+        read(pid, src.as_ptr() as u64, &mut dst).unwrap();
+        assert_eq!(src, dst);
+        let canary = Box::new(0x5eed_u64);
+        assert!(probe(pid, &*canary as *const u64 as u64, 0x5eed));
+        assert!(!probe(pid, &*canary as *const u64 as u64, 0x5eee));
+        assert!(read(pid, 8, &mut dst[..8]).is_err(), "an unmapped address is an error, not a fault");
+    }
+}

@@ -1,0 +1,185 @@
+//! The single-copy collectives (ranks read each other's tensors through
+//! cross-memory attach) against local references: every collective,
+//! uneven and empty parts, every root, several dtypes and ops; the
+//! threshold that picks them; and a size mismatch that fails cleanly and
+//! leaves the group usable. Ranks are threads of this process, so the
+//! reads go through process_vm_readv on our own pid, the same system call
+//! as between processes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rustccl::config::{ShmConfig, TransportMode};
+use rustccl::{Communicator, DType, OpKind, ReduceOp};
+
+/// Shared memory with attach from 0 bytes: every collective reads directly.
+/// Tiny slots and 3 threads, so the pieces of one read run in parallel.
+fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min };
+    mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
+}
+
+fn algorithm(c: &Communicator, op: &str) -> &'static str {
+    c.stats().snapshot()[op].algorithm
+}
+
+/// Sizes around the worker pieces (256-byte minimum here) and the 64 KiB
+/// reduction block.
+fn lens(n: usize) -> Vec<usize> {
+    vec![0, 1, n + 1, 1000, 40_000]
+}
+
+#[test]
+fn every_collective_reads_the_peers_directly() {
+    for n in [2, 3, 5] {
+        let comms = attach_comms(n, 0);
+        on_ranks(&comms, |r, c| {
+            for len in lens(n) {
+                for (dt, op) in [(DType::F32, ReduceOp::Sum), (DType::BF16, ReduceOp::Max), (DType::I64, ReduceOp::Sum), (DType::F64, ReduceOp::Avg)] {
+                    let b = buf(dt, &values(dt, op, r, len));
+                    let mut s = spec(OpKind::AllReduce);
+                    s.reduce_op = op as i32;
+                    s.inputs = vec![t(&b)];
+                    run(c, s);
+                    let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, op, p, len)).collect();
+                    assert_close(dt, op, &read(dt, &b), &reference(dt, op, &contribs), &format!("all_reduce {dt:?} {op:?} n={n} len={len}"));
+
+                    let part = |src: usize, dst: usize| values(dt, op, src * n + dst, len);
+                    let flat: Vec<f64> = (0..n).flat_map(|p| part(r, p)).collect();
+                    let inp = buf(dt, &flat);
+                    let out = buf(dt, &vec![0.0; len]);
+                    let mut s = spec(OpKind::ReduceScatter);
+                    s.reduce_op = op as i32;
+                    s.inputs = vec![t(&inp)];
+                    s.outputs = vec![t(&out)];
+                    run(c, s);
+                    let want = reference(dt, op, &(0..n).map(|src| part(src, r)).collect::<Vec<_>>());
+                    assert_close(dt, op, &read(dt, &out), &want, &format!("reduce_scatter {dt:?} {op:?} n={n} len={len}"));
+                    assert_eq!(read(dt, &inp), flat, "reduce_scatter must not modify its input");
+                }
+                for root in 0..n {
+                    let dt = DType::F32;
+                    let b = buf(dt, &values(dt, ReduceOp::Sum, r, len));
+                    let mut s = spec(OpKind::Broadcast);
+                    s.root = root as i64;
+                    s.inputs = vec![t(&b)];
+                    run(c, s);
+                    assert_eq!(read(dt, &b), values(dt, ReduceOp::Sum, root, len), "broadcast n={n} root={root} len={len}");
+
+                    let mine = values(dt, ReduceOp::Max, r, len);
+                    let b = buf(dt, &mine);
+                    let mut s = spec(OpKind::Reduce);
+                    s.root = root as i64;
+                    s.reduce_op = ReduceOp::Max as i32;
+                    s.inputs = vec![t(&b)];
+                    run(c, s);
+                    if r == root {
+                        let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, ReduceOp::Max, p, len)).collect();
+                        assert_eq!(read(dt, &b), reference(dt, ReduceOp::Max, &contribs), "reduce n={n} root={root} len={len}");
+                    } else {
+                        assert_eq!(read(dt, &b), mine, "reduce must leave non-root buffers alone");
+                    }
+
+                    let input = buf(DType::U8, &values(DType::U8, ReduceOp::Sum, r, len));
+                    let outs: Vec<_> = if r == root { (0..n).map(|_| buf(DType::U8, &vec![0.0; len])).collect() } else { vec![] };
+                    let mut s = spec(OpKind::Gather);
+                    s.root = root as i64;
+                    s.inputs = vec![t(&input)];
+                    s.outputs = outs.iter().map(t).collect();
+                    run(c, s);
+                    for (p, o) in outs.iter().enumerate() {
+                        assert_eq!(read(DType::U8, o), values(DType::U8, ReduceOp::Sum, p, len), "gather n={n} root={root} from {p}");
+                    }
+
+                    let ins: Vec<_> = if r == root { (0..n).map(|p| buf(DType::U8, &values(DType::U8, ReduceOp::Max, p, len))).collect() } else { vec![] };
+                    let out = buf(DType::U8, &vec![0.0; len]);
+                    let mut s = spec(OpKind::Scatter);
+                    s.root = root as i64;
+                    s.inputs = ins.iter().map(t).collect();
+                    s.outputs = vec![t(&out)];
+                    run(c, s);
+                    assert_eq!(read(DType::U8, &out), values(DType::U8, ReduceOp::Max, r, len), "scatter n={n} root={root}");
+                }
+                let dt = DType::I64;
+                let expect: Vec<f64> = (0..n).flat_map(|p| values(dt, ReduceOp::Sum, p, len)).collect();
+                let input = buf(dt, &values(dt, ReduceOp::Sum, r, len));
+                let out = buf(dt, &vec![0.0; n * len]);
+                let mut s = spec(OpKind::AllGather);
+                s.inputs = vec![t(&input)];
+                s.outputs = vec![t(&out)];
+                run(c, s);
+                assert_eq!(read(dt, &out), expect, "all_gather n={n} len={len}");
+
+                // all_to_all with uneven (and empty) blocks: rank src sends
+                // dst (src + dst) % 3 * len elements.
+                let count = |src: usize, dst: usize| (src + dst) % 3 * len;
+                let block = |src: usize, dst: usize| -> Vec<f64> { (0..count(src, dst)).map(|i| ((src * 7 + dst * 3 + i) % 251) as f64).collect() };
+                let ib = buf(DType::F32, &(0..n).flat_map(|p| block(r, p)).collect::<Vec<_>>());
+                let expect: Vec<f64> = (0..n).flat_map(|p| block(p, r)).collect();
+                let ob = buf(DType::F32, &vec![-1.0; expect.len()]);
+                let mut s = spec(OpKind::AllToAll);
+                s.in_splits = (0..n).map(|p| count(r, p) as i64).collect();
+                s.out_splits = (0..n).map(|p| count(p, r) as i64).collect();
+                s.inputs = vec![t(&ib)];
+                s.outputs = vec![t(&ob)];
+                run(c, s);
+                assert_eq!(read(DType::F32, &ob), expect, "all_to_all n={n} len={len}");
+            }
+        });
+        for c in &comms {
+            for op in ["all_reduce", "reduce_scatter", "broadcast", "reduce", "gather", "scatter", "all_gather", "all_to_all"] {
+                assert_eq!(algorithm(c, op), "shm_attach", "{op} n={n}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_threshold_picks_direct_reads_from_its_size_on() {
+    let comms = attach_comms(3, 4096);
+    let th = comms[0].thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
+    assert_eq!(th, Some(4096));
+    for (len, want) in [(1023usize, "shm_pipelined"), (1024, "shm_attach")] {
+        let got = on_ranks(&comms, |r, c| {
+            let b = buf(DType::F32, &(0..len).map(|i| (i * (r + 1)) as f64).collect::<Vec<_>>());
+            let mut s = spec(OpKind::AllReduce);
+            s.inputs = vec![t(&b)];
+            run(c, s);
+            assert_eq!(read(DType::F32, &b), (0..len).map(|i| (6 * i) as f64).collect::<Vec<_>>());
+            algorithm(c, "all_reduce")
+        });
+        assert!(got.iter().all(|a| *a == want), "{len} floats: {got:?}");
+    }
+    let off = attach_comms(2, usize::MAX);
+    let th = off[0].thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
+    assert_eq!(th, Some(u64::MAX), "off: not even probed");
+}
+
+#[test]
+fn a_size_mismatch_fails_on_the_rank_that_sees_it_and_the_group_goes_on() {
+    let comms = attach_comms(3, 0);
+    let errs = on_ranks(&comms, |r, c| {
+        // rank 2 expects 5 elements from rank 0, which sends it 4
+        let ib = buf(DType::F32, &vec![r as f64; 12]);
+        let want_from_0 = if r == 2 { 5 } else { 4 };
+        let ob = buf(DType::F32, &vec![0.0; 8 + want_from_0]);
+        let mut s = spec(OpKind::AllToAll);
+        s.in_splits = vec![4, 4, 4];
+        s.out_splits = vec![want_from_0 as i64, 4, 4];
+        s.inputs = vec![t(&ib)];
+        s.outputs = vec![t(&ob)];
+        let res = c.submit(vec![s], None, None).unwrap().wait(None);
+        // the group still works: an all_reduce right after
+        let b = buf(DType::F32, &[r as f64; 3]);
+        let mut s = spec(OpKind::AllReduce);
+        s.inputs = vec![t(&b)];
+        run(c, s);
+        assert_eq!(read(DType::F32, &b), vec![3.0; 3]);
+        res.err().map(|e| e.to_string())
+    });
+    assert!(errs[0].is_none() && errs[1].is_none(), "{errs:?}");
+    let e = errs[2].as_deref().expect("rank 2 sees the mismatch");
+    assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("from rank 0, which sends 16") && e.contains("expects 20 bytes"), "{e}");
+}
