@@ -193,8 +193,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
-        default: "262144",
-        doc: "collectives between ranks of one host from this many bytes per rank read the peers' tensors directly (cross-memory attach, one copy instead of two); off: never (also skips the setup probe)",
+        default: "16777216",
+        doc: "all_reduce, reduce_scatter, all_gather, broadcast and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter always do for blocks over 256 KiB; off: never (also skips the setup probe)",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
@@ -349,7 +349,7 @@ impl Config {
                 threads: env_usize("RUSTCCL_SHM_THREADS", 0),
                 attach_min: match std::env::var("RUSTCCL_SHM_ATTACH_MIN_BYTES").as_deref() {
                     Ok("off") => usize::MAX,
-                    _ => env_usize("RUSTCCL_SHM_ATTACH_MIN_BYTES", 256 << 10),
+                    _ => env_usize("RUSTCCL_SHM_ATTACH_MIN_BYTES", 16 << 20),
                 },
             },
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),

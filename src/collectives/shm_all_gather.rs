@@ -48,7 +48,8 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
                 gets.extend(wk.pieces_mut(&mut out[g.clone()]).map(|(off, piece)| (c, off, piece)));
             }
         }
-        wk.for_each(gets, |(c, off, piece)| {
+        let bytes = gets.iter().map(|(_, _, piece)| piece.len()).sum();
+        wk.for_each_sized(gets, bytes, |(c, off, piece)| {
             win.get(c, Area::Inputs, off, piece);
             Ok::<(), Error>(())
         })?;

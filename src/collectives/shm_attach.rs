@@ -14,7 +14,7 @@
 #![forbid(unsafe_code)]
 
 use crate::error::Result;
-use crate::transport::shm::{Desc, PhaseWait, PullError, Window};
+use crate::transport::shm::{Area, Desc, PhaseWait, PullError, Window};
 use crate::types::{DType, ReduceOp};
 
 /// One single-copy operation in progress: its first phase.
@@ -23,16 +23,18 @@ pub(crate) struct Step {
 }
 
 impl Step {
-    /// Waits until the peers left the previous operation (so our table and
-    /// tensors are ours again), posts `spans` as table entries 0.., and
-    /// publishes them; returns once every peer posted too.
-    pub fn begin(win: &Window, w: &mut dyn PhaseWait, desc: &Desc, spans: &[&[u8]]) -> Result<Step> {
+    /// Waits until the peers left the previous operation (so our table,
+    /// slots and tensors are ours again), posts `spans` as table entries
+    /// 0.., copies the small ones the peers will take from our slots there
+    /// (`fill`), and publishes; returns once every peer did too.
+    pub fn begin(win: &Window, w: &mut dyn PhaseWait, desc: &Desc, spans: &[&[u8]], fill: impl FnOnce()) -> Result<Step> {
         let p = win.phase();
         w.wait_phase(p)?;
         win.announce(w, desc);
         for (i, s) in spans.iter().enumerate() {
             win.post(i, s);
         }
+        fill();
         win.publish(p + 1);
         w.wait_phase(p + 1)?;
         win.verify(w, desc)?;
@@ -60,12 +62,46 @@ impl Step {
 /// worker threads, each cut into pieces; the first failure names its peer.
 pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, pulls: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
     let wk = win.workers();
+    let bytes = pulls.iter().map(|p| p.3.len()).sum();
     let mut items = Vec::new();
     for (peer, entry, off, dst) in pulls {
         items.extend(wk.pieces_mut(dst).map(|(o, piece)| (peer, entry, off + o, piece)));
     }
-    wk.for_each(items, |(peer, entry, off, piece)| win.pull(peer, entry, off, piece))
+    wk.for_each_sized(items, bytes, |(peer, entry, off, piece)| win.pull(peer, entry, off, piece))
         .map_err(|e: PullError| win.failed(w, e))
+}
+
+/// Largest block of all_to_all, gather or scatter copied through the
+/// sender's slot instead of read from its tensor: on the 32-core host
+/// (benchmarks/README.md) reading blocks of 128-512 KiB directly took
+/// about as long as the two-copy path, smaller ones longer (a system
+/// call and page pinning per block), larger ones up to 3x less.
+pub const EAGER_MAX: usize = 256 << 10;
+
+/// Whether a block of `len` bytes of all_to_all, gather or scatter goes
+/// through the sender's slot (copied in and out) rather than being read
+/// from its tensor. Both sides decide from the length alone. With the
+/// attach threshold at 0 (tests) every block is read directly.
+fn eager(win: &Window, len: usize) -> bool {
+    len < win.attach_min().unwrap_or(0) && len <= EAGER_MAX.min(win.slot_capacity())
+}
+
+/// Before publishing: copies `data` into our slot `slot` if it is small.
+fn offer(win: &Window, slot: usize, data: &[u8]) {
+    if eager(win, data.len()) {
+        win.put(Area::Input(slot), 0, data);
+    }
+}
+
+/// Takes what local rank `peer` posted as `entry` (and, when small, put in
+/// its slot `slot`) into `dst`: small blocks at once, large ones added to
+/// `pulls`.
+fn take<'a>(win: &Window, peer: usize, entry: usize, slot: usize, dst: &'a mut [u8], pulls: &mut Vec<(usize, usize, usize, &'a mut [u8])>) {
+    if eager(win, dst.len()) {
+        win.get(peer, Area::Input(slot), 0, dst);
+    } else {
+        pulls.push((peer, entry, 0, dst));
+    }
 }
 
 fn desc(name: &'static str, len: usize) -> Desc {
@@ -76,7 +112,7 @@ fn desc(name: &'static str, len: usize) -> Desc {
 pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usize) -> Result<()> {
     let me = win.me();
     let d = desc("broadcast", buf.len());
-    let step = if me == root { Step::begin(win, w, &d, &[&*buf])? } else { Step::begin(win, w, &d, &[])? };
+    let step = if me == root { Step::begin(win, w, &d, &[&*buf], || ())? } else { Step::begin(win, w, &d, &[], || ())? };
     let r = if me != root { pull_all(win, w, vec![(root, 0, 0, buf)]) } else { Ok(()) };
     step.end(win, w, 1, r)
 }
@@ -85,7 +121,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
 pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -> Result<()> {
     let me = win.me();
     let total = outs.iter().map(|o| o.len()).sum();
-    let step = Step::begin(win, w, &desc("all_gather", total), &[&*outs[me]])?;
+    let step = Step::begin(win, w, &desc("all_gather", total), &[&*outs[me]], || ())?;
     let pulls = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, 0, &mut **o)).collect();
     let r = pull_all(win, w, pulls);
     step.end(win, w, 1, r)
@@ -95,9 +131,16 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
 /// rank p (ours already copied). Sizes are checked against the sender's.
 pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut [&mut [u8]]) -> Result<()> {
     let me = win.me();
-    let step = Step::begin(win, w, &desc("all_to_all", 0), ins)?;
+    let step = Step::begin(win, w, &desc("all_to_all", 0), ins, || {
+        for (c, data) in ins.iter().enumerate().filter(|(c, _)| *c != me) {
+            offer(win, c, data);
+        }
+    })?;
     let r = outs.iter().enumerate().filter(|(c, _)| *c != me).try_for_each(|(c, o)| win.check_posted("all_to_all", c, me, o.len())).and_then(|()| {
-        let pulls = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, 0, &mut **o)).collect();
+        let mut pulls = Vec::new();
+        for (c, o) in outs.iter_mut().enumerate().filter(|(c, _)| *c != me) {
+            take(win, c, me, me, o, &mut pulls);
+        }
         pull_all(win, w, pulls)
     });
     step.end(win, w, 1, r)
@@ -107,10 +150,13 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
 pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&mut [&mut [u8]]>, root: usize) -> Result<()> {
     let me = win.me();
     debug_assert_eq!(outs.is_some(), me == root, "only the root has outputs");
-    let step = Step::begin(win, w, &desc("gather", 0), &[input])?;
+    let step = Step::begin(win, w, &desc("gather", 0), &[input], || offer(win, 0, input))?;
     let r = match outs {
         Some(outs) => outs.iter().enumerate().filter(|(c, _)| *c != me).try_for_each(|(c, o)| win.check_posted("gather", c, 0, o.len())).and_then(|()| {
-            let pulls = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, 0, &mut **o)).collect();
+            let mut pulls = Vec::new();
+            for (c, o) in outs.iter_mut().enumerate().filter(|(c, _)| *c != me) {
+                take(win, c, 0, 0, o, &mut pulls);
+            }
             pull_all(win, w, pulls)
         }),
         None => Ok(()),
@@ -122,9 +168,18 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
 /// copied by the caller).
 pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, output: &mut [u8], root: usize) -> Result<()> {
     let me = win.me();
-    let step = Step::begin(win, w, &desc("scatter", 0), ins.unwrap_or(&[]))?;
+    let ins = ins.unwrap_or(&[]);
+    let step = Step::begin(win, w, &desc("scatter", 0), ins, || {
+        for (c, data) in ins.iter().enumerate().filter(|(c, _)| *c != me) {
+            offer(win, c, data);
+        }
+    })?;
     let r = if me != root {
-        win.check_posted("scatter", root, me, output.len()).and_then(|()| pull_all(win, w, vec![(root, me, 0, output)]))
+        win.check_posted("scatter", root, me, output.len()).and_then(|()| {
+            let mut pulls = Vec::new();
+            take(win, root, me, me, output, &mut pulls);
+            pull_all(win, w, pulls)
+        })
     } else {
         Ok(())
     };

@@ -24,8 +24,9 @@ const BLOCK: usize = 64 << 10;
 fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], entry: usize, at: usize, dtype: DType, op: ReduceOp) -> Result<()> {
     let (n, me) = (win.ranks().len(), win.me());
     let wk = win.workers();
+    let bytes = acc.len();
     let pieces: Vec<_> = wk.pieces_mut(acc).collect();
-    wk.for_each(pieces, |(off, piece)| {
+    wk.for_each_sized(pieces, bytes, |(off, piece)| {
         let mut block = vec![0u8; BLOCK.min(piece.len())];
         let mut done = 0;
         for sub in piece.chunks_mut(BLOCK) {
@@ -47,7 +48,7 @@ fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], entry: usize, at
 pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
     let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
     let chunks: Vec<_> = even_chunks(buf.len() / e, n).iter().map(|c| bytes(c, e)).collect();
-    let step = Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len() }, &[&*buf])?;
+    let step = Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len() }, &[&*buf], || ())?;
     // Peers read our chunk c (their own) until they publish p+2; we
     // change only chunk `me` before that.
     let mine = chunks[me].clone();
@@ -78,7 +79,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
 pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
     let me = win.me();
     let total = ins.iter().map(|i| i.len()).sum();
-    let step = Step::begin(win, w, &Desc { name: "reduce_scatter", dtype, op, len: total }, ins)?;
+    let step = Step::begin(win, w, &Desc { name: "reduce_scatter", dtype, op, len: total }, ins, || ())?;
     let r = (0..win.ranks().len()).filter(|&c| c != me).try_for_each(|c| win.check_posted("reduce_scatter", c, me, out.len())).and_then(|()| {
         out.copy_from_slice(ins[me]);
         reduce_part(win, w, out, me, 0, dtype, op)
@@ -94,7 +95,7 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
     // The reduced chunk goes to a copy: a non-root's buffer must not change.
     let mine = chunks[me].clone();
     let mut part = buf[mine.clone()].to_vec();
-    let step = Step::begin(win, w, &Desc { name: "reduce", dtype, op, len: buf.len() }, &[&*buf, &part])?;
+    let step = Step::begin(win, w, &Desc { name: "reduce", dtype, op, len: buf.len() }, &[&*buf, &part], || ())?;
     let r = reduce_part(win, w, &mut part, 0, mine.start, dtype, op);
     // Our entry 1 (`part`) is final for the root once every rank is here;
     // entry 0 is no longer read.

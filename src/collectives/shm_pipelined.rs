@@ -42,7 +42,8 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
         }
         // Peers read our input slots only between our p+1 and their p+2;
         // all are at >= p.
-        wk.for_each(puts, |(c, off, piece)| {
+        let moved = puts.iter().map(|(_, _, piece)| piece.len()).sum();
+        wk.for_each_sized(puts, moved, |(c, off, piece)| {
             win.put(Area::Input(c), off, piece);
             Ok::<(), Error>(())
         })?;
@@ -85,7 +86,8 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
                 gets.extend(wk.pieces_mut(seg_buf).map(|(off, piece)| (c, off, piece)));
             }
         }
-        wk.for_each(gets, |(c, off, piece)| {
+        let moved = gets.iter().map(|(_, _, piece)| piece.len()).sum();
+        wk.for_each_sized(gets, moved, |(c, off, piece)| {
             win.get(c, Area::Output, off, piece);
             Ok::<(), Error>(())
         })?;

@@ -40,7 +40,8 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
                 puts.extend(wk.ranges(src.len()).into_iter().map(|r| (c, r.start, &src[r])));
             }
         }
-        wk.for_each(puts, |(c, off, piece)| {
+        let bytes = puts.iter().map(|(_, _, piece)| piece.len()).sum();
+        wk.for_each_sized(puts, bytes, |(c, off, piece)| {
             win.put(Area::Input(c), off, piece);
             Ok::<(), Error>(())
         })?;

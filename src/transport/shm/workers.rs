@@ -66,6 +66,15 @@ impl Workers {
         }
     }
 
+    /// As [`Workers::for_each`], but wakes the pool only when `bytes` (the
+    /// items' total work) is worth it: at least two pieces.
+    pub fn for_each_sized<T: Send, E: Send>(&self, items: Vec<T>, bytes: usize, f: impl Fn(T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
+        if bytes < 2 * self.min_piece {
+            return items.into_iter().try_for_each(f);
+        }
+        self.for_each(items, f)
+    }
+
     pub fn threads(&self) -> usize {
         self.threads
     }
