@@ -23,11 +23,11 @@ TINY = ["--max-bytes", "4K", "--factor", "8", "--iters", "3", "--warmup", "1", "
 def test_busbw_factors_and_sizes():
     assert metrics.busbw_factor("all_reduce", 2) == 1.0
     assert metrics.busbw_factor("all_reduce", 4) == 1.5
-    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+    for op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
         assert metrics.busbw_factor(op, 4) == 0.75
-    assert metrics.busbw_factor("broadcast", 8) == metrics.busbw_factor("send_recv", 8) == 1.0
+    assert metrics.busbw_factor("broadcast", 8) == metrics.busbw_factor("send_recv", 8) == metrics.busbw_factor("reduce", 8) == 1.0
     with pytest.raises(ValueError):
-        metrics.busbw_factor("gather", 2)
+        metrics.busbw_factor("nonsense", 2)
     assert metrics.sizes(8, 32 << 20, 4)[:3] == [8, 32, 128] and metrics.sizes(8, 32 << 20, 4)[-1] == 32 << 20
     assert metrics.element_count(8, 4, 3) == 3 and metrics.element_count(100, 4, 4) == 24
     assert metrics.reported_bytes("all_gather", 10, 4, 3) == 120 and metrics.reported_bytes("all_reduce", 10, 4, 3) == 40
@@ -53,6 +53,8 @@ def test_check_expectations_match_a_local_simulation(dtype):
             total += t
         sim = {"all_reduce": total, "all_gather": torch.cat(ins), "reduce_scatter": total[r * c:(r + 1) * c],
                "broadcast": ins[0], "all_to_all": torch.cat([a2a[j][r * c:(r + 1) * c] for j in range(world)]),
+               "reduce": total if r == 0 else None, "gather": torch.cat(ins) if r == 0 else None,
+               "scatter": ins[0][r * c:(r + 1) * c],
                "send_recv": ins[r ^ 1] if (r ^ 1) < world else None}
         for op in OPS:
             want = ops.expected(op, r, world, count, dt)
@@ -97,9 +99,10 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
         assert math.isclose(r["algbw_GBps"], r["bytes"] / (r["us"] * 1e-6) / 1e9, rel_tol=1e-9)
         factor = {"all_reduce": 2 * (world - 1) / world, "all_gather": (world - 1) / world,
                   "reduce_scatter": (world - 1) / world, "all_to_all": (world - 1) / world,
-                  "broadcast": 1.0, "send_recv": 1.0}[r["op"]]
+                  "broadcast": 1.0, "send_recv": 1.0, "reduce": 1.0,
+                  "gather": (world - 1) / world, "scatter": (world - 1) / world}[r["op"]]
         assert math.isclose(r["busbw_GBps"], r["algbw_GBps"] * factor, rel_tol=1e-9)
-        assert r["bytes"] == r["size"] * (world if r["op"] == "all_gather" else 1)
+        assert r["bytes"] == r["size"] * (world if r["op"] in ("all_gather", "gather") else 1)
         if method == "ab":
             assert math.isclose(r["busbw_frac"], r["busbw_GBps"] / head["copy_GBps"][head["host"]])
     assert sorted({r["size"] for r in results}) == [8, 64, 512, 4096]

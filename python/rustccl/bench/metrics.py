@@ -6,9 +6,9 @@ its README, so rows from this CLI and the committed anchors compare 1:1:
 * ``count``: elements of the per-rank buffer for a swept size ``size``:
   ``max(size // itemsize, world)``, rounded down to a multiple of ``world``
   (so reduce_scatter / all_to_all chunks are equal).
-* ``bytes``: the per-rank buffer, ``count * itemsize``, except all_gather,
-  where it is the gathered output (``count * itemsize * world``), as in the
-  anchors and nccl-tests.
+* ``bytes``: the per-rank buffer, ``count * itemsize``, except all_gather
+  and gather, where it is the gathered output (``count * itemsize *
+  world``), as in the anchors and nccl-tests.
 * ``algbw = bytes / time`` (GB/s, 1e9 bytes).
 * ``busbw = algbw * factor`` with factor:
 
@@ -18,6 +18,9 @@ its README, so rows from this CLI and the committed anchors compare 1:1:
   reduce_scatter  (n-1)/n          each rank sends n-1 of n chunks
   all_to_all      (n-1)/n          as nccl-tests alltoall
   broadcast       1
+  reduce          1                as nccl-tests reduce
+  gather          (n-1)/n          the root receives n-1 of n chunks
+  scatter         (n-1)/n          the root sends n-1 of n chunks
   send_recv       1                one message, one way (see below)
   ==============  ===============  ==========================================
 
@@ -30,7 +33,7 @@ its README, so rows from this CLI and the committed anchors compare 1:1:
 
 from __future__ import annotations
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "reduce", "gather", "scatter", "send_recv")
 
 
 def busbw_factor(op: str, world: int) -> float:
@@ -38,9 +41,9 @@ def busbw_factor(op: str, world: int) -> float:
     n = world
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
         return (n - 1) / n
-    if op in ("broadcast", "send_recv"):
+    if op in ("broadcast", "send_recv", "reduce"):
         return 1.0
     raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
 
@@ -53,7 +56,7 @@ def element_count(size: int, itemsize: int, world: int) -> int:
 
 def reported_bytes(op: str, count: int, itemsize: int, world: int) -> int:
     """The ``bytes`` field: per-rank buffer, all_gather's whole output."""
-    return count * itemsize * (world if op == "all_gather" else 1)
+    return count * itemsize * (world if op in ("all_gather", "gather") else 1)
 
 
 def bandwidths(op: str, nbytes: int, seconds: float, world: int) -> tuple[float, float]:
