@@ -2,8 +2,7 @@
 //! as in `shm_attach`): every rank reduces its own part by reading the
 //! peers' inputs for that part straight out of their tensors, a
 //! cache-sized block at a time, into its output. all_reduce then reads
-//! every other rank's finished part out of that rank's buffer; reduce has
-//! the root read them. Every part is reduced by one rank, in the same
+//! every other rank's finished part out of that rank's buffer. Every part is reduced by one rank, in the same
 //! order (its own input first, then the peers' in rank order), so all
 //! ranks hold the same bits.
 #![forbid(unsafe_code)]
@@ -27,7 +26,8 @@ fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], entry: usize, at
     let bytes = acc.len();
     let pieces: Vec<_> = wk.pieces_mut(acc).collect();
     wk.for_each_sized(pieces, bytes, |(off, piece)| {
-        let mut block = vec![0u8; BLOCK.min(piece.len())];
+        let mut words = vec![0u64; BLOCK.min(piece.len()).div_ceil(8)]; // aligned for every dtype
+        let block: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
         let mut done = 0;
         for sub in piece.chunks_mut(BLOCK) {
             let tmp = &mut block[..sub.len()];
@@ -85,42 +85,4 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
         reduce_part(win, w, out, me, 0, dtype, op)
     });
     step.end(win, w, 1, r)
-}
-
-/// Reduce to local rank `root`: all ranks reduce a chunk each (in place on
-/// a private copy), then the root reads the chunks.
-pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp, root: usize) -> Result<()> {
-    let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
-    let chunks: Vec<_> = even_chunks(buf.len() / e, n).iter().map(|c| bytes(c, e)).collect();
-    // The reduced chunk goes to a copy: a non-root's buffer must not change.
-    let mine = chunks[me].clone();
-    let mut part = buf[mine.clone()].to_vec();
-    let step = Step::begin(win, w, &Desc { name: "reduce", dtype, op, len: buf.len() }, &[&*buf, &part], || ())?;
-    let r = reduce_part(win, w, &mut part, 0, mine.start, dtype, op);
-    // Our entry 1 (`part`) is final for the root once every rank is here;
-    // entry 0 is no longer read.
-    step.sync(win, w, 1)?;
-    let r = r.and_then(|()| step_root(win, w, buf, &part, &chunks, me, root));
-    step.end(win, w, 2, r)
-}
-
-/// The root's second step of `reduce`: its own chunk from `part`, the
-/// others out of their owners' entry 1.
-fn step_root(win: &Window, w: &dyn PhaseWait, buf: &mut [u8], part: &[u8], chunks: &[std::ops::Range<usize>], me: usize, root: usize) -> Result<()> {
-    if me == root {
-        buf[chunks[me].clone()].copy_from_slice(part);
-        let mut pulls = Vec::new();
-        let mut rest: &mut [u8] = buf;
-        let mut at = 0;
-        for (c, r) in chunks.iter().enumerate() {
-            let (p, tail) = std::mem::take(&mut rest).split_at_mut(r.end - at);
-            rest = tail;
-            at = r.end;
-            if c != me {
-                pulls.push((c, 1, 0, p));
-            }
-        }
-        return pull_all(win, w, pulls);
-    }
-    Ok(())
 }

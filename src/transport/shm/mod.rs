@@ -233,16 +233,19 @@ fn l2_bytes() -> usize {
     num.parse::<usize>().map(|v| v * mult).ok().filter(|&v| v >= 64 << 10).unwrap_or(1 << 20)
 }
 
-/// The one-round limit: the setting, or what keeps every rank's reads (n
-/// copies of the buffer) within half its core's L2 cache, 16 KiB to
-/// 256 KiB. Above it the pipelined all-reduce moves ~3 bytes per byte
-/// instead of n (measured on a 32-core host with 2 MiB L2: 16 ranks took
-/// 472 us for 128 KiB in one round, 376 us for 512 KiB pipelined).
+/// The one-round limit: the setting, or the core's L2 cache / (2 n^2),
+/// 16 KiB to 256 KiB (2 MiB L2: 256 KiB for 2 ranks, 64 KiB for 4, 16 KiB
+/// from 8). In one round every rank reads all n copies, so the all-reduce
+/// costs n reads per byte where the pipelined one moves ~3, and all ranks
+/// read the same slots at once. Measured on a 32-core host with 2 MiB L2
+/// and 8 ranks: one round took 73 / 120 / 174 us at 32 / 64 / 128 KiB, the
+/// pipelined all-reduce 47 / 53 / 82 us (16 KiB and below: the same).
 pub fn one_round_max(setting: usize, local_ranks: usize) -> usize {
     if setting > 0 {
         return setting;
     }
-    (l2_bytes() / 2 / local_ranks.max(1)).clamp(16 << 10, SMALL_SLOT)
+    let n = local_ranks.max(1);
+    (l2_bytes() / (2 * n * n)).clamp(16 << 10, SMALL_SLOT)
 }
 
 fn exchange_byte(s: &mut TcpStream, out: u8, deadline: Instant) -> io::Result<u8> {
