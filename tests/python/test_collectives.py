@@ -16,12 +16,18 @@ SMALL_PATHS = {
 BODIES = ["all_reduce_matrix", "async_and_layouts", "rooted_and_gathers", "coalesced_and_async_variants", "p2p"]
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
-@pytest.mark.parametrize("world", [2, 3, 4])
+# shm-attach: every collective between the processes reads the peers'
+# tensors directly (cross-memory attach from 0 bytes); 2 and 3 ranks.
+CASES = [(t, w) for t in ("shm", "tcp") for w in (2, 3, 4)] + [("shm-attach", 2), ("shm-attach", 3)]
+
+
+@pytest.mark.parametrize("transport,world", CASES)
 @pytest.mark.parametrize("body", BODIES)
 def test_collectives(body, world, transport):
-    env = dict(SMALL_PATHS, RUSTCCL_TRANSPORT=transport, RUSTCCL_SHM_SMALL_BYTES="1024", RUSTCCL_SHM_SEGMENT_BYTES="4096",
-               RUSTCCL_SHM_RING_BYTES="65536")
+    env = dict(SMALL_PATHS, RUSTCCL_TRANSPORT=transport.removesuffix("-attach"), RUSTCCL_SHM_SMALL_BYTES="1024",
+               RUSTCCL_SHM_SEGMENT_BYTES="4096", RUSTCCL_SHM_RING_BYTES="65536")
+    if transport == "shm-attach":
+        env["RUSTCCL_SHM_ATTACH_MIN_BYTES"] = "0"
     launch.expect_ok(launch.run(f"w_collectives:{body}", world, env=env, timeout=240))
 
 

@@ -3,8 +3,12 @@ a backend, on CPU tensors, against references computed locally."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
+
+import rustccl
 
 from refs import DTYPES, OPS, Checker, reference, supported, values
 
@@ -113,6 +117,12 @@ def rooted_and_gathers(rank: int, world: int) -> tuple[int, list[str]]:
             sl = [values(torch.float64, "SUM", r, n, salt=9) for r in range(world)] if rank == root else None
             dist.scatter(out, scatter_list=sl, src=root)
             c.eq(f"scatter root={root} n={n}", out, values(torch.float64, "SUM", rank, n, salt=9))
+    if os.environ.get("RUSTCCL_SHM_ATTACH_MIN_BYTES") == "0":
+        # the ranks (separate processes) agreed on reading each other's memory
+        st = rustccl.stats()
+        c.true(f"single-copy threshold in force: {st['thresholds']}", st["thresholds"].get("shm_attach_min_bytes") == 0)
+        for op in ("broadcast", "reduce", "gather", "scatter"):
+            c.true(f"{op} read the peers directly: {st['ops'][op]['algorithm']}", st["ops"][op]["algorithm"] == "shm_attach")
     # all_gather (list and into_tensor), sizes not divisible by the world
     for dtype in (torch.float16, torch.int8, torch.bool, torch.float64):
         for n in (0, 1, 7, 3000):
