@@ -47,13 +47,20 @@ impl Step {
         w.wait_phase(self.p + 1 + k)
     }
 
-    /// Publishes that this rank is done reading and waits until every peer
-    /// is: afterwards nobody reads our tensors. Returns `r`, the outcome of
-    /// this rank's reads: a rank that failed (a peer passed other sizes, a
-    /// read failed) still takes every step, so its peers stay in step and
-    /// the group stays usable.
-    pub fn end(self, win: &Window, w: &mut dyn PhaseWait, steps: u64, r: Result<()>) -> Result<()> {
-        self.sync(win, w, steps)?;
+    /// Publishes that this rank is done reading. When peers may be reading
+    /// our tensors (`read_from_us`), waits until every peer is done too:
+    /// the caller may change them as soon as we return. Otherwise it need
+    /// not wait: what peers read from our slots stays until the next
+    /// operation's first wait, which waits for every peer's publish.
+    /// Returns `r`, the outcome of this rank's reads: a rank that failed (a
+    /// peer passed other sizes, a read failed) still takes every step, so
+    /// its peers stay in step and the group stays usable.
+    pub fn end(self, win: &Window, w: &mut dyn PhaseWait, steps: u64, read_from_us: bool, r: Result<()>) -> Result<()> {
+        if read_from_us {
+            self.sync(win, w, steps)?;
+        } else {
+            win.publish(self.p + 1 + steps);
+        }
         r
     }
 }
@@ -114,7 +121,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
     let d = desc("broadcast", buf.len());
     let step = if me == root { Step::begin(win, w, &d, &[&*buf], || ())? } else { Step::begin(win, w, &d, &[], || ())? };
     let r = if me != root { pull_all(win, w, vec![(root, 0, 0, buf)]) } else { Ok(()) };
-    step.end(win, w, 1, r)
+    step.end(win, w, 1, me == root, r)
 }
 
 /// `outs[c]`: rank c's part of the output; ours already holds our input.
@@ -124,7 +131,7 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
     let step = Step::begin(win, w, &desc("all_gather", total), &[&*outs[me]], || ())?;
     let pulls = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, 0, &mut **o)).collect();
     let r = pull_all(win, w, pulls);
-    step.end(win, w, 1, r)
+    step.end(win, w, 1, true, r)
 }
 
 /// `ins[p]`: what this rank sends rank p; `outs[p]`: what it gets from
@@ -143,7 +150,8 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
         }
         pull_all(win, w, pulls)
     });
-    step.end(win, w, 1, r)
+    let read_from_us = ins.iter().enumerate().any(|(c, d)| c != me && !eager(win, d.len()));
+    step.end(win, w, 1, read_from_us, r)
 }
 
 /// The root reads every rank's input into `outs` (ours already copied).
@@ -161,7 +169,7 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
         }),
         None => Ok(()),
     };
-    step.end(win, w, 1, r)
+    step.end(win, w, 1, me != root && !eager(win, input.len()), r)
 }
 
 /// Every rank reads its part of the root's `ins` (the root's own part is
@@ -183,5 +191,6 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     } else {
         Ok(())
     };
-    step.end(win, w, 1, r)
+    let read_from_us = ins.iter().enumerate().any(|(c, d)| c != me && !eager(win, d.len()));
+    step.end(win, w, 1, read_from_us, r)
 }

@@ -55,7 +55,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
     let r = reduce_part(win, w, &mut buf[mine.clone()], 0, mine.start, dtype, op);
     step.sync(win, w, 1)?;
     if r.is_err() {
-        return step.end(win, w, 2, r);
+        return step.end(win, w, 2, true, r);
     }
     // Every chunk is final in its owner's buffer; nobody reads our other
     // chunks any more.
@@ -71,7 +71,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
         }
     }
     let r = pull_all(win, w, pulls);
-    step.end(win, w, 2, r)
+    step.end(win, w, 2, true, r)
 }
 
 /// `ins[p]`: this rank's contribution to rank p's part; `out`: our part
@@ -84,5 +84,5 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
         out.copy_from_slice(ins[me]);
         reduce_part(win, w, out, me, 0, dtype, op)
     });
-    step.end(win, w, 1, r)
+    step.end(win, w, 1, true, r)
 }
