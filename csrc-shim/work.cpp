@@ -125,7 +125,8 @@ void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source
     self->source_rank_.store(source_rank);
     std::string msg = message != nullptr ? message : "rustccl: unknown error";
     if (self->device_) {
-      // The future completed at submission; record a late failure for wait().
+      // Its future (if one was asked for) completed at submission or on
+      // demand; record a late failure for wait().
       if (status != RUSTCCL_OK) {
         std::lock_guard<std::mutex> g(self->error_mu_);
         self->device_error_ = makeException(status, msg);
@@ -137,9 +138,12 @@ void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source
       self->recordFunctionEndCallback_();
       self->recordFunctionEndCallback_ = nullptr;
     }
-    self->staging_.copy_back.clear();
-    self->staging_.temps.clear();
+    // CUDA work keeps its staging until the Work goes: submitted() may
+    // still be copying back on the submitting thread when a fast collective
+    // is already reaped here.
     if (!self->device_) {
+      self->staging_.copy_back.clear();
+      self->staging_.temps.clear();
       if (status == RUSTCCL_OK) {
         self->future_->markCompleted(c10::IValue(self->outputs_));
       } else {
