@@ -17,10 +17,11 @@ RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES / RUSTCCL_CUSTOM_GATHER_MAX_BYTES set
 to force a path and find where it stops beating NCCL.
 
 PROBE_HOST=1 adds the host-path breakdown of an eager 8 B all_reduce
-(needs RUSTCCL_HOST_PROFILE=1): host time per async call while the device
-is busy (so only the host path counts) for rustccl, nccl and torch's
-"fake" backend (torch's dispatch with a backend that does nothing), and
-rustccl's own spans. The full sweep is `python -m rustccl.bench --device cuda`.
+(needs RUSTCCL_HOST_PROFILE=1): host time per async call and per
+synchronous call (call + work.wait()) while the device is busy (so only
+the host path counts) for rustccl, nccl and torch's "fake" backend
+(torch's dispatch with a backend that does nothing), and rustccl's own
+spans for each. The full sweep is `python -m rustccl.bench --device cuda`.
 """
 import json
 import os
@@ -153,6 +154,9 @@ if os.environ.get("PROBE_HOST") == "1":
     cand = dict(groups, **({"fake": fake} if fake is not None else {}))
 
     def queued(g, n=200):
+        """(submit, wait) us per async call, then us per synchronous call
+        (torch's default: the call and its work.wait()), every call queued
+        behind a busy device so that only the host path counts."""
         torch.cuda.synchronize()
         torch.cuda._sleep(200_000_000)
         t0 = time.perf_counter()
@@ -164,23 +168,43 @@ if os.environ.get("PROBE_HOST") == "1":
         torch.cuda.synchronize()
         return (t1 - t0) / n * 1e6, (t2 - t1) / n * 1e6
 
-    res = {k: {"submit": [], "wait": []} for k in cand}
-    spans = []
+    def queued_sync(g, n=200):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(200_000_000)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            dist.all_reduce(x, group=g)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        return (t1 - t0) / n * 1e6
+
+    def spans_us():
+        return {k: ns / max(c, 1) / 1e3 for k, c, ns in rustccl._rustccl._host_profile(True)}
+
+    res = {k: {"submit": [], "wait": [], "sync": []} for k in cand}
+    spans, sync_spans = [], []
     for r in range(7):
         for name, g in cand.items():
             if name == "rustccl":
-                rustccl._rustccl._host_profile(True)
+                spans_us()  # reset
             s, w = queued(g)
             res[name]["submit"].append(s)
             res[name]["wait"].append(w)
             if name == "rustccl":
-                spans.append({k: ns / max(c, 1) / 1e3 for k, c, ns in rustccl._rustccl._host_profile(True)})
-    row = {"host_breakdown": "all_reduce 8 B, async call while the device is busy, us per call (median of 7 x 200)"}
+                spans.append(spans_us())
+            res[name]["sync"].append(queued_sync(g))
+            if name == "rustccl":
+                sync_spans.append(spans_us())
+    row = {"host_breakdown": "all_reduce 8 B, calls queued behind a busy device, us per call (median of 7 x 200): "
+                             "async (submit, then wait), and synchronous (call + wait)"}
     for name in cand:
         row[name + "_submit_us"] = round(statistics.median(res[name]["submit"]), 2)
         row[name + "_wait_us"] = round(statistics.median(res[name]["wait"]), 2)
+        row[name + "_sync_us"] = round(statistics.median(res[name]["sync"]), 2)
     for k in spans[0]:
         row["rustccl_span_" + k + "_us"] = round(statistics.median(s[k] for s in spans), 2)
+    for k in sync_spans[0]:
+        row["rustccl_sync_span_" + k + "_us"] = round(statistics.median(s[k] for s in sync_spans), 2)
     emit(row)
     # eager synchronous loop for the same three, for reference
     e = {name: statistics.median(timed(lambda g=g: dist.all_reduce(x, group=g), 200) for _ in range(5)) for name, g in cand.items()}

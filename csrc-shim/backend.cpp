@@ -31,6 +31,8 @@ std::chrono::milliseconds Backend::effective(std::chrono::milliseconds t) const 
 
 c10::intrusive_ptr<c10d::Work> Backend::finish(Submission& s, std::vector<at::Tensor> result,
                                                std::chrono::milliseconds timeout) {
+  // Outside a coalescing block (every plain call): no lock.
+  if (!coalescing_.load(std::memory_order_acquire)) return s.submit(std::move(result), timeout);
   std::unique_lock<std::mutex> g(coalescing_mu_);
   if (!coalescing_) {
     g.unlock();
@@ -88,6 +90,7 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
 
 c10::intrusive_ptr<c10d::Work> Backend::allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   checkOne(tensors, "all_reduce");
   // torch sends sparse CPU tensors here and sparse CUDA ones to
   // allreduce_sparse (sparse.cpp).
@@ -130,6 +133,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
 
 c10::intrusive_ptr<c10d::Work> Backend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                         const c10d::AllgatherOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   Submission s(*this, "all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, "rustccl:all_gather_into_tensor");
   s.add(RUSTCCL_ALL_GATHER).in(input).out(output);
   s.sync(!opts.asyncOp);
@@ -214,6 +218,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> Backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::ReduceScatterOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   Submission s(*this, "reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, "rustccl:reduce_scatter_tensor");
   s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp)).inScaled(opts.reduceOp, input).out(output);
   s.sync(!opts.asyncOp);

@@ -39,7 +39,9 @@ struct Staging {
 
 class Work : public c10d::Work {
  public:
-  Work(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& profiled,
+  // `title` and `profiled` go to c10d::Work's profiler event (pass nullptr /
+  // nullopt while no RecordFunction callback is registered).
+  Work(int rank, c10d::OpType type, const char* title, const std::optional<std::vector<at::Tensor>>& profiled,
        std::optional<c10::Device> device);
   ~Work() override;
 
@@ -63,13 +65,23 @@ class Work : public c10d::Work {
   void throwIfDeviceError();
   // CUDA: makes the current stream wait for the work.
   void orderCurrentStream();
+  // CUDA: completes `f` with the stream the work ran on current, so that
+  // its events follow the collective (and any copy back).
+  void completeOnDevice(const c10::intrusive_ptr<c10::ivalue::Future>& f);
 
   ::RustcclWork* handle_ = nullptr;
   std::optional<c10::Device> device_;  // set for CUDA work
   std::vector<at::Tensor> outputs_;
   Staging staging_;
   std::atomic<int> source_rank_{-1};
+  // CUDA work: made on the first getFuture() (or at submission when outputs
+  // are copied back): completing a CUDA future creates and records an event,
+  // which a plain `dist.all_reduce` never looks at. Guarded by future_mu_.
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex future_mu_;
+  bool submitted_ = false;  // CUDA: handed to the engine (under future_mu_)
+  int ran_on_device_ = -1;  // CUDA: the device the engine ran it on (-1: through host memory)
+  uint64_t ran_on_ = 0;     // CUDA: the stream it ran on
   mutable std::mutex error_mu_;
   std::exception_ptr device_error_;  // CUDA work that failed after its future completed
   bool staged_ = false;              // outputs are copied back after the collective
@@ -176,7 +188,7 @@ class Backend : public c10d::Backend {
   const RustcclComm* comm_;
   std::chrono::milliseconds timeout_;
   std::mutex coalescing_mu_;
-  bool coalescing_ = false;
+  std::atomic<bool> coalescing_{false};  // written under coalescing_mu_
   std::unique_ptr<Submission> batch_;
   c10::intrusive_ptr<Work> batch_work_;
   std::vector<at::Tensor> batch_result_;

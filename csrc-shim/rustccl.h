@@ -107,6 +107,14 @@ int32_t rustccl_work_order_stream(const RustcclWork* work, uint64_t stream);
 int32_t rustccl_work_error(const RustcclWork* work);
 void rustccl_work_release(RustcclWork* work);
 
+// Host-path profile (RUSTCCL_HOST_PROFILE=1): the shim adds its own spans.
+enum RustcclSpan {
+  RUSTCCL_SPAN_SHIM = 4,       // a collective entry point, C ABI call included
+  RUSTCCL_SPAN_SHIM_WAIT = 5,  // Work::wait
+};
+int32_t rustccl_host_profile_enabled(void);
+void rustccl_host_profile_add(int32_t span, uint64_t nanos);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,8 @@
 
 #include <ATen/DLConvertor.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/record_function.h>
+#include <c10/util/SmallVector.h>
 
 #include "backend.hpp"
 #include "util.hpp"
@@ -111,7 +113,11 @@ class Submission {
   c10::intrusive_ptr<Work> makeWork() const {
     std::optional<c10::Device> cuda;
     if (device_ && device_->is_cuda()) cuda = device_;
-    return c10::make_intrusive<Work>(b_.getRank(), type_, title_, profiled_, cuda);
+    // c10d::Work makes a profiler event only while some RecordFunction
+    // callback is registered; without one, skip building its arguments.
+    if (!at::hasCallbacks()) return c10::make_intrusive<Work>(b_.getRank(), type_, nullptr, std::nullopt, cuda);
+    std::vector<at::Tensor> profiled(profiled_.begin(), profiled_.end());
+    return c10::make_intrusive<Work>(b_.getRank(), type_, title_, profiled, cuda);
   }
 
   // Hands everything to the engine; `result` is what the future yields.
@@ -119,7 +125,7 @@ class Submission {
                                         c10::intrusive_ptr<Work> work = {}) {
     if (!work) work = makeWork();
     work->adopt(std::move(result), std::move(staging_));
-    std::vector<RustcclOpDesc> descs;
+    c10::SmallVector<RustcclOpDesc, 1> descs;
     descs.reserve(ops_.size());
     for (auto& o : ops_) {
       RustcclOpDesc d{};
@@ -139,14 +145,15 @@ class Submission {
       d.flags = sync_ ? RUSTCCL_OP_SYNC : 0u;
       descs.push_back(d);
     }
-    // The context keeps the work alive until the engine is done with it.
-    auto* ctx = new c10::intrusive_ptr<Work>(work);
+    // The context is a reference to the work, keeping it alive until the
+    // engine is done with it (Work::onDone takes it back).
+    void* ctx = c10::intrusive_ptr<Work>(work).release();
     ::RustcclWork* handle = nullptr;
     handed_ = true;  // the engine owns every export from here on
     int32_t rc = rustccl_submit(b_.comm(), descs.data(), descs.size(), b_.effective(timeout).count(),
                                 &Work::onDone, ctx, &handle);
     if (rc != RUSTCCL_OK) {
-      delete ctx;
+      (void)c10::intrusive_ptr<Work>::reclaim(static_cast<Work*>(ctx));  // the engine never calls done
       throwStatus(rc, rustccl_last_error());
     }
     work->submitted(handle);
@@ -159,8 +166,8 @@ class Submission {
     int32_t reduce_op;
     int64_t root;
     int64_t tag;
-    std::vector<DLManagedTensor*> ins;
-    std::vector<DLManagedTensor*> outs;
+    c10::SmallVector<DLManagedTensor*, 1> ins;
+    c10::SmallVector<DLManagedTensor*, 1> outs;
     std::vector<int64_t> in_splits;
     std::vector<int64_t> out_splits;
   };
@@ -206,8 +213,8 @@ class Submission {
   const char* op_;
   c10d::OpType type_;
   const char* title_;
-  std::vector<Op> ops_;
-  std::vector<at::Tensor> profiled_;
+  c10::SmallVector<Op, 1> ops_;  // one for every call but the coalesced ones
+  c10::SmallVector<at::Tensor, 2> profiled_;
   Staging staging_;
   std::optional<c10::Device> device_;
   uint64_t stream_ = 0;

@@ -6,6 +6,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <chrono>
 #include <exception>
 #include <string>
 #include <vector>
@@ -35,6 +36,29 @@ void checkPremul(const c10d::ReduceOp& op, const at::Tensor& t, bool in_place, c
 at::Tensor premultiplied(const c10d::ReduceOp& op, const at::Tensor& t, bool in_place, const char* name);
 
 std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& v);
+
+// Adds the time until it is dropped to a host-profile span (only with
+// RUSTCCL_HOST_PROFILE=1; otherwise one cached branch).
+class ProfileSpan {
+ public:
+  explicit ProfileSpan(int32_t span) : span_(span) {
+    static const bool on = rustccl_host_profile_enabled() != 0;
+    if (on) t0_ = std::chrono::steady_clock::now();
+    on_ = on;
+  }
+  ~ProfileSpan() {
+    if (!on_) return;
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_).count();
+    rustccl_host_profile_add(span_, static_cast<uint64_t>(ns));
+  }
+  ProfileSpan(const ProfileSpan&) = delete;
+  ProfileSpan& operator=(const ProfileSpan&) = delete;
+
+ private:
+  int32_t span_;
+  bool on_ = false;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 // The caller's current stream on `d`, as a raw handle (CUDA only).
 uint64_t currentStream(const c10::Device& d);

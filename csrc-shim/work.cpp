@@ -22,41 +22,81 @@ void Staging::absorb(Staging& o) {
 
 // ------------------------------------------------------------------ Work
 
-Work::Work(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& profiled,
+Work::Work(int rank, c10d::OpType type, const char* title, const std::optional<std::vector<at::Tensor>>& profiled,
            std::optional<c10::Device> device)
-    : c10d::Work(rank, type, title, std::optional<std::vector<at::Tensor>>(profiled)),
+    : c10d::Work(rank, type, title, profiled),
       device_(device),
-      future_(device ? c10::make_intrusive<c10::ivalue::Future>(tensorListType(), std::vector<c10::Device>{*device})
-                     : c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {}
+      future_(device ? nullptr : c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {}
 
 Work::~Work() {
   if (handle_ != nullptr) rustccl_work_release(handle_);
 }
 
 void Work::adopt(std::vector<at::Tensor> outputs, Staging staging) {
-  outputs_.insert(outputs_.end(), outputs.begin(), outputs.end());
+  if (outputs_.empty()) {
+    outputs_ = std::move(outputs);
+  } else {
+    outputs_.insert(outputs_.end(), outputs.begin(), outputs.end());
+  }
   staged_ = staged_ || !staging.copy_back.empty();
   staging_.absorb(staging);
+}
+
+void Work::completeOnDevice(const c10::intrusive_ptr<c10::ivalue::Future>& f) {
+  if (ran_on_device_ < 0) {
+    f->markCompleted(c10::IValue(outputs_));
+    return;
+  }
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  c10::Stream prev = impl.exchangeStream(externalStream(*device_, ran_on_));
+  try {
+    f->markCompleted(c10::IValue(outputs_));
+  } catch (...) {
+    impl.exchangeStream(prev);
+    throw;
+  }
+  impl.exchangeStream(prev);
 }
 
 void Work::submitted(::RustcclWork* h) {
   handle_ = h;
   if (!device_) return;
-  // CUDA: the collective is enqueued on rustccl's stream. Complete the
-  // future now with that stream current, so that its events (and any copy
+  // CUDA: the collective is enqueued (on rustccl's stream, or the caller's
+  // for a synchronous peer-memory call). A future, when one is asked for,
+  // completes with that stream current, so that its events (and any copy
   // back into non-contiguous outputs) are ordered after the collective,
   // exactly as torch's NCCL backend does.
   uint64_t stream = 0;
   int dev = rustccl_work_device(h, &stream);
-  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  if (dev >= 0) {
+    TORCH_CHECK(dev == device_->index(), "rustccl: engine ran CUDA work on device ", dev, ", expected ", *device_);
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> complete;
+  {
+    std::lock_guard<std::mutex> g(future_mu_);
+    ran_on_device_ = dev;
+    ran_on_ = stream;
+    submitted_ = true;
+    // Copies back: wait() goes through the future's events, which must
+    // follow the copies; make it now. A future asked for before submission
+    // (a coalescing batch's work) completes now too.
+    if (!future_ && (staged_ || dev < 0)) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(tensorListType(), std::vector<c10::Device>{*device_});
+    }
+    complete = future_;
+  }
   if (dev < 0) {
     // Staged through host memory (a reduction NCCL lacks): the results are
     // already in device memory, written synchronously.
     staging_.finish();
-    future_->markCompleted(c10::IValue(outputs_));
+    complete->markCompleted(c10::IValue(outputs_));
     return;
   }
-  TORCH_CHECK(dev == device_->index(), "rustccl: engine ran CUDA work on device ", dev, ", expected ", *device_);
+  if (staging_.copy_back.empty() && staging_.temps.empty()) {
+    if (complete) completeOnDevice(complete);
+    return;
+  }
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
   c10::Stream comm = externalStream(*device_, stream);
   c10::Stream prev = impl.exchangeStream(comm);
   try {
@@ -70,7 +110,7 @@ void Work::submitted(::RustcclWork* h) {
     // keeps no reference, so this is what keeps them safe).
     for (auto& t : staging_.temps) impl.recordDataPtrOnStream(t.storage().data_ptr(), comm);
     staging_.temps.clear();
-    future_->markCompleted(c10::IValue(outputs_));
+    if (complete) complete->markCompleted(c10::IValue(outputs_));
   } catch (...) {
     impl.exchangeStream(prev);
     throw;
@@ -79,14 +119,14 @@ void Work::submitted(::RustcclWork* h) {
 }
 
 void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source_rank) {
-  auto* holder = static_cast<c10::intrusive_ptr<Work>*>(ctx);
-  c10::intrusive_ptr<Work> self = std::move(*holder);
-  delete holder;
+  // The reference Submission::submit released to the engine.
+  c10::intrusive_ptr<Work> self = c10::intrusive_ptr<Work>::reclaim(static_cast<Work*>(ctx));
   try {
     self->source_rank_.store(source_rank);
     std::string msg = message != nullptr ? message : "rustccl: unknown error";
     if (self->device_) {
-      // The future completed at submission; record a late failure for wait().
+      // Its future (if one was asked for) completed at submission or on
+      // demand; record a late failure for wait().
       if (status != RUSTCCL_OK) {
         std::lock_guard<std::mutex> g(self->error_mu_);
         self->device_error_ = makeException(status, msg);
@@ -98,9 +138,12 @@ void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source
       self->recordFunctionEndCallback_();
       self->recordFunctionEndCallback_ = nullptr;
     }
-    self->staging_.copy_back.clear();
-    self->staging_.temps.clear();
+    // CUDA work keeps its staging until the Work goes: submitted() may
+    // still be copying back on the submitting thread when a fast collective
+    // is already reaped here.
     if (!self->device_) {
+      self->staging_.copy_back.clear();
+      self->staging_.temps.clear();
       if (status == RUSTCCL_OK) {
         self->future_->markCompleted(c10::IValue(self->outputs_));
       } else {
@@ -110,7 +153,12 @@ void Work::onDone(void* ctx, int32_t status, const char* message, int32_t source
   } catch (...) {
     // Never let an exception reach the engine's thread.
     try {
-      self->future_->setErrorIfNeeded(std::current_exception());
+      c10::intrusive_ptr<c10::ivalue::Future> f;
+      {
+        std::lock_guard<std::mutex> g(self->future_mu_);
+        f = self->future_;
+      }
+      if (f) f->setErrorIfNeeded(std::current_exception());
     } catch (...) {
     }
   }
@@ -160,10 +208,12 @@ void Work::orderCurrentStream() {
   // `done` event: wait on it directly (as torch's NCCL backend waits on its
   // end event). With copies, the future's events come after them.
   if (staged_ || handle_ == nullptr) {
-    future_->wait();
+    getFuture()->wait();
     return;
   }
-  int32_t rc = rustccl_work_order_stream(handle_, currentStream(*device_));
+  uint64_t current = currentStream(*device_);
+  if (current == ran_on_) return;  // ran on that stream: already in order
+  int32_t rc = rustccl_work_order_stream(handle_, current);
   if (rc != RUSTCCL_OK) throwStatus(rc, rustccl_last_error());
 }
 
@@ -174,6 +224,7 @@ void Work::synchronize() {
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM_WAIT);
   if (device_) {
     // With a timeout, block the host until the device finished (as NCCL's
     // blocking wait does); always order the current stream after the work.
@@ -198,7 +249,24 @@ bool Work::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() {
+  if (!device_) return future_;
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  bool complete = false;
+  {
+    std::lock_guard<std::mutex> g(future_mu_);
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(tensorListType(), std::vector<c10::Device>{*device_});
+      // Submitted already: complete it now, on the stream the work ran on
+      // (its events then also follow whatever that stream got since, which
+      // only orders more). Not yet: submitted() completes it.
+      complete = submitted_;
+    }
+    f = future_;
+  }
+  if (complete) completeOnDevice(f);
+  return f;
+}
 
 // ------------------------------------------------------------ CoalescedWork
 

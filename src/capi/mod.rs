@@ -270,6 +270,18 @@ pub unsafe extern "C" fn rustccl_submit(
     })
 }
 
+/// 1 when `RUSTCCL_HOST_PROFILE=1` (the shim then times its own spans).
+#[no_mangle]
+pub extern "C" fn rustccl_host_profile_enabled() -> i32 {
+    catch_unwind(crate::comm::hostprof::enabled).unwrap_or(false) as i32
+}
+
+/// Adds one call of `nanos` to host-profile span `span` (`RUSTCCL_SPAN_*`).
+#[no_mangle]
+pub extern "C" fn rustccl_host_profile_add(span: i32, nanos: u64) {
+    let _ = catch_unwind(|| crate::comm::hostprof::add(usize::try_from(span).unwrap_or(usize::MAX), nanos));
+}
+
 /// Waits for a work; `timeout_ms < 0` waits without bound. Returns its
 /// status (error message in `rustccl_last_error`).
 #[no_mangle]

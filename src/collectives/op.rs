@@ -90,9 +90,14 @@ impl<T> Parts<T> {
     }
 
     pub fn tensors(&self) -> Vec<&T> {
+        self.iter().collect()
+    }
+
+    /// The tensors, without collecting them.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
         match self {
-            Parts::List(v) => v.iter().collect(),
-            Parts::Flat { t, .. } => vec![t],
+            Parts::List(v) => v.iter(),
+            Parts::Flat { t, .. } => std::slice::from_ref(t).iter(),
         }
     }
 }
@@ -189,6 +194,20 @@ impl<T> Op<T> {
         })
     }
 
+    /// The first of [`Op::tensors`], without collecting them (the
+    /// submission path asks for it on every call).
+    pub fn first_tensor(&self) -> Option<&T> {
+        match self {
+            Op::AllReduce { bufs, .. } => bufs.first(),
+            Op::Broadcast { buf, .. } | Op::Reduce { buf, .. } | Op::Send { buf, .. } | Op::Recv { buf, .. } => Some(buf),
+            Op::AllGather { input, .. } | Op::Gather { input, .. } => Some(input),
+            Op::ReduceScatter { inputs, output, .. } => inputs.iter().next().or(Some(output)),
+            Op::AllToAll { inputs, outputs } => inputs.iter().next().or_else(|| outputs.iter().next()),
+            Op::Scatter { inputs, output, .. } => inputs.as_ref().and_then(|i| i.iter().next()).or(Some(output)),
+            Op::Barrier => None,
+        }
+    }
+
     /// Every tensor of the operation, inputs first.
     pub fn tensors(&self) -> Vec<&T> {
         let mut v: Vec<&T> = Vec::new();
@@ -228,7 +247,12 @@ impl<T> Op<T> {
 impl Op<Tensor> {
     /// The device all tensors live on (CPU for tensor-less operations).
     pub fn device(&self) -> Device {
-        self.tensors().first().map(|t| t.device()).unwrap_or(Device::Cpu)
+        self.first_tensor().map_or(Device::Cpu, |t| t.device())
+    }
+
+    /// The dtype of the first tensor (None for tensor-less operations).
+    pub fn first_dtype(&self) -> Option<DType> {
+        self.first_tensor().map(|t| t.dtype())
     }
 
     /// Payload bytes of this rank's contribution (for stats and logs).
@@ -236,8 +260,8 @@ impl Op<Tensor> {
         match self {
             Op::AllReduce { bufs, .. } => bufs.iter().map(|t| t.nbytes()).sum(),
             Op::Broadcast { buf, .. } | Op::Reduce { buf, .. } | Op::Send { buf, .. } | Op::Recv { buf, .. } => buf.nbytes(),
-            Op::AllGather { outputs, .. } => outputs.tensors().iter().map(|t| t.nbytes()).sum(),
-            Op::ReduceScatter { inputs, .. } | Op::AllToAll { inputs, .. } => inputs.tensors().iter().map(|t| t.nbytes()).sum(),
+            Op::AllGather { outputs, .. } => outputs.iter().map(|t| t.nbytes()).sum(),
+            Op::ReduceScatter { inputs, .. } | Op::AllToAll { inputs, .. } => inputs.iter().map(|t| t.nbytes()).sum(),
             Op::Gather { input, .. } => input.nbytes(),
             Op::Scatter { output, .. } => output.nbytes(),
             Op::Barrier => 0,
@@ -280,20 +304,10 @@ impl Check {
     }
 
     /// All tensors share one device and one dtype.
-    fn uniform(&self, ts: &[&Tensor]) -> Result<()> {
-        let Some(first) = ts.first() else { return Ok(()) };
-        for t in ts {
-            if t.device() != first.device() {
-                return Err(self.err(format!("tensors on different devices ({} and {})", first.device(), t.device())));
-            }
-            if t.dtype() != first.dtype() {
-                return Err(self.err(format!("tensors of different dtypes ({} and {})", first.dtype(), t.dtype())));
-            }
-        }
-        Ok(())
-    }
-
     fn no_overlap(&self, ts: &[&Tensor], what: &str) -> Result<()> {
+        if ts.len() < 2 {
+            return Ok(()); // a single tensor's own layout is checked where it is made
+        }
         let spans: Vec<_> = ts.iter().map(|t| t.span()).collect();
         if let Some((i, j)) = first_overlap(&spans) {
             return Err(self.err(format!("{what} tensors {i} and {j} share memory")));
@@ -367,17 +381,18 @@ impl Op<Tensor> {
     pub fn from_spec(spec: OpSpec, rank: Rank, size: usize) -> Result<Op<Tensor>> {
         let c = Check { op: spec.kind.name(), size };
         {
-            let all: Vec<&Tensor> = spec.inputs.iter().chain(spec.outputs.iter()).collect();
-            for t in &all {
-                if !t.is_contiguous() {
-                    return Err(c.err(format!("tensor of shape {:?} is not contiguous", t.shape())));
-                }
+            let mut all = spec.inputs.iter().chain(spec.outputs.iter());
+            if let Some(t) = all.clone().find(|t| !t.is_contiguous()) {
+                return Err(c.err(format!("tensor of shape {:?} is not contiguous", t.shape())));
             }
-            if spec.kind != OpKind::AllReduce {
-                c.uniform(&all)?;
-            } else if let Some(first) = all.first() {
-                if let Some(t) = all.iter().find(|t| t.device() != first.device()) {
-                    return Err(c.err(format!("tensors on different devices ({} and {})", first.device(), t.device())));
+            if let Some(first) = all.next() {
+                for t in all {
+                    if t.device() != first.device() {
+                        return Err(c.err(format!("tensors on different devices ({} and {})", first.device(), t.device())));
+                    }
+                    if spec.kind != OpKind::AllReduce && t.dtype() != first.dtype() {
+                        return Err(c.err(format!("tensors of different dtypes ({} and {})", first.dtype(), t.dtype())));
+                    }
                 }
             }
         }
@@ -391,7 +406,9 @@ impl Op<Tensor> {
                 for t in &inputs {
                     op = c.reduce_op(reduce_op, t.dtype())?;
                 }
-                c.no_overlap(&inputs.iter().collect::<Vec<_>>(), "all_reduce")?;
+                if inputs.len() > 1 {
+                    c.no_overlap(&inputs.iter().collect::<Vec<_>>(), "all_reduce")?;
+                }
                 Op::AllReduce { bufs: inputs, op }
             }
             OpKind::Broadcast => {

@@ -11,16 +11,44 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::types::{DType, Device, Rank};
 use crate::work::Work;
 
-/// What is recorded about an operation besides its work handle.
-#[derive(Debug, Clone)]
+/// What is recorded about an operation besides its work handle (plain
+/// values, turned into text only when the record is read: recording sits
+/// on every collective's submission path).
+#[derive(Debug, Clone, Copy)]
 pub struct Meta {
     pub op: &'static str,
     pub bytes: usize,
-    pub dtype: String,
-    pub peers: String,
-    pub device: String,
+    pub dtype: Option<DType>,
+    pub peers: Peers,
+    pub device: Device,
+}
+
+/// Whom an operation exchanges with, as the record shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peers {
+    /// Every rank of the group ("all").
+    All,
+    /// A rooted collective ("root=R").
+    Root(Rank),
+    /// A send ("to=R").
+    To(Rank),
+    /// A receive ("from=R", or "from=any").
+    From(Option<Rank>),
+}
+
+impl std::fmt::Display for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peers::All => f.write_str("all"),
+            Peers::Root(r) => write!(f, "root={r}"),
+            Peers::To(r) => write!(f, "to={r}"),
+            Peers::From(Some(r)) => write!(f, "from={r}"),
+            Peers::From(None) => f.write_str("from=any"),
+        }
+    }
 }
 
 struct Entry {
@@ -105,9 +133,9 @@ impl FlightRecorder {
                 e.work.seq(),
                 e.meta.op,
                 e.meta.bytes,
-                esc(&e.meta.dtype),
-                esc(&e.meta.peers),
-                esc(&e.meta.device),
+                esc(&e.meta.dtype.map(DType::name).unwrap_or_default()),
+                e.meta.peers,
+                esc(&e.meta.device.to_string()),
                 ts(Some(e.queued)),
                 ts(started),
                 ts(finished),
@@ -133,7 +161,7 @@ mod tests {
     use crate::error::Error;
 
     fn meta(op: &'static str) -> Meta {
-        Meta { op, bytes: 40, dtype: "float32".into(), peers: "all".into(), device: "cpu".into() }
+        Meta { op, bytes: 40, dtype: Some(DType::F32), peers: Peers::All, device: Device::Cpu }
     }
 
     #[test]
@@ -152,6 +180,9 @@ mod tests {
         assert!(!j.contains("\"seq\": 0,"), "oldest entry dropped: {j}");
         assert!(j.contains("\"op\": \"broadcast\"") && j.contains("\"state\": \"failed\"") && j.contains("boom \\\"x\\\""), "{j}");
         assert!(j.contains("\"op\": \"barrier\"") && j.contains("\"state\": \"running\""), "{j}");
+        assert!(j.contains("\"dtype\": \"float32\", \"peers\": \"all\", \"device\": \"cpu\""), "{j}");
+        assert_eq!(Peers::From(None).to_string(), "from=any");
+        assert_eq!(Peers::Root(3).to_string(), "root=3");
         // valid JSON shape: balanced braces
         assert_eq!(j.matches('{').count(), j.matches('}').count());
     }

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use crate::config::Config;
 
-/// The measured spans, outermost first.
+/// The measured spans, outermost first. The shim's spans (C++) arrive
+/// through `rustccl_host_profile_add` with these numbers (`rustccl.h`).
 #[derive(Debug, Clone, Copy)]
 pub enum Span {
     /// `rustccl_submit`: the whole C ABI call (DLPack import, checks, engine).
@@ -20,11 +21,23 @@ pub enum Span {
     Launch = 2,
     /// `rustccl_work_order_stream`: `work.wait()` ordering the caller's stream.
     OrderStream = 3,
+    /// The shim's collective entry point (all_reduce, all_gather_into_tensor,
+    /// reduce_scatter_tensor): checks, DLPack exports, Work, C ABI call.
+    Shim = 4,
+    /// The shim's `Work::wait` (CUDA: ordering the caller's stream, errors).
+    ShimWait = 5,
+    /// Within `Launch`: the peer-memory kernel's `cuLaunchKernel` alone.
+    Kernel = 6,
+    /// Within `Launch`: recording the work's `done` event.
+    DoneEvent = 7,
 }
 
-const NAMES: [&str; 4] = ["capi_submit", "engine_submit", "launch", "order_stream"];
-static CALLS: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
-static NANOS: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+const N: usize = 8;
+const NAMES: [&str; N] = ["capi_submit", "engine_submit", "launch", "order_stream", "shim", "shim_wait", "kernel", "done_event"];
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicU64 = AtomicU64::new(0);
+static CALLS: [AtomicU64; N] = [ZERO; N];
+static NANOS: [AtomicU64; N] = [ZERO; N];
 
 /// Adds the time until it is dropped to its span (when profiling is on).
 pub struct Timer(Option<(Span, Instant)>);
@@ -42,9 +55,23 @@ pub fn start(span: Span) -> Timer {
     Timer(Config::get().host_profile.then(|| (span, Instant::now())))
 }
 
+/// Whether spans are measured (`RUSTCCL_HOST_PROFILE=1`).
+pub fn enabled() -> bool {
+    Config::get().host_profile
+}
+
+/// Adds one call of `nanos` to span number `span` (the shim's spans);
+/// unknown numbers are ignored.
+pub fn add(span: usize, nanos: u64) {
+    if span < N && enabled() {
+        NANOS[span].fetch_add(nanos, Ordering::Relaxed);
+        CALLS[span].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// (span, calls, nanoseconds) for every span; zeroes them with `reset`.
 pub fn snapshot(reset: bool) -> Vec<(&'static str, u64, u64)> {
-    (0..NAMES.len())
+    (0..N)
         .map(|i| {
             if reset {
                 (NAMES[i], CALLS[i].swap(0, Ordering::Relaxed), NANOS[i].swap(0, Ordering::Relaxed))

@@ -186,22 +186,21 @@ fn hosts_of(peers: &[PeerInfo]) -> Vec<Vec<Rank>> {
 
 /// What the flight recorder notes about a submission.
 fn flight_meta(ops: &[Op<Tensor>]) -> flight::Meta {
+    use flight::Peers;
     let first = &ops[0];
-    let t = first.tensors();
     let peers = match first {
-        Op::Broadcast { root, .. } | Op::Reduce { root, .. } | Op::Gather { root, .. } | Op::Scatter { root, .. } => format!("root={root}"),
-        Op::Send { peer, .. } => format!("to={peer}"),
-        Op::Recv { peer: Some(p), .. } => format!("from={p}"),
-        Op::Recv { peer: None, .. } => "from=any".into(),
-        _ => "all".into(),
+        Op::Broadcast { root, .. } | Op::Reduce { root, .. } | Op::Gather { root, .. } | Op::Scatter { root, .. } => Peers::Root(*root),
+        Op::Send { peer, .. } => Peers::To(*peer),
+        Op::Recv { peer, .. } => Peers::From(*peer),
+        _ => Peers::All,
     };
     let op = if ops.len() > 1 { "coalesced" } else { first.kind().name() };
     flight::Meta {
         op,
         bytes: ops.iter().map(|o| o.bytes()).sum(),
-        dtype: t.first().map(|t| t.dtype().name()).unwrap_or_default(),
+        dtype: first.first_dtype(),
         peers,
-        device: first.device().to_string(),
+        device: first.device(),
     }
 }
 
@@ -421,7 +420,8 @@ impl Communicator {
             self.check_collective(&ops, timeout_d)?;
         }
         let meta = flight_meta(&ops);
-        let compress = self.compression.request_with(next, &ops);
+        // Compression serves the host engine only (CPU tensors).
+        let compress = if meta.device == Device::Cpu { self.compression.request_with(next, &ops) } else { None };
         let w = self.dispatch(ops, stream, sync, timeout_d, callback, compress)?;
         self.flight.record(meta, &w);
         if let Some(dir) = &Config::get().flight_dir {

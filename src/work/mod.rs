@@ -62,6 +62,17 @@ impl Work {
         }))
     }
 
+    /// A device work, started at `started`, its mark set (one allocation
+    /// and no lock on the launch path).
+    pub fn started_on_device(op: &'static str, seq: u64, mark: Arc<dyn DeviceMark>, started: Instant) -> Work {
+        Work(Arc::new(Inner {
+            op,
+            seq,
+            state: Mutex::new(State { result: None, mark: Some(mark), callbacks: Vec::new(), source: None, started: Some(started), finished: None }),
+            cv: Condvar::new(),
+        }))
+    }
+
     /// A work that is already finished (e.g. an operation with nothing to do).
     pub fn done(op: &'static str, seq: u64, result: Result<()>) -> Work {
         let w = Work::new(op, seq);
@@ -135,10 +146,6 @@ impl Work {
             s.mark.clone()
         };
         mark.is_some_and(|m| m.finished())
-    }
-
-    pub fn set_mark(&self, mark: Arc<dyn DeviceMark>) {
-        self.lock().mark = Some(mark);
     }
 
     pub fn mark(&self) -> Option<Arc<dyn DeviceMark>> {

@@ -133,6 +133,21 @@ def semantics(rank: int, world: int) -> tuple[int, list[str]]:
     for k, x in enumerate(xs):
         c.eq(f"async {k}", x.cpu(), torch.full((4096,), float(sum(r + k for r in range(world)))))
     c.eq("cuda future.then", fut.wait().cpu(), torch.full((4096,), 2.0 * sum(r + 7 for r in range(world))))
+    # CUDA futures are made on demand: one asked for after later collectives
+    # (which queue more work on the same stream) still yields the result,
+    # and so does the future of a synchronous call (it ran on this stream)
+    late = torch.full((4096,), float(rank), device=dev)
+    wl = dist.all_reduce(late, async_op=True)
+    more = torch.full((4096,), 1.0, device=dev)
+    dist.all_reduce(more, async_op=True).wait()
+    c.eq("late future", wl.get_future().wait()[0].cpu(), torch.full((4096,), float(sum(range(world)))))
+    c.true("late future done", wl.get_future().done())
+    sync_t = torch.full((16,), float(rank + 1), device=dev)
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False  # what dist.all_reduce(async_op=False) sends; it drops the work
+    wsync = dist.distributed_c10d._get_default_group().allreduce([sync_t], opts)
+    c.eq("future of a synchronous call", wsync.get_future().then(lambda f: f.value()[0] + 1).wait().cpu(),
+         torch.full((16,), float(sum(range(1, world + 1)) + 1)))
     torch.cuda.synchronize()
     c.true("is_completed after sync", all(w.is_completed() for w in works))
     # inputs held only by rustccl until the device has used them

@@ -124,6 +124,12 @@ const DTYPES: [(DType, &str); 6] =
 const OPS: [(ReduceOp, &str); 5] =
     [(ReduceOp::Sum, "sum"), (ReduceOp::Avg, "avg"), (ReduceOp::Product, "prod"), (ReduceOp::Min, "min"), (ReduceOp::Max, "max")];
 
+/// Whether the module has a kernel for `c` ([`kernel_name`] without
+/// building the name: [`choose`] asks on every call).
+fn has_kernel(c: Choice) -> bool {
+    c.kind == Kind::AllGather || (DTYPES.iter().any(|(t, _)| *t == c.dt) && OPS.iter().any(|(o, _)| *o == c.op))
+}
+
 /// The kernel for `c`, if there is one.
 fn kernel_name(c: Choice) -> Option<String> {
     if c.kind == Kind::AllGather {
@@ -198,8 +204,7 @@ pub fn choose(op: &Op<Tensor>, world: usize, lim: &Limits) -> Option<Choice> {
     if op.bytes() == 0 {
         return None;
     }
-    kernel_name(c)?;
-    Some(c)
+    has_kernel(c).then_some(c)
 }
 
 /// The kernels' PTX for compute capability `cc` (NVRTC; no GPU needed).
@@ -417,6 +422,7 @@ impl CustomAr {
             vec,
             pad: 0,
         };
+        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::Kernel);
         // SAFETY: `Args` mirrors the kernel's parameter. The tensors are
         // validated CUDA tensors of this device (matching sizes, checked by
         // `choose` and above) that the caller keeps alive until the kernel
@@ -489,6 +495,14 @@ mod tests {
         assert_eq!(kernel_name(c(Kind::AllGather, DType::U8, ReduceOp::Sum)).as_deref(), Some("rustccl_ag"));
         assert!(kernel_name(c(Kind::OneShot, DType::U8, ReduceOp::Sum)).is_none());
         assert!(kernel_name(c(Kind::TwoShot, DType::F32, ReduceOp::BXor)).is_none());
+        for kind in [Kind::OneShot, Kind::TwoShot, Kind::ReduceScatter, Kind::AllGather] {
+            for dt in [DType::F32, DType::BF16, DType::I64, DType::U8, DType::Bool, DType::I16] {
+                for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::BXor, ReduceOp::BAnd] {
+                    let ch = c(kind, dt, op);
+                    assert_eq!(has_kernel(ch), kernel_name(ch).is_some(), "{ch:?}");
+                }
+            }
+        }
         assert_eq!(all_choices().len(), 1 + 3 * DTYPES.len() * OPS.len());
         for (_, d) in DTYPES {
             assert!(SOURCE.contains(&format!("RUSTCCL_AR({d}, ")), "{d} not instantiated");

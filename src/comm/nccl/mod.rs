@@ -29,7 +29,7 @@ mod watchdog;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::nccl::sys::{ncclComm_t, ncclUniqueId};
@@ -162,7 +162,14 @@ struct Shared {
 pub struct NcclEngine {
     sh: Arc<Shared>,
     size: usize,
-    bound: Mutex<Option<i32>>,
+    /// The one device this group's CUDA work runs on, set by its first use.
+    bound: OnceLock<i32>,
+    /// The group's communicator on the bound device, once created (also in
+    /// `sh.comms`): the submission path finds it without a map lookup.
+    group_comm: OnceLock<Arc<DeviceComm>>,
+    /// The bound device's peer-memory state, once decided (also in
+    /// `sh.custom`).
+    peer_state: OnceLock<Option<Arc<custom::CustomAr>>>,
     seq: AtomicU64,
     watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Held while the peer-memory collectives are being set up.
@@ -237,7 +244,16 @@ impl NcclEngine {
             .name(format!("rustccl-cuda-{}-r{rank}", sh.group))
             .spawn(move || watchdog(w))
             .map_err(|e| format!("cannot start the CUDA watchdog: {e}"))?;
-        Ok(NcclEngine { sh, size, bound: Mutex::new(None), seq: AtomicU64::new(0), watchdog: Mutex::new(Some(handle)), custom_setup: Mutex::new(()) })
+        Ok(NcclEngine {
+            sh,
+            size,
+            bound: OnceLock::new(),
+            group_comm: OnceLock::new(),
+            peer_state: OnceLock::new(),
+            seq: AtomicU64::new(0),
+            watchdog: Mutex::new(Some(handle)),
+            custom_setup: Mutex::new(()),
+        })
     }
 
     pub fn nccl_version(&self) -> String {
@@ -246,7 +262,7 @@ impl NcclEngine {
 
     /// The device this group's CUDA work is bound to, once it has run some.
     pub fn device(&self) -> Option<i32> {
-        *lock(&self.bound)
+        self.bound.get().copied()
     }
 
     /// The device the group is bound to, and per device whether the one-shot
@@ -260,25 +276,31 @@ impl NcclEngine {
 
     /// Binds the group to `device` on first use; later uses must match.
     fn bind(&self, op: &'static str, device: i32) -> Result<()> {
-        let mut b = lock(&self.bound);
-        match *b {
-            None => {
-                *b = Some(device);
-                Ok(())
-            }
-            Some(d) if d == device => Ok(()),
-            Some(d) => Err(Error::invalid(op, format!(
+        match *self.bound.get_or_init(|| device) {
+            d if d == device => Ok(()),
+            d => Err(Error::invalid(op, format!(
                 "tensor on cuda:{device}, but this process group uses cuda:{d} (one CUDA device per rank and group)"
             ))),
         }
     }
 
+    /// The communicator for `key` (created on first use). The group's on
+    /// the bound device is the common case: kept apart, found without a lock.
     fn comm(&self, key: Key, ids: &dyn IdExchange) -> Result<Arc<DeviceComm>> {
+        let group = self.bound.get().is_some_and(|&d| key == Key::Group(d));
+        if group {
+            if let Some(c) = self.group_comm.get() {
+                return Ok(c.clone());
+            }
+        }
         if let Some(c) = lock(&self.sh.comms).get(&key) {
             return Ok(c.clone());
         }
         let c = Arc::new(self.create(key, ids)?);
         lock(&self.sh.comms).insert(key, c.clone());
+        if group {
+            let _ = self.group_comm.set(c.clone());
+        }
         Ok(c)
     }
 
@@ -325,6 +347,9 @@ impl NcclEngine {
     /// The communicator for `ops`: the group's, or a pair's for sends and
     /// receives with a single peer while the group has none.
     fn pick(&self, ops: &[Op<Tensor>], device: i32, ids: &dyn IdExchange) -> Result<Arc<DeviceComm>> {
+        if !ops.iter().any(|o| o.kind().is_p2p()) {
+            return self.comm(Key::Group(device), ids);
+        }
         let mut peers: Vec<Rank> = ops
             .iter()
             .filter_map(|o| match o {
@@ -363,18 +388,20 @@ impl NcclEngine {
         let Some(choice) = custom::choose(&ops[0], self.size, &lim) else {
             return Ok(None);
         };
-        if let Some(state) = lock(&self.sh.custom).get(&device) {
+        // `dc` is the group's communicator, so `device` is the bound one.
+        if let Some(state) = self.peer_state.get() {
             return Ok(state.clone().map(|a| (a, choice)));
         }
         if capturing || !ids.single_host() {
             return Ok(None);
         }
         let _setup = lock(&self.custom_setup);
-        if let Some(state) = lock(&self.sh.custom).get(&device) {
+        if let Some(state) = self.peer_state.get() {
             return Ok(state.clone().map(|a| (a, choice)));
         }
         let ar = custom::CustomAr::setup(device, self.sh.rank, self.size, lim.cap(), ids)?.map(Arc::new);
         lock(&self.sh.custom).insert(device, ar.clone());
+        let _ = self.peer_state.set(ar.clone());
         Ok(ar.map(|a| (a, choice)))
     }
 
@@ -399,8 +426,7 @@ impl NcclEngine {
         self.bind(name, device)?;
         let dc = self.pick(&ops, device, ids)?;
         let seq = self.seq.load(Ordering::Relaxed);
-        let site = OpSite { op: name, seq, group: self.sh.group.clone() };
-        let derr = |detail: String| Error::Device { site: site.clone(), rank: self.sh.rank, device, detail };
+        let derr = |detail: String| Error::Device { site: OpSite { op: name, seq, group: self.sh.group.clone() }, rank: self.sh.rank, device, detail };
         dc.ctx.bind().map_err(|e| derr(e.0))?;
         let capturing = cuda::is_capturing(caller_stream).map_err(|e| derr(e.0))?;
         let body = match self.peer(&dc, &ops, device, capturing, ids)? {
@@ -425,16 +451,14 @@ impl NcclEngine {
         // where the capture's own stream order already applies).
         let on_caller = caller.sync && !capturing && matches!(body, Body::Peer { .. });
         let (start, done, temps, ran_on) = self.launch(&dc, &body, &ops, caller_stream, capturing, on_caller).map_err(derr)?;
-        let work = Work::new(name, seq);
-        work.set_mark(Arc::new(Mark { device, stream: ran_on, done: done.clone() }));
+        let now = Instant::now();
+        let work = Work::started_on_device(name, seq, Arc::new(Mark { device, stream: ran_on, done: done.clone() }), now);
         prepare(&work);
-        work.mark_started();
         if capturing {
             // Runs when the graph is replayed; the caller owns the tensors.
             work.finish(Ok(()));
             return Ok(work);
         }
-        let now = Instant::now();
         let entry = Pending {
             started: now,
             start,
@@ -517,7 +541,9 @@ impl NcclEngine {
         };
         // Captured events are graph nodes: never pooled or queried.
         let done = Arc::new(if capturing { Event::new().map_err(|e| e.0)? } else { self.event()? });
+        let _e = crate::comm::hostprof::start(crate::comm::hostprof::Span::DoneEvent);
         done.record(s).map_err(|e| e.0)?;
+        drop(_e);
         if !capturing {
             *last = Some((s, Arc::downgrade(&done)));
         }
