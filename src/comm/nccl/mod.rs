@@ -22,6 +22,7 @@
 #![allow(unsafe_code)]
 
 pub mod custom;
+mod ids;
 mod lib;
 pub mod plan;
 pub mod staging;
@@ -32,8 +33,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use cudarc::nccl::sys::{ncclComm_t, ncclUniqueId};
+use cudarc::nccl::sys::ncclComm_t;
 
+pub use self::ids::IdExchange;
+use self::ids::{id_bytes, id_from};
 use self::lib::NcclLib;
 use self::watchdog::{fail_all, watchdog};
 use self::plan::{Addr, Plan};
@@ -46,19 +49,6 @@ use crate::log_at;
 use crate::tensor::Tensor;
 use crate::types::Rank;
 use crate::work::{DeviceMark, Work};
-
-/// How a new NCCL communicator gets its unique id across ranks.
-pub trait IdExchange {
-    /// Rank 0's id to every rank of the group (a collective over the CPU links).
-    fn broadcast(&self, id: &mut [u8; 128]) -> Result<()>;
-    /// The lower rank's id to `peer` (point-to-point over the CPU links).
-    fn pair(&self, peer: Rank, id: &mut [u8; 128], i_send: bool) -> Result<()>;
-    /// Every rank's `mine` (the same length on every rank), concatenated in
-    /// rank order (a collective over the CPU links).
-    fn all_gather(&self, mine: &[u8]) -> Result<Vec<u8>>;
-    /// True when every rank of the group runs on this host.
-    fn single_host(&self) -> bool;
-}
 
 /// See [`NcclEngine::one_shot_state`].
 pub type OneShotState = (Option<i32>, Vec<(i32, Option<usize>)>);
@@ -202,22 +192,6 @@ impl DeviceMark for Mark {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn id_from(bytes: &[u8; 128]) -> ncclUniqueId {
-    let mut id = ncclUniqueId { internal: [0; 128] };
-    for (d, s) in id.internal.iter_mut().zip(bytes) {
-        *d = *s as _;
-    }
-    id
-}
-
-fn id_bytes(id: &ncclUniqueId) -> [u8; 128] {
-    let mut b = [0u8; 128];
-    for (d, s) in b.iter_mut().zip(id.internal.iter()) {
-        *d = *s as u8;
-    }
-    b
 }
 
 impl NcclEngine {
