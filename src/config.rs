@@ -194,7 +194,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
         default: "262144",
-        doc: "collectives between ranks of one host from this many bytes per rank read the peers' tensors directly (cross-memory attach, one copy instead of two); off: never (also skips the setup probe)",
+        doc: "collectives between ranks of one host from this many bytes per rank, and sends of this many bytes to a rank of the host, read the peers' tensors directly (cross-memory attach, one copy instead of two; such a send completes once its receive took the data); off: never (also skips the setup probe)",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
