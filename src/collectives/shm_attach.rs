@@ -78,19 +78,13 @@ pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, pulls: Vec<(usize, usize
         .map_err(|e: PullError| win.failed(w, e))
 }
 
-/// Largest block of all_to_all, gather or scatter copied through the
-/// sender's slot instead of read from its tensor: on the 32-core host
-/// (benchmarks/README.md) reading blocks of 128-512 KiB directly took
-/// about as long as the two-copy path, smaller ones longer (a system
-/// call and page pinning per block), larger ones up to 3x less.
-pub const EAGER_MAX: usize = 256 << 10;
-
 /// Whether a block of `len` bytes of all_to_all, gather or scatter goes
 /// through the sender's slot (copied in and out) rather than being read
-/// from its tensor. Both sides decide from the length alone. With the
-/// attach threshold at 0 (tests) every block is read directly.
+/// from its tensor (`transport::shm::SINGLE_READER_MIN`). Both sides
+/// decide from the length alone. With the attach threshold at 0 (tests)
+/// every block is read directly.
 fn eager(win: &Window, len: usize) -> bool {
-    len < win.attach_min().unwrap_or(0) && len <= EAGER_MAX.min(win.slot_capacity())
+    !win.single_reader(len) && len <= win.slot_capacity()
 }
 
 /// Before publishing: copies `data` into our slot `slot` if it is small.

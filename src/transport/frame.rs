@@ -55,12 +55,28 @@ impl Header {
 }
 
 /// Header of a point-to-point message (24 bytes):
-/// magic (u16) | flags (u16) | reserved (u32) | tag (i64) | length (u64).
+/// magic (u16) | kind (u16) | reserved (u32) | tag (i64) | length (u64).
 pub const P2P_HEADER_LEN: usize = 24;
 const P2P_MAGIC: u16 = 0x52dd;
 
+/// What follows a point-to-point header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum P2pKind {
+    /// `len` bytes of the message (eager).
+    Data,
+    /// A large message between ranks of one host that the receiver reads
+    /// from the sender's memory (rendezvous): `len` is the message's
+    /// length; the body is 16 bytes, the sender's address and its id for
+    /// the ack.
+    Rendezvous,
+    /// The receiver of rendezvous message `tag` (its id) took it: `len`
+    /// bytes of error text follow (none: it went well).
+    Ack,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct P2pHeader {
+    pub kind: P2pKind,
     pub tag: i64,
     pub len: u64,
 }
@@ -69,6 +85,12 @@ impl P2pHeader {
     pub fn encode(&self) -> [u8; P2P_HEADER_LEN] {
         let mut b = [0u8; P2P_HEADER_LEN];
         b[0..2].copy_from_slice(&P2P_MAGIC.to_le_bytes());
+        let kind: u16 = match self.kind {
+            P2pKind::Data => 0,
+            P2pKind::Rendezvous => 1,
+            P2pKind::Ack => 2,
+        };
+        b[2..4].copy_from_slice(&kind.to_le_bytes());
         b[8..16].copy_from_slice(&self.tag.to_le_bytes());
         b[16..24].copy_from_slice(&self.len.to_le_bytes());
         b
@@ -79,7 +101,14 @@ impl P2pHeader {
         if magic != P2P_MAGIC {
             return Err(format!("bad point-to-point header (magic {magic:#06x})"));
         }
+        let kind = match u16::from_le_bytes([b[2], b[3]]) {
+            0 => P2pKind::Data,
+            1 => P2pKind::Rendezvous,
+            2 => P2pKind::Ack,
+            k => return Err(format!("bad point-to-point header (kind {k})")),
+        };
         Ok(P2pHeader {
+            kind,
             tag: i64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
             len: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
         })
@@ -104,8 +133,13 @@ mod tests {
 
     #[test]
     fn p2p_round_trip() {
-        let h = P2pHeader { tag: -5, len: 12345 };
-        assert_eq!(P2pHeader::decode(&h.encode()).unwrap(), h);
+        for kind in [P2pKind::Data, P2pKind::Rendezvous, P2pKind::Ack] {
+            let h = P2pHeader { kind, tag: -5, len: 12345 };
+            assert_eq!(P2pHeader::decode(&h.encode()).unwrap(), h);
+        }
+        let mut bad = P2pHeader { kind: P2pKind::Ack, tag: 1, len: 2 }.encode();
+        bad[2] = 9;
+        assert!(P2pHeader::decode(&bad).is_err());
         assert!(P2pHeader::decode(&[0; P2P_HEADER_LEN]).is_err());
     }
 }

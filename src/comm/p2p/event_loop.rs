@@ -1,41 +1,53 @@
 //! The point-to-point engine's thread: matches incoming messages with
 //! posted receives (MPI rules: by source and tag, in posting order; the
 //! rest waits in an "unexpected" queue) and writes queued sends in order,
-//! over whichever link a peer has (`link.rs`).
+//! over whichever link a peer has (`link.rs`); large messages to ranks of
+//! this host by rendezvous (`rendezvous.rs`).
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
 use std::io;
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::link::Waiter;
-use super::{Incoming, Outgoing, Peer, Posted, Req, Sink};
+use super::{rendezvous, Incoming, Outgoing, Peer, Posted, Req, Sink, Unexpected};
 use crate::config::LogLevel;
 use crate::error::{Error, OpSite, Result};
 use crate::log_at;
 use crate::tensor::HostTensor;
-use crate::transport::frame::{P2pHeader, P2P_HEADER_LEN};
+use crate::transport::frame::{P2pHeader, P2pKind, P2P_HEADER_LEN};
+use crate::transport::shm::ShmLocal;
 use crate::types::Rank;
 use crate::work::Work;
 
 pub(super) struct EventLoop {
-    rank: Rank,
-    group: String,
+    pub(super) rank: Rank,
+    pub(super) group: String,
     waiter: Waiter,
-    peers: Vec<Option<Peer>>,
-    posted: Vec<Posted>,
-    unexpected: VecDeque<(Rank, i64, Vec<u8>)>,
+    pub(super) peers: Vec<Option<Peer>>,
+    pub(super) posted: Vec<Posted>,
+    pub(super) unexpected: VecDeque<(Rank, i64, Unexpected)>,
     rx: mpsc::Receiver<Req>,
+    /// This host's ranks, when cross-memory attach is on (rendezvous).
+    pub(super) attach: Option<Arc<ShmLocal>>,
 }
 
-fn site(work: &Work, group: &str) -> OpSite {
+pub(super) fn site(work: &Work, group: &str) -> OpSite {
     OpSite { op: work.op(), seq: work.seq(), group: group.to_string() }
 }
 
 impl EventLoop {
-    pub(super) fn new(rank: Rank, group: String, waiter: Waiter, peers: Vec<Option<Peer>>, rx: mpsc::Receiver<Req>) -> EventLoop {
-        EventLoop { rank, group, waiter, peers, posted: Vec::new(), unexpected: VecDeque::new(), rx }
+    pub(super) fn new(
+        rank: Rank,
+        group: String,
+        waiter: Waiter,
+        peers: Vec<Option<Peer>>,
+        rx: mpsc::Receiver<Req>,
+        attach: Option<Arc<ShmLocal>>,
+    ) -> EventLoop {
+        EventLoop { rank, group, waiter, peers, posted: Vec::new(), unexpected: VecDeque::new(), rx, attach }
     }
 
     /// Only peers with something to do are pumped: those the poll reported
@@ -105,7 +117,7 @@ impl EventLoop {
         }
     }
 
-    fn lost(&self, p: Rank, work: &Work, why: &str) -> Error {
+    pub(super) fn lost(&self, p: Rank, work: &Work, why: &str) -> Error {
         Error::PeerLost {
             site: site(work, &self.group),
             rank: self.rank,
@@ -125,9 +137,21 @@ impl EventLoop {
                     work.finish(Err(e));
                     return;
                 }
-                let hdr = P2pHeader { tag, len: buf.nbytes() as u64 }.encode();
+                let rdv = self.rendezvous_to(peer, buf.nbytes());
+                let now = Instant::now();
                 if let Some(p) = self.peers[peer].as_mut() {
-                    p.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, buf, work, deadline });
+                    let len = buf.nbytes() as u64;
+                    let o = if rdv {
+                        let id = p.next_id;
+                        p.next_id += 1;
+                        let hdr = P2pHeader { kind: P2pKind::Rendezvous, tag, len }.encode();
+                        let ctl = rendezvous::body(buf.bytes().as_ptr() as u64, id);
+                        Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: Some(buf), work: Some(work), rdv: Some(id), posted_at: now, deadline }
+                    } else {
+                        let hdr = P2pHeader { kind: P2pKind::Data, tag, len }.encode();
+                        Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: None, buf: Some(buf), work: Some(work), rdv: None, posted_at: now, deadline }
+                    };
+                    p.out.push_back(o);
                 }
             }
             Req::Recv { peer, tag, mut buf, work, deadline } => {
@@ -141,15 +165,21 @@ impl EventLoop {
                     }
                 }
                 let found = self.unexpected.iter().position(|(p, t, _)| *t == tag && peer.is_none_or(|q| q == *p));
+                let now = Instant::now();
                 match found {
-                    Some(i) => {
-                        let (p, _, data) = self.unexpected.remove(i).expect("index from position");
-                        let r = deliver(&mut buf, &data, p, tag);
-                        drop(buf);
-                        work.set_source(p);
-                        work.finish(r);
-                    }
-                    None => self.posted.push(Posted { posted_at: Instant::now(), peer, tag, buf, work, deadline }),
+                    Some(i) => match self.unexpected.remove(i).expect("index from position") {
+                        (p, _, Unexpected::Data(data)) => {
+                            let r = deliver(&mut buf, &data, p, tag);
+                            drop(buf);
+                            work.set_source(p);
+                            work.finish(r);
+                        }
+                        (p, _, Unexpected::Rendezvous(rdv)) => {
+                            let posted = Posted { posted_at: now, peer, tag, buf, work, deadline };
+                            self.take(p, rdv, posted);
+                        }
+                    },
+                    None => self.posted.push(Posted { posted_at: now, peer, tag, buf, work, deadline }),
                 }
             }
         }
@@ -163,7 +193,11 @@ impl EventLoop {
                 return moved;
             }
             let Some(o) = peer.out.front_mut() else { return moved };
-            let body = o.buf.bytes();
+            let body: &[u8] = match (&o.ctl, &o.buf) {
+                (Some(c), _) => c,
+                (None, Some(b)) => b.bytes(),
+                (None, None) => &[],
+            };
             match peer.link.write_some(&o.hdr[o.hdr_done..], &body[o.body_done..]) {
                 Ok(0) => return self.kill(p, "connection closed (wrote 0 bytes)".into()) || moved,
                 Ok(mut k) => {
@@ -174,8 +208,18 @@ impl EventLoop {
                     o.body_done += k;
                     if o.hdr_done == P2P_HEADER_LEN && o.body_done == body.len() {
                         let o = peer.out.pop_front().expect("front exists");
-                        drop(o.buf);
-                        o.work.finish(Ok(()));
+                        match (o.rdv, o.buf) {
+                            (Some(id), Some(buf)) => {
+                                let (work, posted_at, deadline) = (o.work, o.posted_at, o.deadline);
+                                peer.awaiting.push(super::Awaiting { id, buf, work, posted_at, deadline });
+                            }
+                            (_, buf) => {
+                                drop(buf);
+                                if let Some(w) = o.work {
+                                    w.finish(Ok(()));
+                                }
+                            }
+                        }
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return moved,
@@ -197,7 +241,7 @@ impl EventLoop {
                 Incoming::Body { done, sink, .. } => {
                     let target: &mut [u8] = match sink {
                         Sink::Posted(r) => r.buf.bytes_mut(),
-                        Sink::Buffer(v) | Sink::Discard(v) => v,
+                        Sink::Buffer(v) | Sink::Discard(v) | Sink::Control { data: v, .. } => v,
                     };
                     if *done == target.len() {
                         Ok(0) // unreachable in practice: completed bodies are popped at once
@@ -234,7 +278,11 @@ impl EventLoop {
                 let h = P2pHeader::decode(hdr)?;
                 let len = h.len as usize;
                 let found = self.posted.iter().position(|r| r.tag == h.tag && r.peer.is_none_or(|q| q == p));
-                let sink = match found {
+                let sink = match h.kind {
+                    P2pKind::Rendezvous => Sink::Control { kind: h.kind, len: h.len, data: vec![0; rendezvous::BODY_LEN] },
+                    P2pKind::Ack if len <= rendezvous::ACK_MAX => Sink::Control { kind: h.kind, len: h.len, data: vec![0; len] },
+                    P2pKind::Ack => return Err(format!("bad point-to-point ack ({len} bytes of text)")),
+                    P2pKind::Data => match found {
                     Some(i) => {
                         let r = self.posted.remove(i);
                         if r.buf.nbytes() != len {
@@ -246,7 +294,8 @@ impl EventLoop {
                             Sink::Posted(r)
                         }
                     }
-                    None => Sink::Buffer(vec![0; len]),
+                        None => Sink::Buffer(vec![0; len]),
+                    },
                 };
                 self.peers[p].as_mut().expect("live peer").inc = Incoming::Body { tag: h.tag, done: 0, sink };
                 self.maybe_finish_body(p);
@@ -264,7 +313,7 @@ impl EventLoop {
         let Incoming::Body { tag, done, sink } = &peer.inc else { return };
         let len = match sink {
             Sink::Posted(r) => r.buf.nbytes(),
-            Sink::Buffer(v) | Sink::Discard(v) => v.len(),
+            Sink::Buffer(v) | Sink::Discard(v) | Sink::Control { data: v, .. } => v.len(),
         };
         if *done < len {
             return;
@@ -288,10 +337,12 @@ impl EventLoop {
                         r.work.set_source(p);
                         r.work.finish(res);
                     }
-                    None => self.unexpected.push_back((p, tag, data)),
+                    None => self.unexpected.push_back((p, tag, Unexpected::Data(data))),
                 }
             }
             Sink::Discard(_) => {}
+            Sink::Control { kind: P2pKind::Rendezvous, len, data } => self.on_rendezvous(p, tag, len, &data),
+            Sink::Control { data, .. } => self.on_ack(p, tag as u64, data),
         }
     }
 
@@ -301,11 +352,15 @@ impl EventLoop {
         let Some(peer) = self.peers[p].as_mut() else { return true };
         peer.dead = Some(why.clone());
         let outs: Vec<Outgoing> = peer.out.drain(..).collect();
+        let awaiting = std::mem::take(&mut peer.awaiting);
         let inc = std::mem::replace(&mut peer.inc, Incoming::Header { hdr: [0; P2P_HEADER_LEN], done: 0 });
-        for o in outs {
-            let e = self.lost(p, &o.work, &why);
-            drop(o.buf);
-            o.work.finish(Err(e));
+        let sends = outs.into_iter().map(|o| (o.buf, o.work)).chain(awaiting.into_iter().map(|a| (Some(a.buf), a.work)));
+        for (buf, work) in sends {
+            drop(buf);
+            if let Some(w) = work {
+                let e = self.lost(p, &w, &why);
+                w.finish(Err(e));
+            }
         }
         if let Incoming::Body { sink: Sink::Posted(r), .. } = inc {
             let e = self.lost(p, &r.work, &why);
@@ -351,12 +406,14 @@ impl EventLoop {
                 self.kill(p, "send Timed out (the peer is not reading)".into());
             }
         }
+        self.expire_rendezvous(now);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
         let posted = self.posted.iter().map(|r| r.deadline);
         let outs = self.peers.iter().flatten().filter_map(|p| p.out.front().map(|o| o.deadline));
-        posted.chain(outs).min()
+        let acks = self.peers.iter().flatten().flat_map(|p| p.awaiting.iter().filter(|a| a.work.is_some()).map(|a| a.deadline));
+        posted.chain(outs).chain(acks).min()
     }
 
     fn fail_all(&mut self) {
@@ -365,9 +422,12 @@ impl EventLoop {
             r.work.finish(Err(Error::Closed { op: "recv", how: "shut down" }));
         }
         for peer in self.peers.iter_mut().flatten() {
-            for o in peer.out.drain(..) {
-                drop(o.buf);
-                o.work.finish(Err(Error::Closed { op: "send", how: "shut down" }));
+            let awaiting = std::mem::take(&mut peer.awaiting).into_iter().map(|a| (Some(a.buf), a.work));
+            for (buf, work) in peer.out.drain(..).map(|o| (o.buf, o.work)).chain(awaiting) {
+                drop(buf);
+                if let Some(w) = work {
+                    w.finish(Err(Error::Closed { op: "send", how: "shut down" }));
+                }
             }
             let inc = std::mem::replace(&mut peer.inc, Incoming::Header { hdr: [0; P2P_HEADER_LEN], done: 0 });
             if let Incoming::Body { sink: Sink::Posted(r), .. } = inc {
@@ -378,7 +438,7 @@ impl EventLoop {
     }
 }
 
-fn size_mismatch(op: &'static str, want: usize, got: usize, from: Rank, tag: i64) -> Error {
+pub(super) fn size_mismatch(op: &'static str, want: usize, got: usize, from: Rank, tag: i64) -> Error {
     Error::invalid(
         op,
         format!("the receive buffer has {want} bytes but rank {from} sent {got} bytes (tag {tag})"),

@@ -9,10 +9,19 @@
 //! buffer that a later receive copies from. So a send never waits for its
 //! receive to be posted, and messages between two ranks with the same tag
 //! arrive in order (MPI matching rules).
+//!
+//! Large messages to a rank of this host when cross-memory attach is on
+//! (`ShmLocal::attach`, from its threshold up) go by rendezvous instead
+//! (`rendezvous.rs`): only a header with the tensor's address travels
+//! through the ring; the receiver, once a receive matches it (the same
+//! rules; unmatched, only the header waits), reads the bytes straight from
+//! the sender's tensor and acks; the send completes on the ack, so it
+//! waits for its receive, as gloo's sends do.
 #![forbid(unsafe_code)]
 
 mod event_loop;
 mod link;
+mod rendezvous;
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -27,7 +36,7 @@ use crate::bootstrap::Conn;
 use crate::collectives::Op;
 use crate::error::{Error, Result};
 use crate::tensor::HostTensor;
-use crate::transport::frame::P2P_HEADER_LEN;
+use crate::transport::frame::{P2pKind, P2P_HEADER_LEN};
 use crate::transport::shm::{ShmLink, ShmLocal};
 use crate::types::Rank;
 use crate::work::Work;
@@ -56,15 +65,49 @@ struct Outgoing {
     hdr: [u8; P2P_HEADER_LEN],
     hdr_done: usize,
     body_done: usize,
-    buf: HostTensor,
-    work: Work,
+    /// The body of a control message (rendezvous, ack); None: the
+    /// tensor's bytes follow the header.
+    ctl: Option<Vec<u8>>,
+    /// The send's tensor (None for an ack).
+    buf: Option<HostTensor>,
+    /// The send's Work (None for an ack).
+    work: Option<Work>,
+    /// Rendezvous: once written, the send waits for the ack with this id.
+    rdv: Option<u64>,
+    posted_at: Instant,
     deadline: Instant,
+}
+
+/// A rendezvous send whose header went out. Its tensor stays alive until
+/// the receiver's ack, even after its Work timed out (the receiver may
+/// still be reading it).
+struct Awaiting {
+    id: u64,
+    buf: HostTensor,
+    work: Option<Work>,
+    posted_at: Instant,
+    deadline: Instant,
+}
+
+/// A rendezvous message's header: where the sender's bytes are.
+struct Rdv {
+    len: usize,
+    addr: u64,
+    id: u64,
+}
+
+/// A message no receive matched yet.
+enum Unexpected {
+    Data(Vec<u8>),
+    Rendezvous(Rdv),
 }
 
 enum Sink {
     Posted(Posted),
     Buffer(Vec<u8>),
     Discard(Vec<u8>),
+    /// The body of a control message; `len` is the header's length field.
+    Control { kind: P2pKind, len: u64, data: Vec<u8> },
 }
 
 enum Incoming {
@@ -78,6 +121,9 @@ struct Peer {
     dead: Option<String>,
     out: VecDeque<Outgoing>,
     inc: Incoming,
+    /// Rendezvous sends waiting for their ack.
+    awaiting: Vec<Awaiting>,
+    next_id: u64,
 }
 
 struct Running {
@@ -167,12 +213,14 @@ impl P2pEngine {
                     poll.registry()
                         .register(link.stream(), mio::Token(p), interest)
                         .map_err(internal("register"))?;
-                    Some(Peer { link, addr, dead: None, out: VecDeque::new(), inc: Incoming::Header { hdr: [0; P2P_HEADER_LEN], done: 0 } })
+                    let inc = Incoming::Header { hdr: [0; P2P_HEADER_LEN], done: 0 };
+                    Some(Peer { link, addr, dead: None, out: VecDeque::new(), inc, awaiting: Vec::new(), next_id: 0 })
                 }
                 None => None,
             });
         }
         let name = |what: &str| format!("rustccl-{what}-{}-r{}", self.group, self.rank);
+        let attach = local.clone().filter(|l| l.attach.is_some());
         let (waiter, wake) = match local {
             Some(local) => (Waiter::futex(poll, local.clone(), self.size, name("p2pw")).map_err(internal("watcher"))?, Wake::Futex(local)),
             None => {
@@ -181,7 +229,7 @@ impl P2pEngine {
             }
         };
         let (tx, rx) = mpsc::channel();
-        let mut ev = EventLoop::new(self.rank, self.group.clone(), waiter, peers, rx);
+        let mut ev = EventLoop::new(self.rank, self.group.clone(), waiter, peers, rx, attach);
         let handle = std::thread::Builder::new()
             .name(name("p2p"))
             .spawn(move || ev.run())

@@ -71,6 +71,20 @@ pub struct Attach {
     _canary: Box<u64>,
 }
 
+/// Transfers with a single reader (an all_to_all / gather / scatter block,
+/// a point-to-point message) of more than this many bytes are read from the
+/// sender's tensor even below `Attach::min_bytes`: on the 32-core host,
+/// blocks of 128-512 KiB took about as long either way, smaller ones
+/// longer (a system call and page pinning each), larger ones up to 3x less.
+pub const SINGLE_READER_MIN: usize = 256 << 10;
+
+impl Attach {
+    /// Whether a single-reader transfer of `len` bytes is read directly.
+    pub fn single_reader(&self, len: usize) -> bool {
+        len >= self.min_bytes || len > SINGLE_READER_MIN
+    }
+}
+
 impl ShmLocal {
     pub fn mine(&self) -> &Segment {
         &self.segs[self.me]

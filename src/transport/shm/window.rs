@@ -168,6 +168,12 @@ impl Window {
         self.local.attach.as_ref().map(|a| a.min_bytes)
     }
 
+    /// Whether a transfer of `len` bytes with one reader is read from the
+    /// sender's tensor (false when attach is off).
+    pub fn single_reader(&self, len: usize) -> bool {
+        self.local.attach.as_ref().is_some_and(|a| a.single_reader(len))
+    }
+
     /// Entries in this rank's table of posted buffers.
     pub fn table_entries(&self) -> usize {
         super::Layout::table_entries(self.local.mine().layout.n)

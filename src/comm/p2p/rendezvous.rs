@@ -1,0 +1,177 @@
+//! Rendezvous for large messages between ranks of one host, when
+//! cross-memory attach is on (`transport::shm::remote`).
+//!
+//! Vocabulary: the *rendezvous message* is a header (kind Rendezvous, the
+//! send's tag and length) and a 16-byte body (the address of the sender's
+//! tensor, an id per sender and peer) pushed through the point-to-point
+//! ring instead of the bytes. The send keeps its tensor and its Work open
+//! (`Awaiting`). A receive matches the message by the usual rules (source,
+//! tag, posting order; unmatched, only the header waits among the
+//! unexpected messages); the receiver then *takes* it: reads the bytes
+//! straight from the sender's tensor into its own (one copy, split over
+//! this rank's shared-memory worker threads) and answers with an *ack*
+//! (kind Ack, the id as tag, error text as body: none when it went well).
+//! The send completes on the ack, failing with its text if there is one.
+#![forbid(unsafe_code)]
+
+use std::time::Instant;
+
+use super::event_loop::{site, size_mismatch, EventLoop};
+use super::{Outgoing, Posted, Rdv, Unexpected};
+use crate::error::Error;
+use crate::transport::frame::{P2pHeader, P2pKind};
+use crate::transport::shm::{remote, Workers};
+use crate::types::Rank;
+
+/// Bytes after a rendezvous header: address, id.
+pub(super) const BODY_LEN: usize = 16;
+/// Longest error text an ack may carry.
+pub(super) const ACK_MAX: usize = 64 << 10;
+
+pub(super) fn body(addr: u64, id: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(BODY_LEN);
+    b.extend_from_slice(&addr.to_le_bytes());
+    b.extend_from_slice(&id.to_le_bytes());
+    b
+}
+
+fn parse(b: &[u8]) -> (u64, u64) {
+    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    (word(0), word(8))
+}
+
+/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`, in
+/// pieces over `workers`' threads.
+pub(super) fn pull(workers: &Workers, pid: i32, addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
+    workers.for_pieces_mut(dst, |off, piece| remote::read(pid, addr + off as u64, piece))
+}
+
+impl EventLoop {
+    /// Whether a send of `nbytes` to `peer` goes by rendezvous.
+    pub(super) fn rendezvous_to(&self, peer: Rank, nbytes: usize) -> bool {
+        let attach = self.attach.as_ref().and_then(|l| l.attach.as_ref());
+        let shm = self.peers[peer].as_ref().is_some_and(|p| p.link.is_shm());
+        shm && nbytes > 0 && attach.is_some_and(|a| a.single_reader(nbytes))
+    }
+
+    /// A rendezvous message from `p` arrived: taken at once by a matching
+    /// receive, or kept (its header only) until one is posted.
+    pub(super) fn on_rendezvous(&mut self, p: Rank, tag: i64, len: u64, data: &[u8]) {
+        let (addr, id) = parse(data);
+        let rdv = Rdv { len: len as usize, addr, id };
+        match self.posted.iter().position(|r| r.tag == tag && r.peer.is_none_or(|q| q == p)) {
+            Some(i) => {
+                let posted = self.posted.remove(i);
+                self.take(p, rdv, posted);
+            }
+            None => self.unexpected.push_back((p, tag, Unexpected::Rendezvous(rdv))),
+        }
+    }
+
+    /// Reads rendezvous message `rdv` of `p` into the receive `r`,
+    /// finishes the receive and queues the ack.
+    pub(super) fn take(&mut self, p: Rank, rdv: Rdv, r: Posted) {
+        let Posted { posted_at, tag, mut buf, work, deadline, .. } = r;
+        let (res, nack) = if buf.nbytes() != rdv.len {
+            let e = size_mismatch(work.op(), buf.nbytes(), rdv.len, p, tag);
+            let why = format!("rank {}'s matching receive has {} bytes but this send has {} bytes (tag {tag})", self.rank, buf.nbytes(), rdv.len);
+            (Err(e), Some(why))
+        } else {
+            let attach = self.attach.as_ref().and_then(|l| Some((l, l.attach.as_ref()?, l.local_index(p)?)));
+            let read = match attach {
+                Some((local, a, i)) => pull(&local.workers, a.pids[i], rdv.addr, buf.bytes_mut()).map_err(|e| e.to_string()),
+                None => Err(format!("rank {p} is not a rank of this host with cross-memory attach")),
+            };
+            match read {
+                Ok(()) => (Ok(()), None),
+                Err(e) => {
+                    let dead = self.peers[p].as_ref().and_then(|x| x.dead.clone());
+                    let detail = format!("reading the message ({} bytes, tag {tag}) from rank {p}'s memory (cross-memory attach) failed: {e}", rdv.len);
+                    let err = match dead {
+                        Some(why) => self.lost(p, &work, &why),
+                        None => Error::Protocol {
+                            site: site(&work, &self.group),
+                            rank: self.rank,
+                            peer: p,
+                            addr: self.peers[p].as_ref().map(|x| x.addr.clone()).unwrap_or_default(),
+                            detail,
+                        },
+                    };
+                    (Err(err), Some(format!("rank {} could not read this send's tensor (cross-memory attach): {e}", self.rank)))
+                }
+            }
+        };
+        drop(buf);
+        work.set_source(p);
+        work.finish(res);
+        let ack_deadline = Instant::now() + deadline.saturating_duration_since(posted_at);
+        self.queue_ack(p, rdv.id, nack.unwrap_or_default(), ack_deadline);
+    }
+
+    fn queue_ack(&mut self, p: Rank, id: u64, text: String, deadline: Instant) {
+        let Some(peer) = self.peers[p].as_mut().filter(|x| x.dead.is_none()) else { return };
+        let mut text = text.into_bytes();
+        text.truncate(ACK_MAX);
+        let hdr = P2pHeader { kind: P2pKind::Ack, tag: id as i64, len: text.len() as u64 }.encode();
+        let now = Instant::now();
+        peer.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(text), buf: None, work: None, rdv: None, posted_at: now, deadline });
+    }
+
+    /// `p` took (or refused) our rendezvous send `id`.
+    pub(super) fn on_ack(&mut self, p: Rank, id: u64, text: Vec<u8>) {
+        let Some(peer) = self.peers[p].as_mut() else { return };
+        let Some(i) = peer.awaiting.iter().position(|a| a.id == id) else { return };
+        let a = peer.awaiting.swap_remove(i);
+        drop(a.buf);
+        let Some(work) = a.work else { return };
+        let res = if text.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Protocol {
+                site: site(&work, &self.group),
+                rank: self.rank,
+                peer: p,
+                addr: peer.addr.clone(),
+                detail: String::from_utf8_lossy(&text).into_owned(),
+            })
+        };
+        work.finish(res);
+    }
+
+    /// Rendezvous sends whose receive did not come in time fail with
+    /// `Error::Timeout`; their tensors stay held until the ack (or the
+    /// peer's death), since the receiver may still read them.
+    pub(super) fn expire_rendezvous(&mut self, now: Instant) {
+        let mut late = Vec::new();
+        for (p, peer) in self.peers.iter_mut().enumerate() {
+            let Some(peer) = peer else { continue };
+            for a in peer.awaiting.iter_mut().filter(|a| a.deadline <= now) {
+                if let Some(w) = a.work.take() {
+                    late.push((p, w, now.saturating_duration_since(a.posted_at)));
+                }
+            }
+        }
+        for (p, work, elapsed) in late {
+            let e = Error::Timeout { site: site(&work, &self.group), rank: self.rank, waiting: vec![p], elapsed };
+            work.finish(Err(e));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pulls_in_pieces_and_fails_on_a_bad_address() {
+        let workers = Workers::new(3, 0, 64).unwrap();
+        let src: Vec<u8> = (0..100_003u32).map(|i| (i * 13 + 5) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let pid = std::process::id() as i32;
+        pull(&workers, pid, src.as_ptr() as u64, &mut dst).unwrap();
+        assert_eq!(src, dst);
+        assert!(pull(&workers, pid, 8, &mut dst).is_err());
+        let (addr, id) = parse(&body(0xdead_beef, 7));
+        assert_eq!((addr, id), (0xdead_beef, 7));
+    }
+}

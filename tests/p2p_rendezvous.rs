@@ -1,0 +1,240 @@
+//! Large point-to-point messages between ranks of one host with
+//! cross-memory attach on go by rendezvous (the receiver reads the
+//! sender's tensor): the same results, matching, ordering and errors as
+//! over TCP (eager), which every test also runs. The threshold is 4 KiB
+//! here, so test sizes take both paths.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use common::*;
+use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
+use rustccl::tensor::SharedBuf;
+use rustccl::{Communicator, DType, Error, OpKind, Work};
+
+const ATTACH_MIN: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    /// Shared memory with cross-memory attach from `ATTACH_MIN` bytes.
+    Rendezvous,
+    Tcp,
+}
+
+const MODES: [Mode; 2] = [Mode::Rendezvous, Mode::Tcp];
+
+fn shm_cfg() -> ShmConfig {
+    ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: ATTACH_MIN }
+}
+
+fn comms_on(mode: Mode, hosts: &[usize], timeout: Duration) -> Vec<Communicator> {
+    let t = match mode {
+        Mode::Rendezvous => TransportMode::Auto,
+        Mode::Tcp => TransportMode::Tcp,
+    };
+    hosts_comms(hosts, AlgoConfig::default(), timeout, t, shm_cfg())
+}
+
+fn comms(mode: Mode, n: usize) -> Vec<Communicator> {
+    comms_on(mode, &vec![0; n], Duration::from_secs(30))
+}
+
+fn send(c: &Communicator, b: &Arc<SharedBuf>, to: usize, tag: i64) -> Work {
+    let mut s = spec(OpKind::Send);
+    s.root = to as i64;
+    s.tag = tag;
+    s.inputs = vec![t(b)];
+    c.submit(vec![s], None, None).unwrap()
+}
+
+fn recv(c: &Communicator, b: &Arc<SharedBuf>, from: Option<usize>, tag: i64) -> Work {
+    let mut s = spec(OpKind::Recv);
+    s.root = from.map_or(-1, |f| f as i64);
+    s.tag = tag;
+    s.outputs = vec![t(b)];
+    c.submit(vec![s], None, None).unwrap()
+}
+
+fn pattern(seed: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|i| ((seed * 7919 + i * 31) % 1000) as f64).collect()
+}
+
+#[test]
+fn the_rendezvous_config_really_uses_shared_memory_links() {
+    let c = comms(Mode::Rendezvous, 2);
+    assert_eq!(c[0].link_kinds(), &["", "shm"]);
+    let th = c[0].thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
+    assert_eq!(th, Some(ATTACH_MIN as u64), "cross-memory attach must be on for these tests to mean anything");
+}
+
+#[test]
+fn large_and_small_messages_with_one_tag_keep_their_order() {
+    // f32 elements: 1 KiB, 400 KiB, 4 B, 0 B, 16 KiB, 4 KiB (the threshold), 36 B.
+    let sizes = [256usize, 100_000, 1, 0, 4096, 1024, 9];
+    for mode in MODES {
+        let c = comms(mode, 2);
+        on_ranks(&c, |r, c| {
+            if r == 0 {
+                let bufs: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| buf(DType::F32, &pattern(i, n))).collect();
+                let ws: Vec<_> = bufs.iter().map(|b| send(c, b, 1, 5)).collect();
+                ws.into_iter().for_each(|w| w.wait(None).unwrap());
+            } else {
+                let bufs: Vec<_> = sizes.iter().map(|&n| buf(DType::F32, &vec![-1.0; n])).collect();
+                let ws: Vec<_> = bufs.iter().map(|b| recv(c, b, Some(0), 5)).collect();
+                for (i, (w, b)) in ws.into_iter().zip(&bufs).enumerate() {
+                    w.wait(None).unwrap();
+                    assert_eq!(read(DType::F32, b), pattern(i, sizes[i]), "{mode:?}: message {i}");
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn an_unexpected_large_send_waits_for_its_receive() {
+    for mode in MODES {
+        let c = comms(mode, 2);
+        let posted = Barrier::new(2);
+        on_ranks(&c, |r, c| {
+            if r == 0 {
+                send(c, &buf(DType::U8, &[1.0]), 1, 99).wait(None).unwrap();
+                let b = buf(DType::F64, &pattern(3, 50_000));
+                let small = buf(DType::F64, &pattern(4, 10));
+                let w = send(c, &b, 1, 8);
+                let ws = send(c, &small, 1, 8);
+                // Only the receiver's ack completes a rendezvous send, and
+                // rank 1 has not posted its receive yet (a panic here would
+                // leave rank 1 at the barrier: assert after it).
+                std::thread::sleep(Duration::from_millis(30));
+                let early = w.is_completed();
+                posted.wait();
+                assert!(mode == Mode::Tcp || !early, "{mode:?}: send completed before its receive was posted");
+                w.wait(None).unwrap();
+                ws.wait(None).unwrap();
+                assert_eq!(read(DType::F64, &b), pattern(3, 50_000), "the send's tensor is unchanged");
+            } else {
+                // (the engine runs from its first operation: this one)
+                recv(c, &buf(DType::U8, &[0.0]), Some(0), 99).wait(None).unwrap();
+                posted.wait();
+                // both messages are unexpected by now (or on their way): the
+                // large one first, then the small one, by the tag's order
+                let big = buf(DType::F64, &vec![0.0; 50_000]);
+                let small = buf(DType::F64, &[0.0; 10]);
+                recv(c, &big, Some(0), 8).wait(None).unwrap();
+                recv(c, &small, Some(0), 8).wait(None).unwrap();
+                assert_eq!(read(DType::F64, &big), pattern(3, 50_000), "{mode:?}");
+                assert_eq!(read(DType::F64, &small), pattern(4, 10), "{mode:?}");
+            }
+        });
+    }
+}
+
+#[test]
+fn any_source_receives_take_rendezvous_and_tcp_messages() {
+    // Ranks 0-2 share a host, rank 3 is alone: rank 0 hears from both kinds.
+    for mode in MODES {
+        let c = comms_on(mode, &[0, 0, 0, 1], Duration::from_secs(30));
+        let n = 5000;
+        on_ranks(&c, |r, c| {
+            if r == 0 {
+                let mut seen = Vec::new();
+                for _ in 0..6 {
+                    let b = buf(DType::I32, &vec![0.0; n]);
+                    let w = recv(c, &b, None, 2);
+                    w.wait(None).unwrap();
+                    let src = w.source().unwrap();
+                    let got = read(DType::I32, &b);
+                    assert!(got.iter().all(|&v| v == got[0]), "{mode:?}: one sender per message");
+                    assert_eq!(got[0] as usize % 10, src, "{mode:?}: source {src} reported for rank {}'s message", got[0] as usize % 10);
+                    seen.push((src, got[0] as usize / 10));
+                }
+                seen.sort_unstable();
+                assert_eq!(seen, vec![(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1)], "{mode:?}");
+            } else {
+                let bufs: Vec<_> = (0..2).map(|k| buf(DType::I32, &vec![(k * 10 + r) as f64; n])).collect();
+                let ws: Vec<_> = bufs.iter().map(|b| send(c, b, 0, 2)).collect();
+                ws.into_iter().for_each(|w| w.wait(None).unwrap());
+            }
+        });
+    }
+}
+
+#[test]
+fn batched_sends_and_receives_both_ways_at_once() {
+    // The shape of batch_isend_irecv: every rank posts all its sends and
+    // receives, then waits; three tags, sizes on both sides of the threshold.
+    let sizes = [3000usize, 17, 40_000];
+    for mode in MODES {
+        let c = comms(mode, 2);
+        on_ranks(&c, |r, c| {
+            let peer = 1 - r;
+            let outs: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| buf(DType::F32, &pattern(10 * r + i, n))).collect();
+            let ins: Vec<_> = sizes.iter().map(|&n| buf(DType::F32, &vec![0.0; n])).collect();
+            let mut ws = Vec::new();
+            for (i, (o, inb)) in outs.iter().zip(&ins).enumerate().rev() {
+                ws.push(recv(c, inb, Some(peer), i as i64));
+                ws.push(send(c, o, peer, i as i64));
+            }
+            ws.into_iter().for_each(|w| w.wait(None).unwrap());
+            for (i, b) in ins.iter().enumerate() {
+                assert_eq!(read(DType::F32, b), pattern(10 * peer + i, sizes[i]), "{mode:?}: rank {r}, tag {i}");
+            }
+        });
+    }
+}
+
+#[test]
+fn a_receive_smaller_than_the_message_fails_and_the_pair_keeps_working() {
+    for mode in MODES {
+        let c = comms(mode, 2);
+        on_ranks(&c, |r, c| {
+            if r == 0 {
+                let res = send(c, &buf(DType::F32, &[1.0; 8000]), 1, 4).wait(None);
+                match mode {
+                    // the sender learns it from the receiver's ack
+                    Mode::Rendezvous => {
+                        let e = res.unwrap_err();
+                        assert!(matches!(e, Error::Protocol { peer: 1, .. }), "{e}");
+                        let s = e.to_string();
+                        assert!(s.starts_with("rustccl send") && s.contains("matching receive has 16000 bytes but this send has 32000 bytes"), "{s}");
+                    }
+                    // eager: the bytes left, the send is done
+                    Mode::Tcp => res.unwrap(),
+                }
+                send(c, &buf(DType::F32, &pattern(1, 8000)), 1, 4).wait(None).unwrap();
+            } else {
+                let e = recv(c, &buf(DType::F32, &[0.0; 4000]), Some(0), 4).wait(None).unwrap_err();
+                assert!(matches!(e, Error::InvalidArgument { .. }), "{mode:?}: {e}");
+                assert!(e.to_string().contains("receive buffer has 16000 bytes but rank 0 sent 32000 bytes (tag 4)"), "{e}");
+                let b = buf(DType::F32, &[0.0; 8000]);
+                recv(c, &b, Some(0), 4).wait(None).unwrap();
+                assert_eq!(read(DType::F32, &b), pattern(1, 8000), "{mode:?}");
+            }
+        });
+    }
+}
+
+#[test]
+fn a_rendezvous_send_nobody_receives_times_out_and_a_dead_receiver_fails_it() {
+    let c = comms_on(Mode::Rendezvous, &[0, 0], Duration::from_millis(400));
+    let b = buf(DType::F32, &[2.0; 4096]);
+    let e = send(&c[0], &b, 1, 1).wait(None).unwrap_err();
+    assert!(matches!(e, Error::Timeout { ref waiting, .. } if waiting == &vec![1]), "{e}");
+
+    let mut c = comms_on(Mode::Rendezvous, &[0, 0, 0], Duration::from_secs(60));
+    let dead = c.pop().unwrap();
+    let w = send(&c[0], &buf(DType::F32, &[3.0; 4096]), 2, 1);
+    std::thread::sleep(Duration::from_millis(50));
+    dead.shutdown(true);
+    drop(dead);
+    let e = w.wait(None).unwrap_err();
+    assert!(matches!(e, Error::PeerLost { peer: 2, .. }), "{e}");
+    // the surviving pair still takes rendezvous messages
+    let got = buf(DType::F32, &[0.0; 4096]);
+    let r = recv(&c[1], &got, Some(0), 6);
+    send(&c[0], &buf(DType::F32, &pattern(2, 4096)), 1, 6).wait(None).unwrap();
+    r.wait(None).unwrap();
+    assert_eq!(read(DType::F32, &got), pattern(2, 4096));
+}
