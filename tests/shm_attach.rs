@@ -169,7 +169,7 @@ fn a_size_mismatch_fails_on_the_rank_that_sees_it_and_the_group_goes_on() {
     let comms = attach_comms(3, 0);
     let errs = on_ranks(&comms, |r, c| {
         // rank 2 expects 5 elements from rank 0, which sends it 4
-        let ib = buf(DType::F32, &vec![r as f64; 12]);
+        let ib = buf(DType::F32, &[r as f64; 12]);
         let want_from_0 = if r == 2 { 5 } else { 4 };
         let ob = buf(DType::F32, &vec![0.0; 8 + want_from_0]);
         let mut s = spec(OpKind::AllToAll);

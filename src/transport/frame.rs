@@ -59,6 +59,25 @@ impl Header {
 pub const P2P_HEADER_LEN: usize = 24;
 const P2P_MAGIC: u16 = 0x52dd;
 
+/// Bytes after a rendezvous header: the sender's address, its id.
+pub const RENDEZVOUS_BODY_LEN: usize = 16;
+/// Longest error text an ack may carry.
+pub const ACK_MAX: usize = 64 << 10;
+
+/// The body of a rendezvous message.
+pub fn rendezvous_body(addr: u64, id: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(RENDEZVOUS_BODY_LEN);
+    b.extend_from_slice(&addr.to_le_bytes());
+    b.extend_from_slice(&id.to_le_bytes());
+    b
+}
+
+/// (address, id) of a rendezvous body.
+pub fn rendezvous_parse(b: &[u8]) -> (u64, u64) {
+    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    (word(0), word(8))
+}
+
 /// What follows a point-to-point header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum P2pKind {

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::link::Waiter;
-use super::{rendezvous, Incoming, Outgoing, Peer, Posted, Req, Sink, Unexpected};
+use super::{Incoming, Outgoing, Peer, Posted, Req, Sink, Unexpected};
 use crate::config::LogLevel;
 use crate::error::{Error, OpSite, Result};
 use crate::log_at;
 use crate::tensor::HostTensor;
-use crate::transport::frame::{P2pHeader, P2pKind, P2P_HEADER_LEN};
+use crate::transport::frame::{self, P2pHeader, P2pKind, P2P_HEADER_LEN};
 use crate::transport::shm::ShmLocal;
 use crate::types::Rank;
 use crate::work::Work;
@@ -145,7 +145,7 @@ impl EventLoop {
                         let id = p.next_id;
                         p.next_id += 1;
                         let hdr = P2pHeader { kind: P2pKind::Rendezvous, tag, len }.encode();
-                        let ctl = rendezvous::body(buf.bytes().as_ptr() as u64, id);
+                        let ctl = frame::rendezvous_body(buf.bytes().as_ptr() as u64, id);
                         Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: Some(buf), work: Some(work), rdv: Some(id), posted_at: now, deadline }
                     } else {
                         let hdr = P2pHeader { kind: P2pKind::Data, tag, len }.encode();
@@ -279,8 +279,8 @@ impl EventLoop {
                 let len = h.len as usize;
                 let found = self.posted.iter().position(|r| r.tag == h.tag && r.peer.is_none_or(|q| q == p));
                 let sink = match h.kind {
-                    P2pKind::Rendezvous => Sink::Control { kind: h.kind, len: h.len, data: vec![0; rendezvous::BODY_LEN] },
-                    P2pKind::Ack if len <= rendezvous::ACK_MAX => Sink::Control { kind: h.kind, len: h.len, data: vec![0; len] },
+                    P2pKind::Rendezvous => Sink::Control { kind: h.kind, len: h.len, data: vec![0; frame::RENDEZVOUS_BODY_LEN] },
+                    P2pKind::Ack if len <= frame::ACK_MAX => Sink::Control { kind: h.kind, len: h.len, data: vec![0; len] },
                     P2pKind::Ack => return Err(format!("bad point-to-point ack ({len} bytes of text)")),
                     P2pKind::Data => match found {
                     Some(i) => {

@@ -19,26 +19,9 @@ use std::time::Instant;
 use super::event_loop::{site, size_mismatch, EventLoop};
 use super::{Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
-use crate::transport::frame::{P2pHeader, P2pKind};
+use crate::transport::frame::{rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
 use crate::transport::shm::{remote, Workers};
 use crate::types::Rank;
-
-/// Bytes after a rendezvous header: address, id.
-pub(super) const BODY_LEN: usize = 16;
-/// Longest error text an ack may carry.
-pub(super) const ACK_MAX: usize = 64 << 10;
-
-pub(super) fn body(addr: u64, id: u64) -> Vec<u8> {
-    let mut b = Vec::with_capacity(BODY_LEN);
-    b.extend_from_slice(&addr.to_le_bytes());
-    b.extend_from_slice(&id.to_le_bytes());
-    b
-}
-
-fn parse(b: &[u8]) -> (u64, u64) {
-    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-    (word(0), word(8))
-}
 
 /// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`, in
 /// pieces over `workers`' threads.
@@ -171,7 +154,7 @@ mod tests {
         pull(&workers, pid, src.as_ptr() as u64, &mut dst).unwrap();
         assert_eq!(src, dst);
         assert!(pull(&workers, pid, 8, &mut dst).is_err());
-        let (addr, id) = parse(&body(0xdead_beef, 7));
+        let (addr, id) = parse(&crate::transport::frame::rendezvous_body(0xdead_beef, 7));
         assert_eq!((addr, id), (0xdead_beef, 7));
     }
 }
