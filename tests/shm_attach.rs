@@ -190,3 +190,44 @@ fn a_size_mismatch_fails_on_the_rank_that_sees_it_and_the_group_goes_on() {
     let e = errs[2].as_deref().expect("rank 2 sees the mismatch");
     assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("from rank 0, which sends 16") && e.contains("expects 20 bytes"), "{e}");
 }
+
+/// Ranks given different thresholds (or attach off on one of them) still
+/// agree: off anywhere means off everywhere, otherwise the largest
+/// threshold applies to all (no rank waits for another at setup or picks
+/// another algorithm).
+#[test]
+fn ranks_with_different_settings_agree() {
+    use std::sync::Arc;
+    let with = |mins: [usize; 3]| -> Vec<Communicator> {
+        let store = Arc::new(rustccl::bootstrap::MemStore::new());
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|r| {
+                    let store = store.clone();
+                    s.spawn(move || {
+                        let mut o = opts(Duration::from_secs(30), tiny_algo());
+                        o.transport = TransportMode::Shm;
+                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r] };
+                        Communicator::bootstrap(store.as_ref(), r, 3, o, "127.0.0.1".parse().unwrap()).unwrap()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let th = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
+    for (mins, want) in [([0, 4096, 64], Some(4096u64)), ([0, usize::MAX, 0], Some(u64::MAX))] {
+        let comms = with(mins);
+        assert!(comms.iter().all(|c| th(c) == want), "{mins:?}: {:?}", comms.iter().map(th).collect::<Vec<_>>());
+        // and they run the same algorithm on either side of the threshold
+        on_ranks(&comms, |r, c| {
+            for len in [1000usize, 1024] {
+                let b = buf(DType::F32, &vec![(r + 1) as f64; len]);
+                let mut s = spec(OpKind::AllReduce);
+                s.inputs = vec![t(&b)];
+                run(c, s);
+                assert_eq!(read(DType::F32, &b), vec![6.0; len]);
+            }
+        });
+    }
+}

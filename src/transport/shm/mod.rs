@@ -272,20 +272,25 @@ fn exchange_byte(s: &mut TcpStream, out: u8, deadline: Instant) -> io::Result<u8
     Ok(b[0])
 }
 
-/// Every local rank reads every peer's canary through the pid and address
-/// the peer published; then each tells every peer whether all its reads
-/// worked, so all ranks take the same decision. The pids, when they did.
+/// Every local rank that wants it (`try_it`: attach is on here and every
+/// peer's segment is mapped) reads every peer's canary through the pid
+/// and address the peer published; then each tells every peer whether all
+/// its reads worked, so all ranks take the same decision. Every rank takes
+/// part in that exchange, whatever its settings, so ranks that differ fall
+/// back together instead of waiting for each other. The pids, when all
+/// could read all.
 fn agree_attach(
     me: Rank,
     ranks: &[Rank],
     my_idx: usize,
     segs: &[Arc<Segment>],
+    try_it: bool,
     conns: &mut [Option<(TcpStream, String)>],
     deadline: Instant,
 ) -> io::Result<Option<Vec<i32>>> {
     let pids: Vec<i32> = segs.iter().map(|s| s.attach_info().0.load(Ordering::Relaxed) as i32).collect();
-    let mut ok = true;
-    for (i, s) in segs.iter().enumerate().filter(|(i, _)| *i != my_idx) {
+    let mut ok = try_it;
+    for (i, s) in segs.iter().enumerate().filter(|(i, _)| try_it && *i != my_idx) {
         let (_, addr, value) = s.attach_info();
         let (value, addr) = (value.load(Ordering::Acquire), addr.load(Ordering::Relaxed));
         if value == 0 || !remote::probe(pids[i], addr, value) {
@@ -328,6 +333,7 @@ pub fn connect(
         let (pid, addr, value) = m.attach_info();
         pid.store(std::process::id() as u64, Ordering::Relaxed);
         addr.store(&*canary as *const u64 as u64, Ordering::Relaxed);
+        m.attach_min().store(sizes.attach_min as u64, Ordering::Relaxed);
         value.store(*canary, Ordering::Release);
     }
     // 1. everyone says whether its segment exists
@@ -367,11 +373,12 @@ pub fn connect(
     };
     let complete = agreed.iter().enumerate().all(|(i, &a)| a || i == my_idx);
     let all: Vec<Arc<Segment>> = segs.iter().map(|s| s.clone().unwrap_or_else(|| mine.clone())).collect();
-    let attach = if complete && sizes.attach_min != usize::MAX {
-        agree_attach(me, ranks, my_idx, &all, conns, deadline)?.map(|pids| Attach { pids, min_bytes: sizes.attach_min, _canary: canary })
-    } else {
-        None
-    };
+    let try_it = complete && sizes.attach_min != usize::MAX;
+    // Every rank must pick the same algorithms: the largest threshold any
+    // local rank was given applies to all.
+    let min_bytes = || all.iter().map(|s| s.attach_min().load(Ordering::Relaxed) as usize).max().unwrap_or(sizes.attach_min);
+    let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?
+        .map(|pids| Attach { pids, min_bytes: min_bytes(), _canary: canary });
     let workers = Workers::new(threads, me, workers::MIN_PIECE.min(sizes.seg))?;
     let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, one_round_max: one_round, attach });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());

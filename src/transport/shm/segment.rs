@@ -7,6 +7,7 @@
 //! 0      magic, n, ring, small, seg        (written once, checked by mappers)
 //! 40     pid, canary address, canary value (cross-memory attach, `remote.rs`)
 //! 64     phase    AtomicU64  progress of this rank through direct collectives
+//! 72     attach   AtomicU64  this rank's cross-memory attach threshold (the group takes the largest)
 //! 96     desc     AtomicU64  (seq, dtype, op) of the direct collective in progress
 //! 104    len      AtomicU64  its byte count
 //! 128    signal   AtomicU32  futex word of the collective channel: bumped by whoever changes state this rank waits on
@@ -195,6 +196,11 @@ impl Segment {
     /// its memory (for the cross-memory attach probe).
     pub fn attach_info(&self) -> (&AtomicU64, &AtomicU64, &AtomicU64) {
         (self.u64_at(40), self.u64_at(48), self.u64_at(56))
+    }
+
+    /// The owner's cross-memory attach threshold setting.
+    pub fn attach_min(&self) -> &AtomicU64 {
+        self.u64_at(72)
     }
 
     /// Descriptor of the direct collective this rank is in: (seq, dtype, op).
