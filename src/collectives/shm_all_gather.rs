@@ -49,7 +49,7 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
             }
         }
         let bytes = gets.iter().map(|(_, _, piece)| piece.len()).sum();
-        wk.for_each_sized(gets, bytes, |(c, off, piece)| {
+        wk.for_each(gets, bytes, |(c, off, piece)| {
             win.get(c, Area::Inputs, off, piece);
             Ok::<(), Error>(())
         })?;

@@ -74,7 +74,7 @@ pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, pulls: Vec<(usize, usize
     for (peer, entry, off, dst) in pulls {
         items.extend(wk.pieces_mut(dst).map(|(o, piece)| (peer, entry, off + o, piece)));
     }
-    wk.for_each_sized(items, bytes, |(peer, entry, off, piece)| win.pull(peer, entry, off, piece))
+    wk.for_each(items, bytes, |(peer, entry, off, piece)| win.pull(peer, entry, off, piece))
         .map_err(|e: PullError| win.failed(w, e))
 }
 

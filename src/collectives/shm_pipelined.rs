@@ -43,7 +43,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
         // Peers read our input slots only between our p+1 and their p+2;
         // all are at >= p.
         let moved = puts.iter().map(|(_, _, piece)| piece.len()).sum();
-        wk.for_each_sized(puts, moved, |(c, off, piece)| {
+        wk.for_each(puts, moved, |(c, off, piece)| {
             win.put(Area::Input(c), off, piece);
             Ok::<(), Error>(())
         })?;
@@ -87,7 +87,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
             }
         }
         let moved = gets.iter().map(|(_, _, piece)| piece.len()).sum();
-        wk.for_each_sized(gets, moved, |(c, off, piece)| {
+        wk.for_each(gets, moved, |(c, off, piece)| {
             win.get(c, Area::Output, off, piece);
             Ok::<(), Error>(())
         })?;

@@ -41,7 +41,7 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
             }
         }
         let bytes = puts.iter().map(|(_, _, piece)| piece.len()).sum();
-        wk.for_each_sized(puts, bytes, |(c, off, piece)| {
+        wk.for_each(puts, bytes, |(c, off, piece)| {
             win.put(Area::Input(c), off, piece);
             Ok::<(), Error>(())
         })?;
