@@ -2,14 +2,15 @@
 //! as in `shm_attach`): every rank reduces its own part by reading the
 //! peers' inputs for that part straight out of their tensors, a
 //! cache-sized block at a time, into its output. all_reduce then reads
-//! every other rank's finished part out of that rank's buffer. Every part is reduced by one rank, in the same
-//! order (its own input first, then the peers' in rank order), so all
-//! ranks hold the same bits.
+//! every other rank's finished part out of that rank's buffer. Every part
+//! is reduced by one rank, in the same order (its own input first, then
+//! the peers' in rank order), so all ranks hold the same bits.
 #![forbid(unsafe_code)]
 
 use super::plan::{bytes, even_chunks};
 use super::reduce::{finish_avg, reduce_into};
 use super::shm_attach::{pull_all, Step};
+use super::split_chunks_mut;
 use crate::error::Result;
 use crate::transport::shm::{Desc, PhaseWait, PullError, Window};
 use crate::types::{DType, ReduceOp};
@@ -25,7 +26,7 @@ fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], entry: usize, at
     let wk = win.workers();
     let bytes = acc.len();
     let pieces: Vec<_> = wk.pieces_mut(acc).collect();
-    wk.for_each_sized(pieces, bytes, |(off, piece)| {
+    wk.for_each(pieces, bytes, |(off, piece)| {
         let mut words = vec![0u64; BLOCK.min(piece.len()).div_ceil(8)]; // aligned for every dtype
         let block: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
         let mut done = 0;
@@ -47,11 +48,11 @@ fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], entry: usize, at
 
 pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
     let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
-    let chunks: Vec<_> = even_chunks(buf.len() / e, n).iter().map(|c| bytes(c, e)).collect();
+    let chunks = even_chunks(buf.len() / e, n);
     let step = Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len() }, &[&*buf], || ())?;
     // Peers read our chunk c (their own) until they publish p+2; we
     // change only chunk `me` before that.
-    let mine = chunks[me].clone();
+    let mine = bytes(&chunks[me], e);
     let r = reduce_part(win, w, &mut buf[mine.clone()], 0, mine.start, dtype, op);
     step.sync(win, w, 1)?;
     if r.is_err() {
@@ -59,17 +60,12 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
     }
     // Every chunk is final in its owner's buffer; nobody reads our other
     // chunks any more.
-    let mut pulls = Vec::new();
-    let mut rest: &mut [u8] = buf;
-    let mut at = 0;
-    for (c, r) in chunks.iter().enumerate() {
-        let (part, tail) = std::mem::take(&mut rest).split_at_mut(r.end - at);
-        rest = tail;
-        at = r.end;
-        if c != me {
-            pulls.push((c, 0, r.start, part));
-        }
-    }
+    let pulls = split_chunks_mut(buf, &chunks, e)
+        .into_iter()
+        .enumerate()
+        .filter(|(c, _)| *c != me)
+        .map(|(c, part)| (c, 0, bytes(&chunks[c], e).start, part))
+        .collect();
     let r = pull_all(win, w, pulls);
     step.end(win, w, 2, true, r)
 }
