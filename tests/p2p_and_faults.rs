@@ -10,22 +10,6 @@ use common::*;
 use rustccl::config::AlgoConfig;
 use rustccl::{DType, Error, OpKind, ReduceOp};
 
-fn send(c: &rustccl::Communicator, b: &std::sync::Arc<rustccl::tensor::SharedBuf>, to: usize, tag: i64) -> rustccl::Work {
-    let mut s = spec(OpKind::Send);
-    s.root = to as i64;
-    s.tag = tag;
-    s.inputs = vec![t(b)];
-    c.submit(vec![s], None, None).unwrap()
-}
-
-fn recv(c: &rustccl::Communicator, b: &std::sync::Arc<rustccl::tensor::SharedBuf>, from: Option<usize>, tag: i64) -> rustccl::Work {
-    let mut s = spec(OpKind::Recv);
-    s.root = from.map_or(-1, |f| f as i64);
-    s.tag = tag;
-    s.outputs = vec![t(b)];
-    c.submit(vec![s], None, None).unwrap()
-}
-
 /// Point-to-point tests run over TCP and over shared memory (tiny rings,
 /// so messages wrap them many times).
 fn both(n: usize, timeout: Duration) -> [Vec<rustccl::Communicator>; 2] {

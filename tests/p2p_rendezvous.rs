@@ -6,13 +6,12 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::Duration;
 
 use common::*;
 use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
-use rustccl::tensor::SharedBuf;
-use rustccl::{Communicator, DType, Error, OpKind, Work};
+use rustccl::{Communicator, DType, Error};
 
 const ATTACH_MIN: usize = 4096;
 
@@ -39,22 +38,6 @@ fn comms_on(mode: Mode, hosts: &[usize], timeout: Duration) -> Vec<Communicator>
 
 fn comms(mode: Mode, n: usize) -> Vec<Communicator> {
     comms_on(mode, &vec![0; n], Duration::from_secs(30))
-}
-
-fn send(c: &Communicator, b: &Arc<SharedBuf>, to: usize, tag: i64) -> Work {
-    let mut s = spec(OpKind::Send);
-    s.root = to as i64;
-    s.tag = tag;
-    s.inputs = vec![t(b)];
-    c.submit(vec![s], None, None).unwrap()
-}
-
-fn recv(c: &Communicator, b: &Arc<SharedBuf>, from: Option<usize>, tag: i64) -> Work {
-    let mut s = spec(OpKind::Recv);
-    s.root = from.map_or(-1, |f| f as i64);
-    s.tag = tag;
-    s.outputs = vec![t(b)];
-    c.submit(vec![s], None, None).unwrap()
 }
 
 fn pattern(seed: usize, n: usize) -> Vec<f64> {

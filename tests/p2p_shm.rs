@@ -5,29 +5,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
-use rustccl::tensor::SharedBuf;
-use rustccl::{Communicator, DType, Error, OpKind, Work};
-
-fn send(c: &Communicator, b: &Arc<SharedBuf>, to: usize, tag: i64) -> Work {
-    let mut s = spec(OpKind::Send);
-    s.root = to as i64;
-    s.tag = tag;
-    s.inputs = vec![t(b)];
-    c.submit(vec![s], None, None).unwrap()
-}
-
-fn recv(c: &Communicator, b: &Arc<SharedBuf>, from: Option<usize>, tag: i64) -> Work {
-    let mut s = spec(OpKind::Recv);
-    s.root = from.map_or(-1, |f| f as i64);
-    s.tag = tag;
-    s.outputs = vec![t(b)];
-    c.submit(vec![s], None, None).unwrap()
-}
+use rustccl::{DType, Error};
 
 fn tiny_shm() -> ShmConfig {
     ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: usize::MAX }

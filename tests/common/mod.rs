@@ -241,6 +241,24 @@ pub fn spec(kind: OpKind) -> OpSpec {
     OpSpec::new(kind)
 }
 
+/// Posts a send of `b` to `to` with `tag` (its Work).
+pub fn send(c: &Communicator, b: &Arc<SharedBuf>, to: usize, tag: i64) -> rustccl::Work {
+    let mut s = spec(OpKind::Send);
+    s.root = to as i64;
+    s.tag = tag;
+    s.inputs = vec![t(b)];
+    c.submit(vec![s], None, None).unwrap()
+}
+
+/// Posts a receive into `b` from `from` (None: any source) with `tag`.
+pub fn recv(c: &Communicator, b: &Arc<SharedBuf>, from: Option<usize>, tag: i64) -> rustccl::Work {
+    let mut s = spec(OpKind::Recv);
+    s.root = from.map_or(-1, |f| f as i64);
+    s.tag = tag;
+    s.outputs = vec![t(b)];
+    c.submit(vec![s], None, None).unwrap()
+}
+
 /// Submits one op and waits for it.
 pub fn run(c: &Communicator, s: OpSpec) {
     c.submit(vec![s], None, None).unwrap().wait(None).unwrap();
