@@ -135,7 +135,7 @@ fn all_gather_and_reduce_scatter_list_and_flat() {
                 for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Avg] {
                     let dt = DType::F32;
                     // rank r contributes values(op, r*n + p, len) to rank p
-                    let part = |src: usize, dst: usize| values(dt, op, src * n + dst, len);
+                    let part = |src: usize, dst: usize| rs_part(dt, op, n, src, dst, len);
                     let contribs: Vec<Vec<f64>> = (0..n).map(|src| part(src, r)).collect();
                     let want = reference(dt, op, &contribs);
                     // list inputs
@@ -151,15 +151,7 @@ fn all_gather_and_reduce_scatter_list_and_flat() {
                         assert_eq!(read(dt, i), part(r, p), "reduce_scatter must not modify its inputs");
                     }
                     // flat input
-                    let flat: Vec<f64> = (0..n).flat_map(|p| part(r, p)).collect();
-                    let inp = buf(dt, &flat);
-                    let out = buf(dt, &vec![0.0; len]);
-                    let mut s = spec(OpKind::ReduceScatter);
-                    s.reduce_op = op as i32;
-                    s.inputs = vec![t(&inp)];
-                    s.outputs = vec![t(&out)];
-                    run(c, s);
-                    assert_close(dt, op, &read(dt, &out), &want, &format!("reduce_scatter flat {op:?} n={n} len={len}"));
+                    check_reduce_scatter_flat(c, r, n, dt, op, len, &format!("reduce_scatter flat {op:?} n={n} len={len}"));
                 }
             }
         });

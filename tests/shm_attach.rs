@@ -50,18 +50,7 @@ fn every_collective_reads_the_peers_directly() {
                     let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, op, p, len)).collect();
                     assert_close(dt, op, &read(dt, &b), &reference(dt, op, &contribs), &format!("all_reduce {dt:?} {op:?} n={n} len={len}"));
 
-                    let part = |src: usize, dst: usize| values(dt, op, src * n + dst, len);
-                    let flat: Vec<f64> = (0..n).flat_map(|p| part(r, p)).collect();
-                    let inp = buf(dt, &flat);
-                    let out = buf(dt, &vec![0.0; len]);
-                    let mut s = spec(OpKind::ReduceScatter);
-                    s.reduce_op = op as i32;
-                    s.inputs = vec![t(&inp)];
-                    s.outputs = vec![t(&out)];
-                    run(c, s);
-                    let want = reference(dt, op, &(0..n).map(|src| part(src, r)).collect::<Vec<_>>());
-                    assert_close(dt, op, &read(dt, &out), &want, &format!("reduce_scatter {dt:?} {op:?} n={n} len={len}"));
-                    assert_eq!(read(dt, &inp), flat, "reduce_scatter must not modify its input");
+                    check_reduce_scatter_flat(c, r, n, dt, op, len, &format!("reduce_scatter {dt:?} {op:?} n={n} len={len}"));
                 }
                 for root in 0..n {
                     let dt = DType::F32;

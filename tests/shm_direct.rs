@@ -43,18 +43,7 @@ fn broadcast_all_gather_and_reduce_scatter_go_direct() {
                 assert_eq!(outs.iter().flat_map(|o| read(dt, o)).collect::<Vec<_>>(), expect, "all_gather n={n} len={len}");
                 for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg] {
                     let dt = DType::F32;
-                    let part = |src: usize, dst: usize| values(dt, op, src * n + dst, len);
-                    let want = reference(dt, op, &(0..n).map(|src| part(src, r)).collect::<Vec<_>>());
-                    let flat: Vec<f64> = (0..n).flat_map(|p| part(r, p)).collect();
-                    let inp = buf(dt, &flat);
-                    let out = buf(dt, &vec![0.0; len]);
-                    let mut s = spec(OpKind::ReduceScatter);
-                    s.reduce_op = op as i32;
-                    s.inputs = vec![t(&inp)];
-                    s.outputs = vec![t(&out)];
-                    run(c, s);
-                    assert_close(dt, op, &read(dt, &out), &want, &format!("reduce_scatter {op:?} n={n} len={len}"));
-                    assert_eq!(read(dt, &inp), flat, "reduce_scatter must not modify its input");
+                    check_reduce_scatter_flat(c, r, n, dt, op, len, &format!("reduce_scatter {op:?} n={n} len={len}"));
                 }
             }
         });

@@ -241,6 +241,29 @@ pub fn spec(kind: OpKind) -> OpSpec {
     OpSpec::new(kind)
 }
 
+/// Rank `r`'s contribution to rank `dst`'s part of a reduce_scatter on `n`
+/// ranks: `values(dtype, op, r * n + dst, len)`.
+pub fn rs_part(dtype: DType, op: ReduceOp, n: usize, r: usize, dst: usize, len: usize) -> Vec<f64> {
+    values(dtype, op, r * n + dst, len)
+}
+
+/// Runs a reduce_scatter with one flat input of `n` parts of `len`
+/// elements (`rs_part`) on rank `r` and checks its output against the
+/// reference reduction, and that the input is left as it was.
+pub fn check_reduce_scatter_flat(c: &Communicator, r: usize, n: usize, dtype: DType, op: ReduceOp, len: usize, what: &str) {
+    let flat: Vec<f64> = (0..n).flat_map(|p| rs_part(dtype, op, n, r, p, len)).collect();
+    let inp = buf(dtype, &flat);
+    let out = buf(dtype, &vec![0.0; len]);
+    let mut s = spec(OpKind::ReduceScatter);
+    s.reduce_op = op as i32;
+    s.inputs = vec![t(&inp)];
+    s.outputs = vec![t(&out)];
+    run(c, s);
+    let want = reference(dtype, op, &(0..n).map(|src| rs_part(dtype, op, n, src, r, len)).collect::<Vec<_>>());
+    assert_close(dtype, op, &read(dtype, &out), &want, what);
+    assert_eq!(read(dtype, &inp), flat, "{what}: reduce_scatter must not modify its input");
+}
+
 /// Posts a send of `b` to `to` with `tag` (its Work).
 pub fn send(c: &Communicator, b: &Arc<SharedBuf>, to: usize, tag: i64) -> rustccl::Work {
     let mut s = spec(OpKind::Send);
