@@ -24,10 +24,7 @@ fn all_reduce_sweep(comms: &[Communicator], dtypes: &[DType], sizes: &[usize]) {
                 }
                 for &len in sizes {
                     let b = buf(dt, &values(dt, op, r, len));
-                    let mut s = spec(OpKind::AllReduce);
-                    s.reduce_op = op as i32;
-                    s.inputs = vec![t(&b)];
-                    run(c, s);
+                    all_reduce(c, &b, op);
                     let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, op, p, len)).collect();
                     let want = reference(dt, op, &contribs);
                     assert_close(dt, op, &read(dt, &b), &want, &format!("all_reduce {dt} {op:?} n={n} len={len} rank {r}"));

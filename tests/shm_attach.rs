@@ -43,10 +43,7 @@ fn every_collective_reads_the_peers_directly() {
             for len in lens(n) {
                 for (dt, op) in [(DType::F32, ReduceOp::Sum), (DType::BF16, ReduceOp::Max), (DType::I64, ReduceOp::Sum), (DType::F64, ReduceOp::Avg)] {
                     let b = buf(dt, &values(dt, op, r, len));
-                    let mut s = spec(OpKind::AllReduce);
-                    s.reduce_op = op as i32;
-                    s.inputs = vec![t(&b)];
-                    run(c, s);
+                    all_reduce(c, &b, op);
                     let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, op, p, len)).collect();
                     assert_close(dt, op, &read(dt, &b), &reference(dt, op, &contribs), &format!("all_reduce {dt:?} {op:?} n={n} len={len}"));
 
@@ -55,10 +52,7 @@ fn every_collective_reads_the_peers_directly() {
                 for root in 0..n {
                     let dt = DType::F32;
                     let b = buf(dt, &values(dt, ReduceOp::Sum, r, len));
-                    let mut s = spec(OpKind::Broadcast);
-                    s.root = root as i64;
-                    s.inputs = vec![t(&b)];
-                    run(c, s);
+                    broadcast(c, &b, root);
                     assert_eq!(read(dt, &b), values(dt, ReduceOp::Sum, root, len), "broadcast n={n} root={root} len={len}");
 
                     let mine = values(dt, ReduceOp::Max, r, len);
@@ -140,9 +134,7 @@ fn the_threshold_picks_direct_reads_from_its_size_on() {
     for (len, want) in [(1023usize, "shm_pipelined"), (1024, "shm_attach")] {
         let got = on_ranks(&comms, |r, c| {
             let b = buf(DType::F32, &(0..len).map(|i| (i * (r + 1)) as f64).collect::<Vec<_>>());
-            let mut s = spec(OpKind::AllReduce);
-            s.inputs = vec![t(&b)];
-            run(c, s);
+            all_reduce(c, &b, ReduceOp::Sum);
             assert_eq!(read(DType::F32, &b), (0..len).map(|i| (6 * i) as f64).collect::<Vec<_>>());
             algorithm(c, "all_reduce")
         });
@@ -169,9 +161,7 @@ fn a_size_mismatch_fails_on_the_rank_that_sees_it_and_the_group_goes_on() {
         let res = c.submit(vec![s], None, None).unwrap().wait(None);
         // the group still works: an all_reduce right after
         let b = buf(DType::F32, &[r as f64; 3]);
-        let mut s = spec(OpKind::AllReduce);
-        s.inputs = vec![t(&b)];
-        run(c, s);
+        all_reduce(c, &b, ReduceOp::Sum);
         assert_eq!(read(DType::F32, &b), vec![3.0; 3]);
         res.err().map(|e| e.to_string())
     });
@@ -212,9 +202,7 @@ fn ranks_with_different_settings_agree() {
         on_ranks(&comms, |r, c| {
             for len in [1000usize, 1024] {
                 let b = buf(DType::F32, &vec![(r + 1) as f64; len]);
-                let mut s = spec(OpKind::AllReduce);
-                s.inputs = vec![t(&b)];
-                run(c, s);
+                all_reduce(c, &b, ReduceOp::Sum);
                 assert_eq!(read(DType::F32, &b), vec![6.0; len]);
             }
         });

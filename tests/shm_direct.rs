@@ -26,10 +26,7 @@ fn broadcast_all_gather_and_reduce_scatter_go_direct() {
                 for root in 0..n {
                     let dt = DType::BF16;
                     let b = buf(dt, &values(dt, ReduceOp::Sum, r, len));
-                    let mut s = spec(OpKind::Broadcast);
-                    s.root = root as i64;
-                    s.inputs = vec![t(&b)];
-                    run(c, s);
+                    broadcast(c, &b, root);
                     assert_eq!(read(dt, &b), values(dt, ReduceOp::Sum, root, len), "broadcast n={n} root={root} len={len}");
                 }
                 let dt = DType::I64;

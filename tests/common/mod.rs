@@ -241,6 +241,22 @@ pub fn spec(kind: OpKind) -> OpSpec {
     OpSpec::new(kind)
 }
 
+/// Runs an in-place all_reduce of `b` with `op` and waits for it.
+pub fn all_reduce(c: &Communicator, b: &Arc<SharedBuf>, op: ReduceOp) {
+    let mut s = spec(OpKind::AllReduce);
+    s.reduce_op = op as i32;
+    s.inputs = vec![t(b)];
+    run(c, s);
+}
+
+/// Runs a broadcast of `b` from `root` and waits for it.
+pub fn broadcast(c: &Communicator, b: &Arc<SharedBuf>, root: usize) {
+    let mut s = spec(OpKind::Broadcast);
+    s.root = root as i64;
+    s.inputs = vec![t(b)];
+    run(c, s);
+}
+
 /// Rank `r`'s contribution to rank `dst`'s part of a reduce_scatter on `n`
 /// ranks: `values(dtype, op, r * n + dst, len)`.
 pub fn rs_part(dtype: DType, op: ReduceOp, n: usize, r: usize, dst: usize, len: usize) -> Vec<f64> {
