@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::collectives::Op;
+use crate::tensor::Tensor;
 use crate::types::{DType, Device, Rank};
 use crate::work::Work;
 
@@ -24,6 +26,21 @@ pub struct Meta {
     pub dtype: Option<DType>,
     pub peers: Peers,
     pub device: Device,
+}
+
+impl Meta {
+    /// What the recorder notes about a submission of `ops` (not empty).
+    pub fn of(ops: &[Op<Tensor>]) -> Meta {
+        let first = &ops[0];
+        let peers = match first {
+            Op::Broadcast { root, .. } | Op::Reduce { root, .. } | Op::Gather { root, .. } | Op::Scatter { root, .. } => Peers::Root(*root),
+            Op::Send { peer, .. } => Peers::To(*peer),
+            Op::Recv { peer, .. } => Peers::From(*peer),
+            _ => Peers::All,
+        };
+        let op = if ops.len() > 1 { "coalesced" } else { first.kind().name() };
+        Meta { op, bytes: ops.iter().map(|o| o.bytes()).sum(), dtype: first.first_dtype(), peers, device: first.device() }
+    }
 }
 
 /// Whom an operation exchanges with, as the record shows it.

@@ -184,26 +184,6 @@ fn hosts_of(peers: &[PeerInfo]) -> Vec<Vec<Rank>> {
     hosts.into_iter().map(|(_, v)| v).collect()
 }
 
-/// What the flight recorder notes about a submission.
-fn flight_meta(ops: &[Op<Tensor>]) -> flight::Meta {
-    use flight::Peers;
-    let first = &ops[0];
-    let peers = match first {
-        Op::Broadcast { root, .. } | Op::Reduce { root, .. } | Op::Gather { root, .. } | Op::Scatter { root, .. } => Peers::Root(*root),
-        Op::Send { peer, .. } => Peers::To(*peer),
-        Op::Recv { peer, .. } => Peers::From(*peer),
-        _ => Peers::All,
-    };
-    let op = if ops.len() > 1 { "coalesced" } else { first.kind().name() };
-    flight::Meta {
-        op,
-        bytes: ops.iter().map(|o| o.bytes()).sum(),
-        dtype: first.first_dtype(),
-        peers,
-        device: first.device(),
-    }
-}
-
 /// Tag of the point-to-point messages that carry a pair's NCCL unique id
 /// (outside torch's int32 tag range, so it never meets a user's message).
 const NCCL_ID_TAG: i64 = i64::MIN + 0x6e63636c;
@@ -419,7 +399,7 @@ impl Communicator {
         if self.opts.check && self.size > 1 && !ops[0].kind().is_p2p() {
             self.check_collective(&ops, timeout_d)?;
         }
-        let meta = flight_meta(&ops);
+        let meta = flight::Meta::of(&ops);
         // Compression serves the host engine only (CPU tensors).
         let compress = if meta.device == Device::Cpu { self.compression.request_with(next, &ops) } else { None };
         let w = self.dispatch(ops, stream, sync, timeout_d, callback, compress)?;
