@@ -55,18 +55,20 @@ fn every_collective_reads_the_peers_directly() {
                     broadcast(c, &b, root);
                     assert_eq!(read(dt, &b), values(dt, ReduceOp::Sum, root, len), "broadcast n={n} root={root} len={len}");
 
-                    let mine = values(dt, ReduceOp::Max, r, len);
-                    let b = buf(dt, &mine);
-                    let mut s = spec(OpKind::Reduce);
-                    s.root = root as i64;
-                    s.reduce_op = ReduceOp::Max as i32;
-                    s.inputs = vec![t(&b)];
-                    run(c, s);
-                    if r == root {
-                        let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, ReduceOp::Max, p, len)).collect();
-                        assert_eq!(read(dt, &b), reference(dt, ReduceOp::Max, &contribs), "reduce n={n} root={root} len={len}");
-                    } else {
-                        assert_eq!(read(dt, &b), mine, "reduce must leave non-root buffers alone");
+                    for (dt, op) in [(DType::F32, ReduceOp::Max), (DType::F64, ReduceOp::Avg)] {
+                        let mine = values(dt, op, r, len);
+                        let b = buf(dt, &mine);
+                        let mut s = spec(OpKind::Reduce);
+                        s.root = root as i64;
+                        s.reduce_op = op as i32;
+                        s.inputs = vec![t(&b)];
+                        run(c, s);
+                        if r == root {
+                            let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, op, p, len)).collect();
+                            assert_close(dt, op, &read(dt, &b), &reference(dt, op, &contribs), &format!("reduce {op:?} n={n} root={root} len={len}"));
+                        } else {
+                            assert_eq!(read(dt, &b), mine, "reduce must leave non-root buffers alone");
+                        }
                     }
 
                     let input = buf(DType::U8, &values(DType::U8, ReduceOp::Sum, r, len));
@@ -121,6 +123,10 @@ fn every_collective_reads_the_peers_directly() {
             }
             for op in ["all_reduce", "reduce_scatter", "broadcast", "reduce", "all_gather"] {
                 assert_eq!(algorithm(c, op) == "shm_attach", attach_min == 0, "{op} n={n} attach_min={attach_min}");
+            }
+            if attach_min != 0 {
+                // The last reduce (40 000 doubles) is over the tiny one-round size.
+                assert_eq!(algorithm(c, "reduce"), "shm_reduce", "n={n}");
             }
         }
     }

@@ -34,6 +34,7 @@ pub mod shm_attach_reduce;
 pub mod shm_broadcast;
 pub mod shm_one_round;
 pub mod shm_pipelined;
+pub mod shm_reduce;
 pub mod shm_reduce_scatter;
 pub mod tree;
 
@@ -110,6 +111,32 @@ pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8]
     } else {
         shm_pipelined::all_reduce(win, w, buf, dtype, op)?;
         Ok("shm_pipelined")
+    }
+}
+
+/// Reduce among the ranks of one host. Small buffers: the one-round
+/// all-reduce, on a copy where the buffer must not change (the copy is a
+/// few cache lines). Larger: the all-reduce without its all-gather, which
+/// leaves the non-roots' buffers untouched (4 ranks, 2 MiB: the ring reduce
+/// took 1312 us and the all-reduce on a copy 950 us, 1.2x gloo).
+fn reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut HostTensor, op: ReduceOp, root: usize, scratch: &mut Scratch) -> Result<AlgoName> {
+    let dtype = buf.dtype();
+    let (n, me) = (win.ranks().len(), win.me());
+    if attach(win, buf.nbytes()) {
+        let part = plan::bytes(&plan::even_chunks(buf.nbytes() / dtype.size(), n)[me], dtype.size()).len();
+        shm_attach_reduce::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(part))?;
+        Ok("shm_attach")
+    } else if buf.nbytes() <= win.one_round_max() {
+        if me == root {
+            return all_reduce_shm(win, w, buf.bytes_mut(), dtype, op);
+        }
+        // Reused scratch (aligned for every dtype).
+        let copy = scratch.get(buf.nbytes());
+        copy.copy_from_slice(buf.bytes());
+        all_reduce_shm(win, w, copy, dtype, op)
+    } else {
+        shm_reduce::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(win.slot_capacity()))?;
+        Ok("shm_reduce")
     }
 }
 
@@ -301,18 +328,7 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
             if n == 1 {
                 Ok("local")
             } else if let Some((win, wait)) = whole_host(t) {
-                // One host: the shared-memory all-reduce (on a copy where the
-                // buffer must not change) beats a tree or ring reduce at
-                // every size (4 ranks, 2 MiB: 529 us against 1312 us).
-                if r == *root {
-                    return all_reduce_shm(&win, wait, buf.bytes_mut(), dtype, *op);
-                }
-                // Reused scratch (aligned for every dtype): a fresh buffer per
-                // call cost page faults and unmaps (a 32 MiB reduce on the
-                // devbox took 3x an all_reduce).
-                let copy = scratch.get(buf.nbytes());
-                copy.copy_from_slice(buf.bytes());
-                all_reduce_shm(&win, wait, copy, dtype, *op)
+                reduce_shm(&win, wait, buf, *op, *root, scratch)
             } else if buf.nbytes() <= cfg.small_allreduce_bytes {
                 tree::reduce(t, buf.bytes_mut(), dtype, *op, *root, scratch)?;
                 Ok("tree")

@@ -70,6 +70,39 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
     step.end(win, w, 2, true, r)
 }
 
+/// Reduce to `root`: every rank reduces its own chunk as in `all_reduce`
+/// (the root in its buffer, the others into `part`, one chunk of scratch,
+/// posted as entry 1), then the root reads the other chunks. The caller's
+/// buffer changes only on the root.
+pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp, root: usize, part: &mut [u8]) -> Result<()> {
+    let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
+    let chunks = even_chunks(buf.len() / e, n);
+    let mine = bytes(&chunks[me], e);
+    let part = &mut part[..if me == root { 0 } else { mine.len() }];
+    let step = Step::begin(win, w, &Desc { name: "reduce", dtype, op, len: buf.len() }, &[&*buf, &*part], || ())?;
+    // Peers read our chunk c (their own) until they publish p+2; the root
+    // changes only chunk `me` before that, the others nothing.
+    let r = if me == root {
+        reduce_part(win, w, &mut buf[mine.clone()], 0, mine.start, dtype, op)
+    } else {
+        part.copy_from_slice(&buf[mine.clone()]);
+        reduce_part(win, w, part, 0, mine.start, dtype, op)
+    };
+    step.sync(win, w, 1)?;
+    if r.is_err() || me != root {
+        // The root reads our part until it publishes p+3.
+        return step.end(win, w, 2, me != root, r);
+    }
+    let pulls = split_chunks_mut(buf, &chunks, e)
+        .into_iter()
+        .enumerate()
+        .filter(|(c, _)| *c != me)
+        .map(|(c, part)| (c, 1, 0, part))
+        .collect();
+    let r = pull_all(win, w, pulls);
+    step.end(win, w, 2, false, r)
+}
+
 /// `ins[p]`: this rank's contribution to rank p's part; `out`: our part
 /// (does not overlap `ins`).
 pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
