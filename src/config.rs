@@ -140,9 +140,6 @@ pub struct Config {
     pub flight_size: usize,
     pub fault: Option<FaultSpec>,
     pub check: bool,
-    /// `RUSTCCL_WAIT_POLL_US`: how long a wait on CPU work polls before
-    /// sleeping; `None`: by the host ([`Config::wait_poll`]).
-    pub wait_poll_us: Option<u64>,
     pub debug: LogLevel,
 }
 
@@ -198,11 +195,6 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
         default: "16777216",
         doc: "all_reduce, reduce_scatter, all_gather, broadcast and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks and point-to-point sends over 256 KiB (or from this size, if smaller) always do (such a send completes once its receive took the data); off: never (also skips the setup probe)",
-    },
-    Setting {
-        name: "RUSTCCL_WAIT_POLL_US",
-        default: "auto",
-        doc: "microseconds work.wait() on CPU work polls (yielding the core) before it sleeps; auto: 50 where the host has at least 4 cores per local rank of the group, else 0 (a polling caller takes the core its own rank's worker needs)",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
@@ -369,10 +361,6 @@ impl Config {
                     None
                 }
             }),
-            wait_poll_us: match std::env::var("RUSTCCL_WAIT_POLL_US").as_deref() {
-                Err(_) | Ok("") | Ok("auto") => None,
-                Ok(v) => v.parse().map(|us: u64| us.min(10_000)).map_err(|_| eprintln!("rustccl: ignoring RUSTCCL_WAIT_POLL_US={v:?}: not a number of microseconds")).ok(),
-            },
             check: matches!(std::env::var("RUSTCCL_CHECK").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             cuda_timing: matches!(std::env::var("RUSTCCL_CUDA_TIMING").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
             host_profile: matches!(std::env::var("RUSTCCL_HOST_PROFILE").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
@@ -400,20 +388,6 @@ impl Config {
         (one_shot, all_reduce, gather)
     }
 
-    /// How long a wait on CPU work of a group with `local_ranks` ranks on
-    /// this host polls before sleeping: the setting, else 50 us where every
-    /// local rank has 4 cores (its caller and its worker poll, with room
-    /// for the user's threads), else none. A sleeping caller pays a
-    /// wake-up per call (on a VM, a good part of a small collective's
-    /// time); on the 2-core machine a polling caller took the core its
-    /// worker needed and small all-reduces settled at ~60 us in half the
-    /// runs instead of ~15 us.
-    pub fn wait_poll(&self, local_ranks: usize) -> std::time::Duration {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let auto = if cores >= 4 * local_ranks.max(1) { 50 } else { 0 };
-        std::time::Duration::from_micros(self.wait_poll_us.unwrap_or(auto))
-    }
-
     /// The process-wide configuration, read from the environment once.
     pub fn get() -> &'static Config {
         static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -432,7 +406,6 @@ impl Config {
             ("RUSTCCL_SHM_SEGMENT_BYTES", self.shm.segment_bytes.to_string()),
             ("RUSTCCL_SHM_THREADS", self.shm.threads.to_string()),
             ("RUSTCCL_SHM_ATTACH_MIN_BYTES", if self.shm.attach_min == usize::MAX { "off".into() } else { self.shm.attach_min.to_string() }),
-            ("RUSTCCL_WAIT_POLL_US", self.wait_poll_us.map_or("auto".into(), |us| us.to_string())),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

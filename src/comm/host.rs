@@ -59,8 +59,6 @@ pub struct HostEngine {
     exited: Mutex<Option<mpsc::Receiver<()>>>,
     interrupt: Interrupter,
     group: String,
-    /// How long a wait on this engine's work polls (`Config::wait_poll`).
-    poll: Duration,
 }
 
 /// The next job: polls briefly first, so back-to-back collectives do not
@@ -94,7 +92,6 @@ impl HostEngine {
         algo: AlgoConfig,
         observer: Option<Observer>,
         fault: Option<FaultSpec>,
-        poll: Duration,
     ) -> Result<HostEngine> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (exit_tx, exit_rx) = mpsc::channel::<()>();
@@ -177,7 +174,6 @@ impl HostEngine {
             exited: Mutex::new(Some(exit_rx)),
             interrupt,
             group,
-            poll,
         })
     }
 
@@ -209,7 +205,7 @@ impl HostEngine {
             return Err(Error::Closed { op: op_name, how: "shut down" });
         };
         let seq = q.next_seq;
-        let work = Work::polled(op_name, seq, self.poll);
+        let work = Work::new(op_name, seq);
         prepare(&work);
         tx.send(Job { ops, work: work.clone(), timeout, bytes, compress })
             .map_err(|_| Error::Closed { op: op_name, how: "shut down" })?;

@@ -216,7 +216,7 @@ impl Communicator {
         let mut shm = Self::connect_shm(&ep, &mut coll, &opts)?;
         let any_shm = shm.is_some();
         let p2p_shm = shm.as_mut().map(|s| (s.local.clone(), std::mem::take(&mut s.p2p)));
-        let mut thresholds = thresholds(&opts.algo, shm.as_ref().map(|s| s.local.as_ref()));
+        let thresholds = thresholds(&opts.algo, shm.as_ref().map(|s| s.local.as_ref()));
         let mut transport = Mesh::new(rank, size, coll, shm, hosts_of(&ep.peers))
             .map_err(|e| Error::Bootstrap { rank, detail: format!("setting up links: {e}") })?;
         if any_shm || opts.transport != TransportMode::Tcp {
@@ -234,11 +234,8 @@ impl Communicator {
         let links = transport.link_kinds();
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
-        let me = &ep.peers[rank].host;
-        let poll = Config::get().wait_poll(ep.peers.iter().filter(|p| &p.host == me).count());
-        thresholds.push(("wait_poll_us", poll.as_micros() as u64));
-        let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault, poll)?;
-        let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns, p2p_shm, poll);
+        let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
+        let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns, p2p_shm);
         Ok(Communicator {
             rank,
             size,
@@ -304,8 +301,7 @@ impl Communicator {
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
         let th = thresholds(&opts.algo, None);
-        let poll = Config::get().wait_poll(size);
-        let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault, poll)?;
+        let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
         Ok(Communicator {
             rank,
             size,

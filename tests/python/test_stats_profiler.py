@@ -14,12 +14,6 @@ def test_stats_counters():
     launch.expect_ok(launch.run("w_stats:counters", 3))
 
 
-def test_stats_counters_with_polling_waits():
-    # Every CPU wait polls up to 2 ms before sleeping: same results, and
-    # the setting shows in the thresholds.
-    launch.expect_ok(launch.run("w_stats:counters", 3, env={"RUSTCCL_WAIT_POLL_US": "2000"}))
-
-
 def test_profiler_events():
     launch.expect_ok(launch.run("w_stats:profiler", 2))
 

@@ -152,7 +152,6 @@ pub struct P2pEngine {
     seq: Mutex<u64>,
     /// Link kind per peer ("shm" / "tcp"), for stats.
     kinds: Vec<&'static str>,
-    poll: Duration,
 }
 
 fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -163,8 +162,7 @@ impl P2pEngine {
     /// `conns`: a TCP connection per peer; `shm`: shared-memory links to
     /// the peers of this host that have them (their TCP connection then
     /// only watches for the peer's death).
-    /// `poll`: how long a wait on its work polls (`Config::wait_poll`).
-    pub fn new(rank: Rank, size: usize, group: String, conns: Vec<Option<Conn>>, shm: Option<ShmP2p>, poll: Duration) -> P2pEngine {
+    pub fn new(rank: Rank, size: usize, group: String, conns: Vec<Option<Conn>>, shm: Option<ShmP2p>) -> P2pEngine {
         let mut kinds: Vec<&'static str> = conns.iter().map(|c| if c.is_some() { "tcp" } else { "" }).collect();
         kinds.resize(size, "");
         if let Some((_, links)) = &shm {
@@ -173,7 +171,7 @@ impl P2pEngine {
             }
         }
         let shm = shm.filter(|(_, links)| !links.is_empty());
-        P2pEngine { rank, size, group, state: Mutex::new(State::Idle(Links { conns, shm })), seq: Mutex::new(0), kinds, poll }
+        P2pEngine { rank, size, group, state: Mutex::new(State::Idle(Links { conns, shm })), seq: Mutex::new(0), kinds }
     }
 
     /// "shm" or "tcp": how messages to / from `peer` travel.
@@ -247,7 +245,7 @@ impl P2pEngine {
             *s += 1;
             *s
         };
-        let work = Work::polled(kind, seq, self.poll);
+        let work = Work::new(kind, seq);
         work.mark_started();
         prepare(&work);
         let deadline = Instant::now() + timeout;
