@@ -25,10 +25,14 @@ fn algorithm(c: &Communicator, op: &str) -> &'static str {
     c.stats().snapshot()[op].algorithm
 }
 
-/// Sizes around the worker pieces (256-byte minimum here) and the 64 KiB
-/// reduction block.
+/// Sizes around the worker pieces (256-byte minimum here), the 768-byte
+/// slots (with the threshold at 1 MiB, blocks up to 768 bytes go through
+/// the sender's slot: 175 f32 all_to_all elements make blocks of 0, 700
+/// and 1400 bytes, slot and read mixed in one call; 700-byte gather /
+/// scatter blocks are two pieces each, copied by the worker threads) and
+/// the 64 KiB reduction block.
 fn lens(n: usize) -> Vec<usize> {
-    vec![0, 1, n + 1, 1000, 40_000]
+    vec![0, 1, n + 1, 175, 700, 1000, 40_000]
 }
 
 /// With the threshold at 0 every collective reads directly; at 1 MiB the
