@@ -80,20 +80,7 @@ fn broadcast_and_reduce_from_every_root() {
                         assert_eq!(read(dt, &b), values(dt, ReduceOp::Sum, root, len), "broadcast n={n} root={root} len={len}");
 
                         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg] {
-                            let mine = values(dt, op, r, len);
-                            let b = buf(dt, &mine);
-                            let mut s = spec(OpKind::Reduce);
-                            s.root = root as i64;
-                            s.reduce_op = op as i32;
-                            s.inputs = vec![t(&b)];
-                            run(c, s);
-                            let got = read(dt, &b);
-                            if r == root {
-                                let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, op, p, len)).collect();
-                                assert_close(dt, op, &got, &reference(dt, op, &contribs), &format!("reduce {op:?} n={n} root={root} len={len}"));
-                            } else {
-                                assert_eq!(got, mine, "reduce must leave non-root buffers alone");
-                            }
+                            check_reduce(c, r, n, dt, op, root, len, &format!("reduce {op:?} n={n} root={root} len={len}"));
                         }
                     }
                 }

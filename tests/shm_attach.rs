@@ -60,19 +60,7 @@ fn every_collective_reads_the_peers_directly() {
                     assert_eq!(read(dt, &b), values(dt, ReduceOp::Sum, root, len), "broadcast n={n} root={root} len={len}");
 
                     for (dt, op) in [(DType::F32, ReduceOp::Max), (DType::F64, ReduceOp::Avg)] {
-                        let mine = values(dt, op, r, len);
-                        let b = buf(dt, &mine);
-                        let mut s = spec(OpKind::Reduce);
-                        s.root = root as i64;
-                        s.reduce_op = op as i32;
-                        s.inputs = vec![t(&b)];
-                        run(c, s);
-                        if r == root {
-                            let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, op, p, len)).collect();
-                            assert_close(dt, op, &read(dt, &b), &reference(dt, op, &contribs), &format!("reduce {op:?} n={n} root={root} len={len}"));
-                        } else {
-                            assert_eq!(read(dt, &b), mine, "reduce must leave non-root buffers alone");
-                        }
+                        check_reduce(c, r, n, dt, op, root, len, &format!("reduce {dt:?} {op:?} n={n} root={root} len={len}"));
                     }
 
                     let input = buf(DType::U8, &values(DType::U8, ReduceOp::Sum, r, len));
@@ -130,7 +118,7 @@ fn every_collective_reads_the_peers_directly() {
             }
             if attach_min != 0 {
                 // The last reduce (40 000 doubles) is over the tiny one-round size.
-                assert_eq!(algorithm(c, "reduce"), "shm_reduce", "n={n}");
+                assert_eq!(algorithm(c, "reduce"), "shm_pipelined", "n={n}");
             }
         }
     }

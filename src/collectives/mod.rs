@@ -34,7 +34,6 @@ pub mod shm_attach_reduce;
 pub mod shm_broadcast;
 pub mod shm_one_round;
 pub mod shm_pipelined;
-pub mod shm_reduce;
 pub mod shm_reduce_scatter;
 pub mod tree;
 
@@ -135,8 +134,8 @@ fn reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut HostTensor, op: Red
         copy.copy_from_slice(buf.bytes());
         all_reduce_shm(win, w, copy, dtype, op)
     } else {
-        shm_reduce::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(win.slot_capacity()))?;
-        Ok("shm_reduce")
+        shm_pipelined::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(win.slot_capacity()))?;
+        Ok("shm_pipelined")
     }
 }
 

@@ -280,6 +280,26 @@ pub fn check_reduce_scatter_flat(c: &Communicator, r: usize, n: usize, dtype: DT
     assert_eq!(read(dtype, &inp), flat, "{what}: reduce_scatter must not modify its input");
 }
 
+/// Reduce of `values(dtype, op, r, len)` to `root`; checks the root's
+/// result against the reference and that every other buffer is untouched.
+#[allow(clippy::too_many_arguments)]
+pub fn check_reduce(c: &Communicator, r: usize, n: usize, dtype: DType, op: ReduceOp, root: usize, len: usize, what: &str) {
+    let mine = values(dtype, op, r, len);
+    let b = buf(dtype, &mine);
+    let mut s = spec(OpKind::Reduce);
+    s.root = root as i64;
+    s.reduce_op = op as i32;
+    s.inputs = vec![t(&b)];
+    run(c, s);
+    let got = read(dtype, &b);
+    if r == root {
+        let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dtype, op, p, len)).collect();
+        assert_close(dtype, op, &got, &reference(dtype, op, &contribs), what);
+    } else {
+        assert_eq!(got, mine, "{what}: reduce must leave non-root buffers alone");
+    }
+}
+
 /// Posts a send of `b` to `to` with `tag` (its Work).
 pub fn send(c: &Communicator, b: &Arc<SharedBuf>, to: usize, tag: i64) -> rustccl::Work {
     let mut s = spec(OpKind::Send);
