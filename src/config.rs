@@ -51,6 +51,9 @@ pub struct ShmConfig {
     /// Smallest collective that reads peers' buffers directly (cross-memory
     /// attach); `usize::MAX` = off.
     pub attach_min: usize,
+    /// Smallest piece of work a rank's worker threads split off (0: 256 KiB,
+    /// or the segment size when smaller).
+    pub min_piece: usize,
 }
 
 /// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
@@ -195,6 +198,11 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
         default: "16777216",
         doc: "all_reduce, reduce_scatter, all_gather, broadcast and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks and point-to-point sends over 256 KiB (or from this size, if smaller) always do (such a send completes once its receive took the data); off: never (also skips the setup probe)",
+    },
+    Setting {
+        name: "RUSTCCL_SHM_MIN_PIECE_BYTES",
+        default: "0",
+        doc: "smallest piece of a shared-memory copy or reduction a rank's worker threads take; the threads are woken only for at least two such pieces; 0: 262144, or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
@@ -351,6 +359,7 @@ impl Config {
                     Ok("off") => usize::MAX,
                     _ => env_usize("RUSTCCL_SHM_ATTACH_MIN_BYTES", 16 << 20),
                 },
+                min_piece: env_usize("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
             },
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
@@ -406,6 +415,7 @@ impl Config {
             ("RUSTCCL_SHM_SEGMENT_BYTES", self.shm.segment_bytes.to_string()),
             ("RUSTCCL_SHM_THREADS", self.shm.threads.to_string()),
             ("RUSTCCL_SHM_ATTACH_MIN_BYTES", if self.shm.attach_min == usize::MAX { "off".into() } else { self.shm.attach_min.to_string() }),
+            ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

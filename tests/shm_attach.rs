@@ -17,7 +17,7 @@ use rustccl::{Communicator, DType, OpKind, ReduceOp};
 /// Shared memory with attach from 0 bytes: every collective reads directly.
 /// Tiny slots and 3 threads, so the pieces of one read run in parallel.
 fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min };
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min, min_piece: 0 };
     mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
 }
 
@@ -184,7 +184,7 @@ fn ranks_with_different_settings_agree() {
                     s.spawn(move || {
                         let mut o = opts(Duration::from_secs(30), tiny_algo());
                         o.transport = TransportMode::Shm;
-                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r] };
+                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r], min_piece: 0 };
                         Communicator::bootstrap(store.as_ref(), r, 3, o, "127.0.0.1".parse().unwrap()).unwrap()
                     })
                 })

@@ -54,7 +54,7 @@ fn broadcast_all_gather_and_reduce_scatter_go_direct() {
 
 #[test]
 fn the_one_round_limit_follows_the_setting_or_the_host() {
-    let shm = |small| ShmConfig { ring_bytes: 4096, small_bytes: small, segment_bytes: 4096, threads: 2, attach_min: usize::MAX };
+    let shm = |small| ShmConfig { ring_bytes: 4096, small_bytes: small, segment_bytes: 4096, threads: 2, attach_min: usize::MAX, min_piece: 0 };
     let algo = AlgoConfig::default();
     let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
     let set = mesh_comms(3, algo, std::time::Duration::from_secs(30), TransportMode::Shm, shm(1000));
@@ -78,6 +78,11 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
     let auto = mesh_comms(4, algo, std::time::Duration::from_secs(30), TransportMode::Shm, shm(0));
     let v = th(&auto[0], "shm_one_round_max_bytes").unwrap();
     assert!(((16 << 10)..=(256 << 10)).contains(&v), "auto one-round limit {v}");
+    // The worker threads' smallest piece: the segment here (under 256 KiB),
+    // or the setting.
+    assert_eq!(th(&auto[0], "shm_min_piece_bytes"), Some(4096));
+    let pieces = mesh_comms(2, algo, std::time::Duration::from_secs(30), TransportMode::Shm, ShmConfig { min_piece: 1000, ..shm(0) });
+    assert_eq!(th(&pieces[0], "shm_min_piece_bytes"), Some(1000));
     let tcp = tcp_comms(2, algo, std::time::Duration::from_secs(30));
     assert_eq!(th(&tcp[0], "shm_one_round_max_bytes"), None);
     assert_eq!(th(&tcp[0], "segment_bytes"), Some(algo.segment_bytes as u64));

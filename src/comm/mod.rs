@@ -276,6 +276,7 @@ impl Communicator {
             seg: opts.shm.segment_bytes,
             threads: opts.shm.threads,
             attach_min: opts.shm.attach_min,
+            min_piece: opts.shm.min_piece,
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {

@@ -220,6 +220,9 @@ pub struct ShmSizes {
     /// Smallest collective that reads peers' buffers directly through
     /// cross-memory attach; `usize::MAX`: never (attach not even probed).
     pub attach_min: usize,
+    /// Smallest piece for the worker threads (0: `workers::MIN_PIECE`, or
+    /// `seg` when smaller).
+    pub min_piece: usize,
 }
 
 /// Threads per rank: the setting, or the cores left per local rank (at
@@ -379,7 +382,8 @@ pub fn connect(
     let min_bytes = || all.iter().map(|s| s.attach_min().load(Ordering::Relaxed) as usize).max().unwrap_or(sizes.attach_min);
     let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?
         .map(|pids| Attach { pids, min_bytes: min_bytes(), _canary: canary });
-    let workers = Workers::new(threads, me, workers::MIN_PIECE.min(sizes.seg))?;
+    let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.seg) };
+    let workers = Workers::new(threads, me, min_piece)?;
     let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, one_round_max: one_round, attach });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
