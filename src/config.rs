@@ -51,8 +51,8 @@ pub struct ShmConfig {
     /// Smallest collective that reads peers' buffers directly (cross-memory
     /// attach); `usize::MAX` = off.
     pub attach_min: usize,
-    /// Smallest piece of work a rank's worker threads split off (0: 256 KiB,
-    /// or the segment size when smaller).
+    /// Smallest piece of a copy a rank's worker threads split off (0:
+    /// 256 KiB, or the segment size when smaller); reductions take half.
     pub min_piece: usize,
 }
 
@@ -202,7 +202,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_MIN_PIECE_BYTES",
         default: "0",
-        doc: "smallest piece of a shared-memory copy or reduction a rank's worker threads take; the threads are woken only for at least two such pieces; 0: 262144, or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
+        doc: "smallest piece of a shared-memory copy a rank's worker threads take (the threads are woken only for at least two such pieces); the reducing algorithms (pipelined all_reduce and reduce, reduce_scatter) take pieces half that size; 0: 262144, or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",

@@ -79,10 +79,12 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
     let v = th(&auto[0], "shm_one_round_max_bytes").unwrap();
     assert!(((16 << 10)..=(256 << 10)).contains(&v), "auto one-round limit {v}");
     // The worker threads' smallest piece: the segment here (under 256 KiB),
-    // or the setting.
+    // or the setting; the reductions' is half of it.
     assert_eq!(th(&auto[0], "shm_min_piece_bytes"), Some(4096));
+    assert_eq!(th(&auto[0], "shm_reduce_min_piece_bytes"), Some(2048));
     let pieces = mesh_comms(2, algo, std::time::Duration::from_secs(30), TransportMode::Shm, ShmConfig { min_piece: 1000, ..shm(0) });
     assert_eq!(th(&pieces[0], "shm_min_piece_bytes"), Some(1000));
+    assert_eq!(th(&pieces[0], "shm_reduce_min_piece_bytes"), Some(500));
     let tcp = tcp_comms(2, algo, std::time::Duration::from_secs(30));
     assert_eq!(th(&tcp[0], "shm_one_round_max_bytes"), None);
     assert_eq!(th(&tcp[0], "segment_bytes"), Some(algo.segment_bytes as u64));

@@ -48,7 +48,7 @@ fn run(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: Re
     let chunks = even_chunks(buf.len() / e, n);
     let segs: Vec<Vec<_>> = chunks.iter().map(|c| segments(c.clone(), seg).collect()).collect();
     let rounds = segs.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
-    let wk = win.workers();
+    let wk = win.reduce_workers();
     for k in 0..rounds {
         let p = win.phase();
         w.wait_phase(p)?; // peers finished reading our slots of the last round

@@ -25,7 +25,7 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
     let seg = (win.slot_capacity() / e).max(1) * e;
     let parts: Vec<Vec<_>> = ins.iter().map(|i| segments(0..i.len(), seg).collect()).collect();
     let rounds = parts.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
-    let wk = win.workers();
+    let wk = win.reduce_workers();
     for k in 0..rounds {
         let p = win.phase();
         w.wait_phase(p)?; // peers finished reading our slots of the last round

@@ -139,6 +139,7 @@ fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static
         v.push(("shm_slot_bytes", l.mine().layout.seg as u64));
         v.push(("shm_threads", l.workers.threads() as u64));
         v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));
+        v.push(("shm_reduce_min_piece_bytes", l.reduce_workers.min_piece() as u64));
         v.push(("local_ranks", l.ranks.len() as u64));
         // u64::MAX: the ranks cannot read each other's memory (or the setting is off).
         v.push(("shm_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.min_bytes as u64)));

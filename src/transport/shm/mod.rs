@@ -53,6 +53,11 @@ pub struct ShmLocal {
     /// Threads that share this rank's copies and reductions in the direct
     /// algorithms (one on small machines).
     pub workers: Workers,
+    /// The same threads with half the smallest piece, for the reducing
+    /// slot algorithms: a reduced byte reads every peer's copy, so a piece
+    /// half as long is still worth waking a thread for (a copied 128 KiB
+    /// piece takes about what the wake-up costs).
+    pub reduce_workers: Workers,
     /// Largest all-reduce done in one round (the setting, or from the host).
     pub one_round_max: usize,
     /// Cross-memory attach between every pair of local ranks, when all
@@ -384,7 +389,8 @@ pub fn connect(
         .map(|pids| Attach { pids, min_bytes: min_bytes(), _canary: canary });
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.seg) };
     let workers = Workers::new(threads, me, min_piece)?;
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, one_round_max: one_round, attach });
+    let reduce_workers = workers.with_min_piece(min_piece / 2);
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, one_round_max: one_round, attach });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

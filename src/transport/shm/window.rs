@@ -104,6 +104,11 @@ impl Window {
         &self.local.workers
     }
 
+    /// The worker threads with the reductions' smaller pieces.
+    pub fn reduce_workers(&self) -> &Workers {
+        &self.local.reduce_workers
+    }
+
     pub fn small_capacity(&self) -> usize {
         self.local.mine().layout.small
     }

@@ -6,7 +6,7 @@
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Below this many bytes per thread the pool is not woken (unless the
 /// shared-memory segment setting is smaller, as in tests): waking sleeping
@@ -17,7 +17,7 @@ use std::sync::Mutex;
 pub const MIN_PIECE: usize = 256 << 10;
 
 pub struct Workers {
-    pool: Option<rayon::ThreadPool>,
+    pool: Option<Arc<rayon::ThreadPool>>,
     threads: usize,
     min_piece: usize,
 }
@@ -28,13 +28,13 @@ impl Workers {
     /// than `threads`). Pieces are at least `min_piece` bytes.
     pub fn new(threads: usize, rank: usize, min_piece: usize) -> io::Result<Workers> {
         let pool = if threads > 1 {
-            Some(
+            Some(Arc::new(
                 rayon::ThreadPoolBuilder::new()
                     .num_threads(threads - 1)
                     .thread_name(move |i| format!("rustccl-shm-r{rank}-{i}"))
                     .build()
                     .map_err(io::Error::other)?,
-            )
+            ))
         } else {
             None
         };
@@ -43,6 +43,11 @@ impl Workers {
 
     pub fn min_piece(&self) -> usize {
         self.min_piece
+    }
+
+    /// The same threads, splitting work into pieces of at least `min_piece`.
+    pub fn with_min_piece(&self, min_piece: usize) -> Workers {
+        Workers { pool: self.pool.clone(), threads: self.threads, min_piece: min_piece.max(64) }
     }
 
     /// Consecutive pieces of `0..len` (one per thread, at most).
