@@ -40,6 +40,9 @@ struct State {
     source: Option<Rank>,
     started: Option<Instant>,
     finished: Option<Instant>,
+    /// Threads asleep in `wait`: `finish` wakes them only if there are any
+    /// (a wake-up is a system call whether or not someone sleeps).
+    waiters: u32,
 }
 
 struct Inner {
@@ -57,7 +60,7 @@ impl Work {
         Work(Arc::new(Inner {
             op,
             seq,
-            state: Mutex::new(State { result: None, mark: None, callbacks: Vec::new(), source: None, started: None, finished: None }),
+            state: Mutex::new(State { result: None, mark: None, callbacks: Vec::new(), source: None, started: None, finished: None, waiters: 0 }),
             cv: Condvar::new(),
         }))
     }
@@ -68,7 +71,7 @@ impl Work {
         Work(Arc::new(Inner {
             op,
             seq,
-            state: Mutex::new(State { result: None, mark: Some(mark), callbacks: Vec::new(), source: None, started: Some(started), finished: None }),
+            state: Mutex::new(State { result: None, mark: Some(mark), callbacks: Vec::new(), source: None, started: Some(started), finished: None, waiters: 0 }),
             cv: Condvar::new(),
         }))
     }
@@ -121,16 +124,21 @@ impl Work {
 
     /// Finishes the work. The first call wins; later ones are ignored.
     pub fn finish(&self, result: Result<()>) {
-        let (callbacks, source) = {
+        let (callbacks, source, asleep) = {
             let mut s = self.lock();
             if s.result.is_some() {
                 return;
             }
             s.finished = Some(Instant::now());
             s.result = Some(result.clone());
-            (std::mem::take(&mut s.callbacks), s.source)
+            (std::mem::take(&mut s.callbacks), s.source, s.waiters > 0)
         };
-        self.0.cv.notify_all();
+        // A waiter counts itself under the lock before it sleeps (and the
+        // condition variable releases the lock atomically), so one that
+        // did not count itself yet will see the result.
+        if asleep {
+            self.0.cv.notify_all();
+        }
         for cb in callbacks {
             cb(&result, source);
         }
@@ -186,16 +194,22 @@ impl Work {
             if let Some(r) = &s.result {
                 return r.clone();
             }
-            s = match timeout {
-                None => self.0.cv.wait(s).unwrap_or_else(|p| p.into_inner()),
+            let left = match timeout {
+                None => None,
                 Some(t) => {
                     let waited = start.elapsed();
                     if waited >= t {
                         return Err(Error::WaitTimeout { op: self.0.op, seq: self.0.seq, waited });
                     }
-                    self.0.cv.wait_timeout(s, t - waited).unwrap_or_else(|p| p.into_inner()).0
+                    Some(t - waited)
                 }
             };
+            s.waiters += 1;
+            s = match left {
+                None => self.0.cv.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => self.0.cv.wait_timeout(s, d).unwrap_or_else(|p| p.into_inner()).0,
+            };
+            s.waiters -= 1;
         }
     }
 }
@@ -263,6 +277,27 @@ mod tests {
         // finishing twice keeps the first result
         w.finish(Err(Error::Internal("late".into())));
         assert!(w.wait(None).is_ok());
+    }
+
+    #[test]
+    fn every_sleeping_waiter_wakes() {
+        // Waiters with and without a timeout, asleep before the finish (the
+        // finish wakes only when some are counted) and arriving after it.
+        for _ in 0..50 {
+            let w = Work::new("broadcast", 7);
+            let ts: Vec<_> = (0..6)
+                .map(|i| {
+                    let w = w.clone();
+                    std::thread::spawn(move || w.wait(if i % 2 == 0 { None } else { Some(Duration::from_secs(30)) }))
+                })
+                .collect();
+            std::thread::sleep(Duration::from_micros(200));
+            w.finish(Ok(()));
+            for t in ts {
+                assert!(t.join().unwrap().is_ok());
+            }
+            assert!(w.wait(Some(Duration::ZERO)).is_ok());
+        }
     }
 
     #[test]
