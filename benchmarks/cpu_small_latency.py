@@ -1,0 +1,50 @@
+"""Per-call time of small CPU collectives on rustccl alone (no other
+backend in the process): 5 loops of 4000 back-to-back calls of 8-byte
+broadcast, all_reduce and all_gather, median per op, printed by rank 0
+with PYTHONPATH (which build ran). For A/B of two builds installed with
+``pip install --no-deps --target DIR wheel``, alternate:
+
+    for v in A B A B; do PYTHONPATH=/tmp/$v OMP_NUM_THREADS=1 \\
+        torchrun --nproc_per_node=2 benchmarks/cpu_small_latency.py; done
+"""
+
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import rustccl  # noqa: F401  (registers the backend)
+
+
+def per_call_us(fn, n=4000, warmup=300):
+    for _ in range(warmup):
+        fn()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def main():
+    dist.init_process_group("rustccl")
+    x = torch.ones(2)
+    outs = [torch.empty(2) for _ in range(dist.get_world_size())]
+    calls = {
+        "broadcast": lambda: dist.broadcast(x, 0),
+        "all_reduce": lambda: dist.all_reduce(x),
+        "all_gather": lambda: dist.all_gather(outs, x),
+    }
+    res = {k: [] for k in calls}
+    for _ in range(5):
+        for k, fn in calls.items():
+            res[k].append(per_call_us(fn))
+    if dist.get_rank() == 0:
+        print(os.environ.get("PYTHONPATH", ""), {k: round(statistics.median(v), 1) for k, v in res.items()})
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
