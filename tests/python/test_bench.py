@@ -35,6 +35,13 @@ def test_busbw_factors_and_sizes():
     assert math.isclose(algbw, (1 << 20) / 1e-3 / 1e9) and math.isclose(busbw, algbw * 1.5)
     # CPU iteration rule: the default sweep is untouched, 1 GiB points shrink to >= 3 iterations
     assert metrics.effective_iters("cpu", 64 << 20, 20, 5) == (20, 5)
+    # without --iters: 20, and 100 for CPU points up to 64 KiB; --iters is kept
+    assert metrics.effective_iters("cpu", 8, None, 5) == (100, 5)
+    assert metrics.effective_iters("cpu", 64 << 10, None, 5) == (100, 5)
+    assert metrics.effective_iters("cpu", 128 << 10, None, 5) == (20, 5)
+    assert metrics.effective_iters("cuda", 8, None, 5) == (20, 5)
+    assert metrics.effective_iters("cpu", 8, 10, 5) == (10, 5)
+    assert metrics.effective_iters("cpu", 1 << 30, None, 5) == (3, 1)
     assert metrics.effective_iters("cpu", 1 << 30, 20, 5) == (3, 1)
     assert metrics.effective_iters("cuda", 1 << 30, 20, 5) == (20, 5)
 

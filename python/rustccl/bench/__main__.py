@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--min-bytes", type=parse_size, default=8, help="smallest per-rank size (default 8)")
     a("--max-bytes", type=parse_size, help="largest per-rank size (default 32M on cpu, 1G on cuda)")
     a("--factor", type=int, default=4, help="size multiplier between points (default 4)")
-    a("--iters", type=int, default=20, help="timed calls per point (default 20; on cpu fewer for huge sizes)")
+    a("--iters", type=int, help="timed calls per point (default 20, on cpu 100 up to 64 KiB; on cpu fewer for "
+      "huge sizes)")
     a("--warmup", type=int, default=5, help="untimed calls before them (default 5)")
     a("--method", choices=["ab", "blocks"], default="ab",
       help="ab (default): every backend's group alive in one process, timed alternately, median of --repeats "
@@ -112,7 +113,7 @@ def finish_config(cfg, world: int):
         p.error(f"unknown ops {bad}; known: {','.join(metrics.OPS)}")
     if len(set(cfg.backends)) != len(cfg.backends) or not cfg.backends:
         p.error("--backends: give distinct backend names")
-    if cfg.iters < 1 or cfg.warmup < 0 or cfg.repeats < 1:
+    if (cfg.iters is not None and cfg.iters < 1) or cfg.warmup < 0 or cfg.repeats < 1:
         p.error("--iters and --repeats must be >= 1, --warmup >= 0")
     if world < 2:
         p.error("need at least 2 ranks")

@@ -85,11 +85,22 @@ def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
 # reported bytes, 20 iters) is never shortened.
 CPU_BYTES_BUDGET = 2 << 30
 MIN_ITERS = 3
+# Without --iters, small CPU points run this many calls per timed loop: 10
+# calls of ~20 us lasted 0.2 ms, within the timer's and the scheduler's
+# noise, and single points moved 2-3x between runs (benchmarks/README).
+SMALL_BYTES = 64 << 10
+SMALL_MIN_ITERS = 100
 
 
-def effective_iters(device: str, nbytes: int, iters: int, warmup: int) -> tuple[int, int]:
-    """(iters, warmup) actually run for a point: the CPU rule above; CUDA
-    runs what was asked (nccl-tests style)."""
+DEFAULT_ITERS = 20
+
+
+def effective_iters(device: str, nbytes: int, iters: int | None, warmup: int) -> tuple[int, int]:
+    """(iters, warmup) actually run for a point. ``iters`` None (no
+    ``--iters``): 20, at least 100 for small CPU points. Then the CPU byte
+    budget above; CUDA runs what was asked (nccl-tests style)."""
+    if iters is None:
+        iters = SMALL_MIN_ITERS if device == "cpu" and nbytes <= SMALL_BYTES else DEFAULT_ITERS
     if device != "cpu" or nbytes * iters <= CPU_BYTES_BUDGET:
         return iters, warmup
     it = max(MIN_ITERS, min(iters, CPU_BYTES_BUDGET // max(nbytes, 1)))

@@ -162,8 +162,8 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
            f"{h.get('loadavg_end')} at end",
            f"- torch {h['torch']}, rustccl {h['rustccl']}" + (f", NCCL {h['nccl']}" if h.get("nccl") else ""),
            f"- command: `{h['command']}`",
-           f"- iters {h['options']['iters']}, warmup {h['options']['warmup']} (CPU: fewer for very large sizes, "
-           f"see `iters` per JSONL row)" + (f", median of {h['options']['repeats']} timed loops"
+           f"- iters {h['options']['iters'] or '20 (CPU: 100 up to 64 KiB)'}, warmup {h['options']['warmup']} "
+           f"(CPU: fewer for very large sizes, see `iters` per JSONL row)" + (f", median of {h['options']['repeats']} timed loops"
                                             if h['options'].get('repeats', 1) > 1 else "")
            + "; us = time per call on rank 0; busbw as nccl-tests",
            f"- {ref}/X = X time / {ref} time = {ref} busbw / X busbw: > 1 means {ref} is faster",
