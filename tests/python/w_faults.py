@@ -30,6 +30,10 @@ def stalled(rank: int, world: int) -> dict:
     dist.all_reduce(x)  # seq 0: fine
     first = _timed(lambda: dist.all_reduce(x))  # seq 1: rank 2 is late
     later = _timed(lambda: dist.all_reduce(x))  # fails fast with the same cause
+    # Stay up (links open) until the other survivor reached its own deadline:
+    # a rank whose seq 1 started a few ms later would otherwise see this
+    # process exit ("connection closed by peer") before it times out.
+    time.sleep(1.0)
     return {"first": first, "later": later}
 
 
