@@ -93,16 +93,7 @@ fn eager(win: &Window, len: usize) -> bool {
 /// our slots, split among the worker threads (a root's or an all_to_all's
 /// blocks add up: 7 x 256 KiB copied on one thread took ~350 us).
 fn offer<'a>(win: &Window, blocks: impl IntoIterator<Item = (usize, &'a [u8])>) {
-    let wk = win.workers();
-    let mut puts = Vec::new();
-    for (slot, data) in blocks.into_iter().filter(|(_, d)| eager(win, d.len())) {
-        puts.extend(wk.ranges(data.len()).into_iter().map(|r| (slot, r.start, &data[r])));
-    }
-    let bytes = puts.iter().map(|(_, _, piece)| piece.len()).sum();
-    let Ok(()) = wk.for_each(puts, bytes, |(slot, off, piece)| {
-        win.put(Area::Input(slot), off, piece);
-        Ok::<(), Infallible>(())
-    });
+    win.put_inputs(win.workers(), blocks.into_iter().filter(|(_, d)| eager(win, d.len())));
 }
 
 /// Takes `blocks` (peer, table entry, slot, destination): what the peer put

@@ -56,20 +56,10 @@ fn run(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: Re
             // Only now: a peer may still be verifying the previous operation.
             win.announce(w, &desc);
         }
-        let mut puts = Vec::new();
-        for (c, s) in segs.iter().enumerate() {
-            if let (true, Some(g)) = (c != me, s.get(k)) {
-                let src = &buf[bytes(g, e)];
-                puts.extend(wk.ranges(src.len()).into_iter().map(|r| (c, r.start, &src[r])));
-            }
-        }
         // Peers read our input slots only between our p+1 and their p+2;
         // all are at >= p.
-        let moved = puts.iter().map(|(_, _, piece)| piece.len()).sum();
-        wk.for_each(puts, moved, |(c, off, piece)| {
-            win.put(Area::Input(c), off, piece);
-            Ok::<(), Error>(())
-        })?;
+        let ours: &[u8] = buf;
+        win.put_inputs(wk, segs.iter().enumerate().filter(|(c, _)| *c != me).filter_map(|(c, s)| Some((c, &ours[bytes(s.get(k)?, e)]))));
         win.publish(p + 1);
         w.wait_phase(p + 1)?;
         if k == 0 {

@@ -10,7 +10,7 @@
 
 use super::plan::segments;
 use super::reduce::{finish_avg, reduce_into};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::transport::shm::{Area, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
 
@@ -33,18 +33,7 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
             win.announce(w, &desc);
         }
         // Peers read our slots only between our p+1 and their p+2.
-        let mut puts = Vec::new();
-        for c in (0..n).filter(|&c| c != me) {
-            if let Some(g) = parts[c].get(k) {
-                let src = &ins[c][g.clone()];
-                puts.extend(wk.ranges(src.len()).into_iter().map(|r| (c, r.start, &src[r])));
-            }
-        }
-        let bytes = puts.iter().map(|(_, _, piece)| piece.len()).sum();
-        wk.for_each(puts, bytes, |(c, off, piece)| {
-            win.put(Area::Input(c), off, piece);
-            Ok::<(), Error>(())
-        })?;
+        win.put_inputs(wk, (0..n).filter(|&c| c != me).filter_map(|c| Some((c, &ins[c][parts[c].get(k)?.clone()]))));
         win.publish(p + 1);
         w.wait_phase(p + 1)?;
         if k == 0 {

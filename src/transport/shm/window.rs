@@ -151,6 +151,20 @@ impl Window {
         unsafe { self.local.mine().write(at, src) }
     }
 
+    /// Copies each of `blocks` (c, data) into this rank's input slot c from
+    /// its start, cut into `wk`'s pieces and split among its threads.
+    pub fn put_inputs<'a>(&self, wk: &Workers, blocks: impl IntoIterator<Item = (usize, &'a [u8])>) {
+        let mut puts = Vec::new();
+        for (c, data) in blocks {
+            puts.extend(wk.ranges(data.len()).into_iter().map(|r| (c, r.start, &data[r])));
+        }
+        let bytes = puts.iter().map(|(_, _, piece)| piece.len()).sum();
+        let Ok(()) = wk.for_each(puts, bytes, |(c, off, piece)| {
+            self.put(Area::Input(c), off, piece);
+            Ok::<(), std::convert::Infallible>(())
+        });
+    }
+
     /// Copies `dst.len()` bytes of local rank `peer`'s `area` at `off`.
     pub fn get(&self, peer: usize, area: Area, off: usize, dst: &mut [u8]) {
         let at = self.at(area, off, dst.len());
