@@ -85,14 +85,13 @@ def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
 # reported bytes, 20 iters) is never shortened.
 CPU_BYTES_BUDGET = 2 << 30
 MIN_ITERS = 3
-# Without --iters, small CPU points run this many calls per timed loop: 10
-# calls of ~20 us lasted 0.2 ms, within the timer's and the scheduler's
-# noise, and single points moved 2-3x between runs (benchmarks/README).
+# Calls per timed loop without --iters. Small CPU points take more: 10-20
+# calls of ~20 us lasted well under a millisecond, within the timer's and
+# the scheduler's noise, and single points moved 2-3x between runs
+# (benchmarks/README).
+DEFAULT_ITERS = 20
 SMALL_BYTES = 64 << 10
 SMALL_MIN_ITERS = 100
-
-
-DEFAULT_ITERS = 20
 
 
 def effective_iters(device: str, nbytes: int, iters: int | None, warmup: int) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from .metrics import human_bytes
+from .metrics import DEFAULT_ITERS, SMALL_BYTES, SMALL_MIN_ITERS, human_bytes
 
 
 STEPS = ("ddp_toy_step", "pp_step")
@@ -162,7 +162,8 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
            f"{h.get('loadavg_end')} at end",
            f"- torch {h['torch']}, rustccl {h['rustccl']}" + (f", NCCL {h['nccl']}" if h.get("nccl") else ""),
            f"- command: `{h['command']}`",
-           f"- iters {h['options']['iters'] or '20 (CPU: 100 up to 64 KiB)'}, warmup {h['options']['warmup']} "
+           f"- iters {h['options']['iters'] or f'{DEFAULT_ITERS} (CPU: {SMALL_MIN_ITERS} up to {human_bytes(SMALL_BYTES)})'}, "
+           f"warmup {h['options']['warmup']} "
            f"(CPU: fewer for very large sizes, see `iters` per JSONL row)" + (f", median of {h['options']['repeats']} timed loops"
                                             if h['options'].get('repeats', 1) > 1 else "")
            + "; us = time per call on rank 0; busbw as nccl-tests",
