@@ -341,6 +341,18 @@ def p2p(rank: int, world: int) -> tuple[int, list[str]]:
     c.eq("irecv tag 1", a, torch.tensor([prv, 1]))
     c.eq("irecv tag 2", b2, torch.tensor([prv, 2]))
     c.eq("irecv big", big_in, torch.arange(1 << 18, dtype=torch.float64) + prv)
+    # one tag, messages of mixed sizes in flight: they arrive in the order sent
+    # (small ones are written by the calling thread when nothing is queued
+    # before them; ones larger than the test's 64 KiB ring, the rendezvous
+    # one (1.2 MB) and those sent behind them go through the engine's thread)
+    sizes = [3, 40000, 5, 1, 300000, 7, 20000, 2, 9]
+    outs = [torch.arange(n, dtype=torch.float32) + 1000 * i + rank for i, n in enumerate(sizes)]
+    sends = [dist.isend(t, nxt, tag=9) for t in outs]
+    ins = [torch.empty(n) for n in sizes]
+    for w in [dist.irecv(t, prv, tag=9) for t in ins] + sends:
+        w.wait()
+    for i, (n, t) in enumerate(zip(sizes, ins)):
+        c.eq(f"in-order message {i} ({n} floats)", t, torch.arange(n, dtype=torch.float32) + 1000 * i + prv)
     # batch_isend_irecv: exchange with both neighbours
     s1, s2 = torch.full((5,), float(rank)), torch.full((6,), float(rank) + 0.5)
     r_from_prv, r_from_nxt = torch.empty(5), torch.empty(6)

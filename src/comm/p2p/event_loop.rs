@@ -208,6 +208,7 @@ impl EventLoop {
                     o.body_done += k;
                     if o.hdr_done == P2P_HEADER_LEN && o.body_done == body.len() {
                         let o = peer.out.pop_front().expect("front exists");
+                        peer.link.written();
                         match (o.rdv, o.buf) {
                             (Some(id), Some(buf)) => {
                                 let (work, posted_at, deadline) = (o.work, o.posted_at, o.deadline);
@@ -351,6 +352,7 @@ impl EventLoop {
         log_at!(LogLevel::Warn, "p2p rank {} <-> rank {p}: {why}", self.rank);
         let Some(peer) = self.peers[p].as_mut() else { return true };
         peer.dead = Some(why.clone());
+        peer.link.close();
         let outs: Vec<Outgoing> = peer.out.drain(..).collect();
         let awaiting = std::mem::take(&mut peer.awaiting);
         let inc = std::mem::replace(&mut peer.inc, Incoming::Header { hdr: [0; P2P_HEADER_LEN], done: 0 });
@@ -422,6 +424,7 @@ impl EventLoop {
             r.work.finish(Err(Error::Closed { op: "recv", how: "shut down" }));
         }
         for peer in self.peers.iter_mut().flatten() {
+            peer.link.close();
             let awaiting = std::mem::take(&mut peer.awaiting).into_iter().map(|a| (Some(a.buf), a.work));
             for (buf, work) in peer.out.drain(..).map(|o| (o.buf, o.work)).chain(awaiting) {
                 drop(buf);

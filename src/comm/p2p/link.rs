@@ -6,6 +6,11 @@
 //! point-to-point channel, plus the (otherwise idle) TCP connection, kept
 //! only to learn at once that the peer died.
 //!
+//! The ring towards a shared-memory peer is shared with the callers'
+//! threads ([`ShmTx`]): a small send that fits and has nothing queued
+//! before it is written by the calling thread itself, one thread hand-off
+//! (and, on a sleeping engine thread, one wake-up) less per message.
+//!
 //! Waiting: with TCP peers only, the thread sleeps in `mio::Poll` (requests
 //! wake it through a `mio::Waker`), as before. With shared-memory peers, it
 //! sleeps on the point-to-point futex word of this rank's segment, which
@@ -16,7 +21,7 @@
 
 use std::io::{self, IoSlice, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,7 +30,7 @@ use mio::{Events, Poll, Token, Waker};
 
 use crate::config::LogLevel;
 use crate::log_at;
-use crate::transport::shm::{Channel, ShmLink, ShmLocal};
+use crate::transport::shm::{Channel, RingRx, RingTx, ShmLocal};
 
 pub const WAKE: Token = Token(usize::MAX);
 /// How long the thread yields between looks before it sleeps on the futex
@@ -37,7 +42,65 @@ pub const ALIVE_EVERY: Duration = Duration::from_millis(50);
 
 pub enum PeerLink {
     Tcp(TcpStream),
-    Shm { ring: ShmLink, watch: TcpStream },
+    Shm { tx: Arc<ShmTx>, rx: RingRx, watch: TcpStream },
+}
+
+/// The ring towards a shared-memory peer, written by the engine's thread
+/// and by callers sending small messages themselves. `queued` counts the
+/// messages for the peer that the engine's thread holds or will hold
+/// (handed over, being written, acks): while there are any, a caller hands
+/// its message over too, so messages leave in the order they were sent and
+/// never interleave.
+pub struct ShmTx(Mutex<TxState>);
+
+struct TxState {
+    ring: RingTx,
+    queued: usize,
+    /// The peer is dead or the engine shut down: only the engine's thread
+    /// (which fails the sends) takes messages.
+    closed: bool,
+}
+
+impl ShmTx {
+    pub fn new(ring: RingTx) -> Arc<ShmTx> {
+        Arc::new(ShmTx(Mutex::new(TxState { ring, queued: 0, closed: false })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TxState> {
+        // Nothing panics while holding it (ring writes are bounds-checked
+        // copies); recover the guard regardless.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `hdr` then `body` now, if nothing is queued before them, the
+    /// link is open and both fit in the ring; otherwise counts one more
+    /// queued message (the caller hands it to the engine's thread) and
+    /// returns false.
+    pub fn write_now_or_queue(&self, hdr: &[u8], body: &[u8]) -> bool {
+        let mut s = self.lock();
+        if s.queued == 0 && !s.closed && s.ring.free() >= hdr.len() + body.len() {
+            s.ring.push_parts(&[hdr, body]);
+            return true;
+        }
+        s.queued += 1;
+        false
+    }
+
+    /// Counts a message the engine's thread is given or queues itself.
+    pub fn queue(&self) {
+        self.lock().queued += 1;
+    }
+
+    /// A queued message was written completely.
+    pub fn written(&self) {
+        let mut s = self.lock();
+        s.queued = s.queued.saturating_sub(1);
+    }
+
+    /// From now on only the engine's thread takes messages.
+    pub fn close(&self) {
+        self.lock().closed = true;
+    }
 }
 
 impl PeerLink {
@@ -53,16 +116,34 @@ impl PeerLink {
         }
     }
 
+    /// Counts a message the engine's thread queued itself (see [`ShmTx`]).
+    pub fn queue(&self) {
+        if let PeerLink::Shm { tx, .. } = self {
+            tx.queue();
+        }
+    }
+
+    /// A queued message was written completely (see [`ShmTx`]).
+    pub fn written(&self) {
+        if let PeerLink::Shm { tx, .. } = self {
+            tx.written();
+        }
+    }
+
+    /// The peer is dead or the engine stops: callers no longer write.
+    pub fn close(&self) {
+        if let PeerLink::Shm { tx, .. } = self {
+            tx.close();
+        }
+    }
+
     /// Writes a prefix of `head` then `body`; `WouldBlock` when nothing
     /// fits.
     pub fn write_some(&mut self, head: &[u8], body: &[u8]) -> io::Result<usize> {
         match self {
             PeerLink::Tcp(s) => s.write_vectored(&[IoSlice::new(head), IoSlice::new(body)]),
-            PeerLink::Shm { ring, .. } => {
-                let mut n = ring.push(head);
-                if n == head.len() {
-                    n += ring.push(body);
-                }
+            PeerLink::Shm { tx, .. } => {
+                let n = tx.lock().ring.push_parts(&[head, body]);
                 if n == 0 {
                     Err(io::ErrorKind::WouldBlock.into())
                 } else {
@@ -77,7 +158,7 @@ impl PeerLink {
     pub fn read_some(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         match self {
             PeerLink::Tcp(s) => s.read(dst),
-            PeerLink::Shm { ring, .. } => match ring.pull(dst) {
+            PeerLink::Shm { rx, .. } => match rx.pull(dst) {
                 0 => Err(io::ErrorKind::WouldBlock.into()),
                 n => Ok(n),
             },

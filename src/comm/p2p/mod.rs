@@ -17,6 +17,11 @@
 //! rules; unmatched, only the header waits), reads the bytes straight from
 //! the sender's tensor and acks; the send completes on the ack, so it
 //! waits for its receive, as gloo's sends do.
+//!
+//! A send to a rank of this host that goes by value (not rendezvous) is
+//! written into the ring by the calling thread itself when nothing is
+//! queued before it and it fits (`link::ShmTx`); the work is then
+//! finished before `submit` returns.
 #![forbid(unsafe_code)]
 
 mod event_loop;
@@ -37,12 +42,13 @@ use crate::collectives::Op;
 use crate::error::{Error, Result};
 use crate::tensor::HostTensor;
 use crate::transport::frame::{P2pKind, P2P_HEADER_LEN};
-use crate::transport::shm::{ShmLink, ShmLocal};
+use crate::transport::frame::P2pHeader;
+use crate::transport::shm::{RingRx, ShmLink, ShmLocal};
 use crate::types::Rank;
 use crate::work::Work;
 
 use event_loop::EventLoop;
-use link::{PeerLink, Waiter, Wake, WAKE};
+use link::{PeerLink, ShmTx, Waiter, Wake, WAKE};
 
 /// Shared-memory links of the point-to-point channel, by global rank.
 pub type ShmP2p = (Arc<ShmLocal>, Vec<(Rank, ShmLink)>);
@@ -135,8 +141,13 @@ struct Running {
 /// What the event loop starts from.
 struct Links {
     conns: Vec<Option<Conn>>,
-    shm: Option<ShmP2p>,
+    /// This host's ranks and the read ends of the shared-memory rings
+    /// (their write ends are the engine's `txs`).
+    shm: Option<ShmRx>,
 }
+
+/// This host's ranks and the read end of each shared-memory peer's ring.
+type ShmRx = (Arc<ShmLocal>, Vec<(Rank, RingRx)>);
 
 enum State {
     Idle(Links),
@@ -152,6 +163,11 @@ pub struct P2pEngine {
     seq: Mutex<u64>,
     /// Link kind per peer ("shm" / "tcp"), for stats.
     kinds: Vec<&'static str>,
+    /// The write end of each shared-memory peer's ring, shared with the
+    /// event loop.
+    txs: Vec<Option<Arc<ShmTx>>>,
+    /// This host's ranks when cross-memory attach is on (rendezvous).
+    attach: Option<Arc<ShmLocal>>,
 }
 
 fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -170,8 +186,21 @@ impl P2pEngine {
                 kinds[*r] = "shm";
             }
         }
-        let shm = shm.filter(|(_, links)| !links.is_empty());
-        P2pEngine { rank, size, group, state: Mutex::new(State::Idle(Links { conns, shm })), seq: Mutex::new(0), kinds }
+        let mut txs: Vec<Option<Arc<ShmTx>>> = (0..size).map(|_| None).collect();
+        let shm = shm.filter(|(_, links)| !links.is_empty()).map(|(local, links)| {
+            let rxs = links
+                .into_iter()
+                .map(|(r, l)| {
+                    let (tx, rx) = l.split();
+                    txs[r] = Some(ShmTx::new(tx));
+                    (r, rx)
+                })
+                .collect();
+            (local, rxs)
+        });
+        let attach = shm.as_ref().map(|(l, _)| l.clone()).filter(|l| l.attach.is_some());
+        let state = Mutex::new(State::Idle(Links { conns, shm }));
+        P2pEngine { rank, size, group, state, seq: Mutex::new(0), kinds, txs, attach }
     }
 
     /// "shm" or "tcp": how messages to / from `peer` travel.
@@ -191,10 +220,10 @@ impl P2pEngine {
 
     fn start(&self, links: Links) -> Result<Running> {
         let poll = Poll::new().map_err(internal("poll"))?;
-        let mut shm_links: Vec<Option<ShmLink>> = (0..self.size).map(|_| None).collect();
+        let mut shm_rxs: Vec<Option<RingRx>> = (0..self.size).map(|_| None).collect();
         let local = links.shm.map(|(local, v)| {
-            for (r, l) in v {
-                shm_links[r] = Some(l);
+            for (r, rx) in v {
+                shm_rxs[r] = Some(rx);
             }
             local
         });
@@ -204,9 +233,9 @@ impl P2pEngine {
                 Some((s, addr)) => {
                     s.set_nonblocking(true).map_err(internal("socket"))?;
                     let stream = TcpStream::from_std(s);
-                    let mut link = match shm_links[p].take() {
-                        Some(ring) => PeerLink::Shm { ring, watch: stream },
-                        None => PeerLink::Tcp(stream),
+                    let mut link = match (shm_rxs[p].take(), &self.txs[p]) {
+                        (Some(rx), Some(tx)) => PeerLink::Shm { tx: tx.clone(), rx, watch: stream },
+                        _ => PeerLink::Tcp(stream),
                     };
                     // A shared-memory peer's connection only ever becomes readable (closed).
                     let interest = if link.is_shm() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
@@ -220,7 +249,7 @@ impl P2pEngine {
             });
         }
         let name = |what: &str| format!("rustccl-{what}-{}-r{}", self.group, self.rank);
-        let attach = local.clone().filter(|l| l.attach.is_some());
+        let attach = self.attach.clone();
         let (waiter, wake) = match local {
             Some(local) => (Waiter::futex(poll, local.clone(), self.size, name("p2pw")).map_err(internal("watcher"))?, Wake::Futex(local)),
             None => {
@@ -255,6 +284,22 @@ impl P2pEngine {
             _ => return Err(Error::Internal("collective reached the p2p engine".into())),
         };
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*st, State::Closed) {
+            return Err(Error::Closed { op: kind, how: "shut down" });
+        }
+        if let Req::Send { peer, tag, buf, work, .. } = &req {
+            if let Some(tx) = &self.txs[*peer] {
+                if rendezvous::by_rendezvous(self.attach.as_deref(), true, buf.nbytes()) {
+                    tx.queue();
+                } else {
+                    let hdr = P2pHeader { kind: P2pKind::Data, tag: *tag, len: buf.nbytes() as u64 }.encode();
+                    if tx.write_now_or_queue(&hdr, buf.bytes()) {
+                        work.finish(Ok(()));
+                        return Ok(work.clone());
+                    }
+                }
+            }
+        }
         if let State::Idle(links) = &mut *st {
             let links = std::mem::replace(links, Links { conns: Vec::new(), shm: None });
             *st = State::Running(self.start(links)?);

@@ -20,7 +20,7 @@ use super::event_loop::{site, size_mismatch, EventLoop};
 use super::{Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
 use crate::transport::frame::{rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
-use crate::transport::shm::{remote, Workers};
+use crate::transport::shm::{remote, ShmLocal, Workers};
 use crate::types::Rank;
 
 /// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`, in
@@ -29,12 +29,18 @@ pub(super) fn pull(workers: &Workers, pid: i32, addr: u64, dst: &mut [u8]) -> st
     workers.for_pieces_mut(dst, |off, piece| remote::read(pid, addr + off as u64, piece))
 }
 
+/// Whether a send of `nbytes` over a link (`shm`: shared memory) goes by
+/// rendezvous, given this host's ranks when cross-memory attach is on.
+pub(super) fn by_rendezvous(local: Option<&ShmLocal>, shm: bool, nbytes: usize) -> bool {
+    let attach = local.and_then(|l| l.attach.as_ref());
+    shm && nbytes > 0 && attach.is_some_and(|a| a.single_reader(nbytes))
+}
+
 impl EventLoop {
     /// Whether a send of `nbytes` to `peer` goes by rendezvous.
     pub(super) fn rendezvous_to(&self, peer: Rank, nbytes: usize) -> bool {
-        let attach = self.attach.as_ref().and_then(|l| l.attach.as_ref());
         let shm = self.peers[peer].as_ref().is_some_and(|p| p.link.is_shm());
-        shm && nbytes > 0 && attach.is_some_and(|a| a.single_reader(nbytes))
+        by_rendezvous(self.attach.as_deref(), shm, nbytes)
     }
 
     /// A rendezvous message from `p` arrived: taken at once by a matching
@@ -97,6 +103,7 @@ impl EventLoop {
         text.truncate(ACK_MAX);
         let hdr = P2pHeader { kind: P2pKind::Ack, tag: id as i64, len: text.len() as u64 }.encode();
         let now = Instant::now();
+        peer.link.queue();
         peer.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(text), buf: None, work: None, rdv: None, posted_at: now, deadline });
     }
 

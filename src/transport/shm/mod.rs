@@ -102,16 +102,28 @@ impl ShmLocal {
 
 /// Byte rings to and from one local peer.
 pub struct ShmLink {
-    me: usize,
+    tx: RingTx,
+    rx: RingRx,
+    /// The (otherwise idle) TCP connection to the peer: EOF means it died
+    /// (None: the owner of the link watches the peer itself).
+    watch: Option<TcpStream>,
+}
+
+/// The producing end of the ring towards one local peer (in our segment).
+pub struct RingTx {
     peer: usize,
     chan: Channel,
     mine: Arc<Segment>,
     theirs: Arc<Segment>,
     out_head: u64,
+}
+
+/// The consuming end of the ring from one local peer (in its segment).
+pub struct RingRx {
+    me: usize,
+    chan: Channel,
+    theirs: Arc<Segment>,
     in_tail: u64,
-    /// The (otherwise idle) TCP connection to the peer: EOF means it died
-    /// (None: the owner of the link watches the peer itself).
-    watch: Option<TcpStream>,
 }
 
 impl ShmLink {
@@ -123,42 +135,107 @@ impl ShmLink {
         let theirs = local.segs[peer].clone();
         let out_head = mine.u64_at(mine.layout.head_off(chan, peer)).load(Ordering::Acquire);
         let in_tail = theirs.u64_at(theirs.layout.tail_off(chan, local.me)).load(Ordering::Acquire);
-        Ok(ShmLink { me: local.me, peer, chan, mine, theirs, out_head, in_tail, watch })
+        let tx = RingTx { peer, chan, mine, theirs: theirs.clone(), out_head };
+        let rx = RingRx { me: local.me, chan, theirs, in_tail };
+        Ok(ShmLink { tx, rx, watch })
     }
 
     /// Local index of the peer.
     pub fn peer_index(&self) -> usize {
-        self.peer
+        self.tx.peer
     }
 
     /// Appends as much of `bytes` as fits to the ring towards the peer.
     pub fn push(&mut self, bytes: &[u8]) -> usize {
-        let l = self.mine.layout;
-        let c = self.chan;
-        let tail = self.mine.u64_at(l.tail_off(c, self.peer)).load(Ordering::Acquire);
-        let free = l.ring - (self.out_head - tail) as usize;
-        let n = free.min(bytes.len());
-        if n == 0 {
-            return 0;
-        }
-        let pos = (self.out_head as usize) & (l.ring - 1);
-        let first = n.min(l.ring - pos);
-        let ring = l.ring_off(c, self.peer);
-        // SAFETY: bytes [head, head + n) of the ring are free: the consumer
-        // has released everything below `tail` (acquired above) and reads
-        // nothing at or above `head` until we publish it below.
-        unsafe {
-            self.mine.write(ring + pos, &bytes[..first]);
-            self.mine.write(ring, &bytes[first..n]);
-        }
-        self.out_head += n as u64;
-        self.mine.u64_at(l.head_off(c, self.peer)).store(self.out_head, Ordering::Release);
-        self.theirs.notify_on(c);
-        n
+        self.tx.push(bytes)
     }
 
     /// Takes as many bytes as are available (up to `dst.len()`) from the
     /// ring from the peer.
+    pub fn pull(&mut self, dst: &mut [u8]) -> usize {
+        self.rx.pull(dst)
+    }
+
+    /// The two ends, for an owner that writes from other threads than it
+    /// reads (the point-to-point engine); the watched connection is closed.
+    pub fn split(self) -> (RingTx, RingRx) {
+        (self.tx, self.rx)
+    }
+
+    /// Closes the watched connection, so the peer sees this rank as gone.
+    pub fn shutdown(&self) {
+        if let Some(w) = &self.watch {
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Err if the peer's process is gone (its TCP connection closed).
+    pub fn alive(&self) -> Result<(), String> {
+        let Some(w) = &self.watch else { return Ok(()) };
+        let mut b = [0u8; 1];
+        match w.peek(&mut b) {
+            Ok(0) => Err("connection closed by peer (process exited?)".into()),
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(format!("connection to peer lost: {e}")),
+        }
+    }
+}
+
+impl RingTx {
+    /// Bytes that can be pushed now without waiting for the consumer.
+    pub fn free(&self) -> usize {
+        let l = self.mine.layout;
+        let tail = self.mine.u64_at(l.tail_off(self.chan, self.peer)).load(Ordering::Acquire);
+        l.ring - (self.out_head - tail) as usize
+    }
+
+    /// Appends as much of `bytes` as fits and wakes the peer.
+    pub fn push(&mut self, bytes: &[u8]) -> usize {
+        self.push_parts(&[bytes])
+    }
+
+    /// Appends as much of `parts`, one after the other, as fits, and wakes
+    /// the peer once.
+    pub fn push_parts(&mut self, parts: &[&[u8]]) -> usize {
+        let l = self.mine.layout;
+        let c = self.chan;
+        let ring = l.ring_off(c, self.peer);
+        let mut free = self.free();
+        let mut total = 0;
+        for bytes in parts.iter().filter(|b| !b.is_empty()) {
+            let n = free.min(bytes.len());
+            if n == 0 {
+                break;
+            }
+            let pos = (self.out_head as usize) & (l.ring - 1);
+            let first = n.min(l.ring - pos);
+            // SAFETY: bytes [head, head + n) of the ring are free: the
+            // consumer has released everything below `tail` (acquired in
+            // `free`) and reads nothing at or above `head` until we
+            // publish it below.
+            unsafe {
+                self.mine.write(ring + pos, &bytes[..first]);
+                self.mine.write(ring, &bytes[first..n]);
+            }
+            self.out_head += n as u64;
+            free -= n;
+            total += n;
+            if n < bytes.len() {
+                break;
+            }
+        }
+        if total > 0 {
+            self.mine.u64_at(l.head_off(c, self.peer)).store(self.out_head, Ordering::Release);
+            self.theirs.notify_on(c);
+        }
+        total
+    }
+}
+
+impl RingRx {
+    /// Takes as many bytes as are available (up to `dst.len()`) and wakes
+    /// the producer.
     pub fn pull(&mut self, dst: &mut [u8]) -> usize {
         let l = self.theirs.layout;
         let c = self.chan;
@@ -181,25 +258,6 @@ impl ShmLink {
         self.theirs.u64_at(l.tail_off(c, self.me)).store(self.in_tail, Ordering::Release);
         self.theirs.notify_on(c);
         n
-    }
-
-    /// Closes the watched connection, so the peer sees this rank as gone.
-    pub fn shutdown(&self) {
-        if let Some(w) = &self.watch {
-            let _ = w.shutdown(std::net::Shutdown::Both);
-        }
-    }
-
-    /// Err if the peer's process is gone (its TCP connection closed).
-    pub fn alive(&self) -> Result<(), String> {
-        let Some(w) = &self.watch else { return Ok(()) };
-        let mut b = [0u8; 1];
-        match w.peek(&mut b) {
-            Ok(0) => Err("connection closed by peer (process exited?)".into()),
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(()),
-            Err(e) => Err(format!("connection to peer lost: {e}")),
-        }
     }
 }
 
