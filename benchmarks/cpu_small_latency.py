@@ -1,6 +1,7 @@
 """Per-call time of small CPU collectives on rustccl alone (no other
 backend in the process): 5 loops of 4000 back-to-back calls of 8-byte
-broadcast, all_reduce and all_gather, median per op, printed by rank 0
+broadcast, all_reduce and all_gather, and of a send/recv ping-pong between
+ranks 2k and 2k+1 (reported per one-way message), median per op, printed by rank 0
 with PYTHONPATH (which build ran). For A/B of two builds installed with
 ``pip install --no-deps --target DIR wheel``, alternate:
 
@@ -32,7 +33,21 @@ def main():
     dist.init_process_group("rustccl")
     x = torch.ones(2)
     outs = [torch.empty(2) for _ in range(dist.get_world_size())]
+    rank, world = dist.get_rank(), dist.get_world_size()
+    peer = rank ^ 1
+
+    def ping_pong():
+        if peer >= world:
+            return
+        if rank % 2 == 0:
+            dist.send(x, peer)
+            dist.recv(x, peer)
+        else:
+            dist.recv(x, peer)
+            dist.send(x, peer)
+
     calls = {
+        "send_recv_oneway": ping_pong,
         "broadcast": lambda: dist.broadcast(x, 0),
         "all_reduce": lambda: dist.all_reduce(x),
         "all_gather": lambda: dist.all_gather(outs, x),
@@ -40,7 +55,7 @@ def main():
     res = {k: [] for k in calls}
     for _ in range(5):
         for k, fn in calls.items():
-            res[k].append(per_call_us(fn))
+            res[k].append(per_call_us(fn) / (2 if k == "send_recv_oneway" else 1))
     if dist.get_rank() == 0:
         print(os.environ.get("PYTHONPATH", ""), {k: round(statistics.median(v), 1) for k, v in res.items()})
     dist.destroy_process_group()

@@ -7,8 +7,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::Instant;
 
 use super::link::Waiter;
@@ -20,82 +19,157 @@ use crate::tensor::HostTensor;
 use crate::transport::frame::{self, P2pHeader, P2pKind, P2P_HEADER_LEN};
 use crate::transport::shm::ShmLocal;
 use crate::types::Rank;
-use crate::work::Work;
+use crate::work::{Progress, Work};
 
 pub(super) struct EventLoop {
     pub(super) rank: Rank,
     pub(super) group: String,
-    waiter: Waiter,
     pub(super) peers: Vec<Option<Peer>>,
     pub(super) posted: Vec<Posted>,
     pub(super) unexpected: VecDeque<(Rank, i64, Unexpected)>,
     rx: mpsc::Receiver<Req>,
     /// This host's ranks, when cross-memory attach is on (rendezvous).
     pub(super) attach: Option<Arc<ShmLocal>>,
+    /// Peers to read from / write to on the next pass (besides every
+    /// shared-memory peer), and those whose connection to look at.
+    pump_in: Vec<bool>,
+    pump_out: Vec<bool>,
+    watch: Vec<bool>,
+    shm: Vec<bool>,
+    /// The engine shut down: everything pending has failed.
+    exited: bool,
+}
+
+/// What one pass did.
+pub(super) enum Pass {
+    Moved,
+    Idle,
+    Exit,
 }
 
 pub(super) fn site(work: &Work, group: &str) -> OpSite {
     OpSite { op: work.op(), seq: work.seq(), group: group.to_string() }
 }
 
+fn lock(ev: &Mutex<EventLoop>) -> MutexGuard<'_, EventLoop> {
+    // A pass that panicked left the state as it was between two steps;
+    // recover the guard regardless.
+    ev.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The engine's thread: passes while something moves, sleeps on `waiter`
+/// when nothing does. Threads waiting for a point-to-point work run passes
+/// too ([`Driver`]), between the thread's.
+pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
+    let mut ready = vec![false; lock(&ev).peers.len()];
+    loop {
+        waiter.arm();
+        let (pass, deadline) = {
+            let mut e = lock(&ev);
+            for (p, r) in ready.iter_mut().enumerate() {
+                // Any event (readable, writable, closed, error): both
+                // pumps find out which.
+                if std::mem::take(r) {
+                    e.pump_in[p] = true;
+                    e.pump_out[p] = true;
+                }
+            }
+            let e = &mut *e;
+            waiter.take_ready(&mut e.pump_in, &mut e.watch);
+            (e.pass(), e.next_deadline())
+        };
+        match pass {
+            Pass::Exit => return,
+            Pass::Moved => {}
+            Pass::Idle => waiter.wait(deadline.map(|d| d.saturating_duration_since(Instant::now())), &mut ready),
+        }
+    }
+}
+
+/// Lets a thread waiting for a point-to-point work run passes itself
+/// (`work::Progress`): a message that arrives while it waits is read and
+/// its receive finished on that thread, without a hand-off from the
+/// engine's thread. Holds the loop weakly: a work kept after shutdown
+/// keeps nothing alive.
+pub(super) struct Driver(pub(super) Weak<Mutex<EventLoop>>);
+
+impl Progress for Driver {
+    fn progress(&self) {
+        let Some(ev) = self.0.upgrade() else { return };
+        let guard = match ev.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let mut e = guard;
+        e.pass();
+    }
+}
+
 impl EventLoop {
-    pub(super) fn new(
-        rank: Rank,
-        group: String,
-        waiter: Waiter,
-        peers: Vec<Option<Peer>>,
-        rx: mpsc::Receiver<Req>,
-        attach: Option<Arc<ShmLocal>>,
-    ) -> EventLoop {
-        EventLoop { rank, group, waiter, peers, posted: Vec::new(), unexpected: VecDeque::new(), rx, attach }
+    pub(super) fn new(rank: Rank, group: String, peers: Vec<Option<Peer>>, rx: mpsc::Receiver<Req>, attach: Option<Arc<ShmLocal>>) -> EventLoop {
+        let n = peers.len();
+        let shm = peers.iter().map(|p| p.as_ref().is_some_and(|p| p.link.is_shm())).collect();
+        EventLoop {
+            rank,
+            group,
+            peers,
+            posted: Vec::new(),
+            unexpected: VecDeque::new(),
+            rx,
+            attach,
+            pump_in: vec![true; n],
+            pump_out: vec![true; n],
+            watch: vec![false; n],
+            shm,
+            exited: false,
+        }
     }
 
-    /// Only peers with something to do are pumped: those the poll reported
-    /// (mio is edge-triggered, and both pumps go on until `WouldBlock`),
-    /// those a new send was queued for, and every shared-memory peer (a
-    /// look at its ring is one atomic load), so an iteration costs system
-    /// calls for the active TCP peers, not for the whole group.
-    pub(super) fn run(&mut self) {
-        let n = self.peers.len();
-        let (mut pump_in, mut pump_out, mut watch) = (vec![true; n], vec![true; n], vec![false; n]);
-        let shm: Vec<bool> = self.peers.iter().map(|p| p.as_ref().is_some_and(|p| p.link.is_shm())).collect();
+    /// One pass: new requests, then the peers with something to do: those
+    /// the poll reported (mio is edge-triggered, and both pumps go on until
+    /// `WouldBlock`), those a new send was queued for, and every
+    /// shared-memory peer (a look at its ring is one atomic load), so a
+    /// pass costs system calls for the active TCP peers, not for the whole
+    /// group; then deaths and deadlines.
+    pub(super) fn pass(&mut self) -> Pass {
+        if self.exited {
+            return Pass::Exit;
+        }
+        let mut moved = false;
         loop {
-            self.waiter.arm();
-            let mut moved = false;
-            loop {
-                match self.rx.try_recv() {
-                    Ok(req) => {
-                        moved = true;
-                        if let Req::Send { peer, .. } = &req {
-                            pump_out[*peer] = true;
-                        }
-                        self.handle(req);
+            match self.rx.try_recv() {
+                Ok(req) => {
+                    moved = true;
+                    if let Req::Send { peer, .. } = &req {
+                        self.pump_out[*peer] = true;
                     }
-                    Err(mpsc::TryRecvError::Empty) => break,
-                    Err(mpsc::TryRecvError::Disconnected) => {
-                        self.fail_all();
-                        return;
-                    }
+                    self.handle(req);
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.fail_all();
+                    self.exited = true;
+                    return Pass::Exit;
                 }
             }
-            self.waiter.take_ready(&mut pump_in, &mut watch);
-            for p in 0..n {
-                if std::mem::take(&mut pump_out[p]) || shm[p] {
-                    moved |= self.pump_out(p);
-                }
-                if std::mem::take(&mut pump_in[p]) || shm[p] {
-                    moved |= self.pump_in(p);
-                }
+        }
+        for p in 0..self.peers.len() {
+            if std::mem::take(&mut self.pump_out[p]) || self.shm[p] {
+                moved |= self.pump_out(p);
             }
-            self.check_alive(&mut watch);
-            self.expire();
-            if !moved {
-                let timeout = self.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
-                self.waiter.wait(timeout, &mut pump_in);
-                // Any event (readable, writable, closed, error): both pumps
-                // find out which.
-                pump_out.iter_mut().zip(&pump_in).for_each(|(o, i)| *o |= *i);
+            if std::mem::take(&mut self.pump_in[p]) || self.shm[p] {
+                moved |= self.pump_in(p);
             }
+        }
+        let mut watch = std::mem::take(&mut self.watch);
+        self.check_alive(&mut watch);
+        self.watch = watch;
+        self.expire();
+        if moved {
+            Pass::Moved
+        } else {
+            Pass::Idle
         }
     }
 

@@ -45,9 +45,9 @@ use crate::transport::frame::{P2pKind, P2P_HEADER_LEN};
 use crate::transport::frame::P2pHeader;
 use crate::transport::shm::{RingRx, ShmLink, ShmLocal};
 use crate::types::Rank;
-use crate::work::Work;
+use crate::work::{Progress, Work};
 
-use event_loop::EventLoop;
+use event_loop::{Driver, EventLoop};
 use link::{PeerLink, ShmTx, Waiter, Wake, WAKE};
 
 /// Shared-memory links of the point-to-point channel, by global rank.
@@ -136,6 +136,9 @@ struct Running {
     tx: mpsc::Sender<Req>,
     wake: Wake,
     handle: Option<JoinHandle<()>>,
+    /// Given to every work, when some peer is on this host (see
+    /// `event_loop::Driver`).
+    driver: Option<Arc<dyn Progress>>,
 }
 
 /// What the event loop starts from.
@@ -258,12 +261,14 @@ impl P2pEngine {
             }
         };
         let (tx, rx) = mpsc::channel();
-        let mut ev = EventLoop::new(self.rank, self.group.clone(), waiter, peers, rx, attach);
+        let any_shm = peers.iter().flatten().any(|p| p.link.is_shm());
+        let ev = Arc::new(Mutex::new(EventLoop::new(self.rank, self.group.clone(), peers, rx, attach)));
+        let driver = any_shm.then(|| Arc::new(Driver(Arc::downgrade(&ev))) as Arc<dyn Progress>);
         let handle = std::thread::Builder::new()
             .name(name("p2p"))
-            .spawn(move || ev.run())
+            .spawn(move || event_loop::run(ev, waiter))
             .map_err(|e| Error::Internal(format!("cannot start the p2p thread: {e}")))?;
-        Ok(Running { tx, wake, handle: Some(handle) })
+        Ok(Running { tx, wake, handle: Some(handle), driver })
     }
 
     /// Hands a validated send or receive to the event loop.
@@ -306,6 +311,9 @@ impl P2pEngine {
         }
         match &*st {
             State::Running(r) => {
+                if let Some(d) = &r.driver {
+                    work.set_progress(d.clone());
+                }
                 r.tx.send(req).map_err(|_| Error::Closed { op: kind, how: "shut down" })?;
                 r.wake.wake();
                 Ok(work)
