@@ -240,6 +240,9 @@ bool Work::wait(std::chrono::milliseconds timeout) {
     int32_t rc = rustccl_work_wait(handle_, timeout.count());
     if (rc == RUSTCCL_WAIT_TIMEOUT) throwStatus(rc, rustccl_last_error());
   }
+  // Point-to-point works: this thread reads the rings itself for a while
+  // (a message arriving meanwhile needs no hand-off from rustccl's thread).
+  if (handle_ != nullptr) rustccl_work_drive(handle_);
   // The engine completes the future (after copying back into the caller's
   // tensors) right after it finishes: poll it briefly, then block on it.
   auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);

@@ -301,6 +301,18 @@ pub extern "C" fn rustccl_work_wait(w: *const RustcclWork, timeout_ms: i64) -> i
     })
 }
 
+/// Lets the calling thread move the work's engine on for a few tens of
+/// microseconds (point-to-point works: it reads the rings itself), before
+/// it blocks on the work's future. 1 once the work finished, else 0.
+#[no_mangle]
+pub extern "C" fn rustccl_work_drive(w: *const RustcclWork) -> i32 {
+    if w.is_null() {
+        return 1;
+    }
+    // SAFETY: as in `rustccl_work_wait`.
+    catch_unwind(AssertUnwindSafe(|| unsafe { (*w).0.drive_briefly() } as i32)).unwrap_or(1)
+}
+
 #[no_mangle]
 pub extern "C" fn rustccl_work_is_completed(w: *const RustcclWork) -> i32 {
     if w.is_null() {

@@ -201,6 +201,32 @@ impl Work {
         let _ = self.0.progress.set(p);
     }
 
+    /// Drives the work's engine (`Progress`) for up to `budget`, yielding
+    /// between passes, until the work finishes; nothing for a work without
+    /// one. True once the work finished.
+    pub fn drive(&self, budget: Duration) -> bool {
+        let Some(p) = self.0.progress.get() else { return self.lock().result.is_some() };
+        let start = Instant::now();
+        loop {
+            if self.lock().result.is_some() {
+                return true;
+            }
+            if start.elapsed() >= budget {
+                return false;
+            }
+            p.progress();
+            if self.lock().result.is_some() {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Drives the work's engine for the usual time (see `wait`).
+    pub fn drive_briefly(&self) -> bool {
+        self.drive(PROGRESS_FOR)
+    }
+
     /// Blocks until the work finishes, or `timeout` passes
     /// (`Error::WaitTimeout`; the operation goes on).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
@@ -211,16 +237,7 @@ impl Work {
         // a core, and a caller polling for it took one (measured on the
         // 2-core machine: small all-reduces settled at ~60 us in half the
         // runs); a condition-variable wake-up costs a few microseconds.
-        if let Some(p) = self.0.progress.get() {
-            let budget = timeout.map_or(PROGRESS_FOR, |t| t.min(PROGRESS_FOR));
-            while self.lock().result.is_none() && start.elapsed() < budget {
-                p.progress();
-                if self.lock().result.is_some() {
-                    break;
-                }
-                std::thread::yield_now();
-            }
-        }
+        self.drive(timeout.map_or(PROGRESS_FOR, |t| t.min(PROGRESS_FOR)));
         let mut s = self.lock();
         loop {
             if let Some(r) = &s.result {
