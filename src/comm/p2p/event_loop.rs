@@ -456,6 +456,12 @@ impl EventLoop {
 
     fn expire(&mut self) {
         let now = Instant::now();
+        // Runs on every pass (waiting callers' too): allocates only when
+        // something expired.
+        if !self.posted.iter().any(|r| r.deadline <= now) {
+            self.expire_sends(now);
+            return;
+        }
         let (late, keep): (Vec<Posted>, Vec<Posted>) =
             std::mem::take(&mut self.posted).into_iter().partition(|r| r.deadline <= now);
         self.posted = keep;
@@ -473,6 +479,11 @@ impl EventLoop {
             drop(r.buf);
             r.work.finish(Err(e));
         }
+        self.expire_sends(now);
+    }
+
+    /// Sends whose peer stopped reading, and rendezvous sends never acked.
+    fn expire_sends(&mut self, now: Instant) {
         for p in 0..self.peers.len() {
             let stuck = self.peers[p]
                 .as_ref()
