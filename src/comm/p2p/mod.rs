@@ -1,8 +1,10 @@
 //! Point-to-point engine: send / recv with tags, recv from any source.
 //!
-//! One event-loop thread per communicator (started on first use) owns the
+//! One event loop per communicator (started on first use) owns the
 //! point-to-point links: shared-memory rings to the ranks of this host,
-//! TCP to the others (`link.rs`). Sends queue per peer and are written in
+//! TCP to the others (`link.rs`). Its state sits behind a mutex: its own
+//! thread runs passes over it, and so does a thread waiting for one of
+//! its works (`event_loop::Driver`). Sends queue per peer and are written in
 //! order. Every incoming message (24-byte header with tag and length) is
 //! matched against posted receives in posting order; a match is read
 //! straight into the receiver's tensor, anything else into an "unexpected"
