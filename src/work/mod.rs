@@ -352,6 +352,41 @@ mod tests {
         }
     }
 
+    /// Finishes its work on the third pass.
+    struct Third(Mutex<(u32, Option<Work>)>);
+
+    impl Progress for Third {
+        fn progress(&self) {
+            let mut s = self.0.lock().unwrap();
+            s.0 += 1;
+            if s.0 == 3 {
+                if let Some(w) = s.1.take() {
+                    w.finish(Ok(()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wait_drives_the_engine() {
+        // The waiting thread itself finishes the work through its Progress
+        // (no other thread exists), and a joined work inherits it.
+        let w = Work::new("recv", 1);
+        let p = Arc::new(Third(Mutex::new((0, Some(w.clone())))));
+        w.set_progress(p.clone());
+        let j = join("batch", 0, vec![w.clone()]);
+        // (`wait` drives for only 60 us, too short for a loaded machine.)
+        assert!(j.drive(Duration::from_secs(30)));
+        assert!(j.wait(None).is_ok());
+        assert_eq!(p.0.lock().unwrap().0, 3);
+        assert!(w.drive_briefly());
+        // Without one, drive only reports.
+        let plain = Work::new("send", 2);
+        assert!(!plain.drive(Duration::from_millis(1)));
+        plain.finish(Ok(()));
+        assert!(plain.drive(Duration::ZERO));
+    }
+
     #[test]
     fn join_reports_first_error() {
         let a = Work::new("send", 1);

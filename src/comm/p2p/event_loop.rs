@@ -96,12 +96,11 @@ pub(super) struct Driver(pub(super) Weak<Mutex<EventLoop>>);
 impl Progress for Driver {
     fn progress(&self) {
         let Some(ev) = self.0.upgrade() else { return };
-        let guard = match ev.try_lock() {
+        let mut e = match ev.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return,
         };
-        let mut e = guard;
         e.pass();
     }
 }

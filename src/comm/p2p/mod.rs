@@ -290,23 +290,26 @@ impl P2pEngine {
             Op::Recv { buf, peer, tag } => Req::Recv { peer, tag, buf, work: work.clone(), deadline },
             _ => return Err(Error::Internal("collective reached the p2p engine".into())),
         };
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(*st, State::Closed) {
+        if matches!(*self.state.lock().unwrap_or_else(|p| p.into_inner()), State::Closed) {
             return Err(Error::Closed { op: kind, how: "shut down" });
         }
-        if let Req::Send { peer, tag, buf, work, .. } = &req {
+        if let Req::Send { peer, tag, buf, .. } = &req {
             if let Some(tx) = &self.txs[*peer] {
                 if rendezvous::by_rendezvous(self.attach.as_deref(), true, buf.nbytes()) {
                     tx.queue();
                 } else {
                     let hdr = P2pHeader { kind: P2pKind::Data, tag: *tag, len: buf.nbytes() as u64 }.encode();
                     if tx.write_now_or_queue(&hdr, buf.bytes()) {
+                        // Finished with no lock held: its callbacks may
+                        // submit again.
+                        drop(req);
                         work.finish(Ok(()));
-                        return Ok(work.clone());
+                        return Ok(work);
                     }
                 }
             }
         }
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let State::Idle(links) = &mut *st {
             let links = std::mem::replace(links, Links { conns: Vec::new(), shm: None });
             *st = State::Running(self.start(links)?);

@@ -157,7 +157,8 @@ impl ShmLink {
     }
 
     /// The two ends, for an owner that writes from other threads than it
-    /// reads (the point-to-point engine); the watched connection is closed.
+    /// reads (the point-to-point engine); drops the watched connection, if
+    /// the link has one.
     pub fn split(self) -> (RingTx, RingRx) {
         (self.tx, self.rx)
     }
