@@ -161,9 +161,7 @@ impl EventLoop {
                 moved |= self.pump_in(p);
             }
         }
-        let mut watch = std::mem::take(&mut self.watch);
-        self.check_alive(&mut watch);
-        self.watch = watch;
+        self.check_alive();
         self.expire();
         if moved {
             Pass::Moved
@@ -175,9 +173,9 @@ impl EventLoop {
     /// Shared-memory peers whose watched connection reported something (or
     /// all of them, now and then): one that closed is dead. Runs after the
     /// pumps, so what a peer wrote before it died is still delivered.
-    fn check_alive(&mut self, watch: &mut [bool]) {
-        for (p, w) in watch.iter_mut().enumerate() {
-            if !std::mem::take(w) {
+    fn check_alive(&mut self) {
+        for p in 0..self.watch.len() {
+            if !std::mem::take(&mut self.watch[p]) {
                 continue;
             }
             let why = match &self.peers[p] {

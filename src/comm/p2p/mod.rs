@@ -290,13 +290,12 @@ impl P2pEngine {
             Op::Recv { buf, peer, tag } => Req::Recv { peer, tag, buf, work: work.clone(), deadline },
             _ => return Err(Error::Internal("collective reached the p2p engine".into())),
         };
-        if matches!(*self.state.lock().unwrap_or_else(|p| p.into_inner()), State::Closed) {
-            return Err(Error::Closed { op: kind, how: "shut down" });
-        }
         if let Req::Send { peer, tag, buf, .. } = &req {
             if let Some(tx) = &self.txs[*peer] {
                 if rendezvous::by_rendezvous(self.attach.as_deref(), true, buf.nbytes()) {
                     tx.queue();
+                } else if matches!(*self.state.lock().unwrap_or_else(|p| p.into_inner()), State::Closed) {
+                    return Err(Error::Closed { op: kind, how: "shut down" });
                 } else {
                     let hdr = P2pHeader { kind: P2pKind::Data, tag: *tag, len: buf.nbytes() as u64 }.encode();
                     if tx.write_now_or_queue(&hdr, buf.bytes()) {
