@@ -17,6 +17,10 @@ pub struct AlgoConfig {
     pub small_broadcast_bytes: usize,
     /// Largest unit in flight on a link during ring / chain steps.
     pub segment_bytes: usize,
+    /// How long (microseconds) a queued CPU collective waits for its
+    /// caller's `wait()` to run it on the caller's thread before the
+    /// engine's worker thread runs it; 0: the worker runs everything.
+    pub caller_runs_us: u64,
 }
 
 impl Default for AlgoConfig {
@@ -25,6 +29,7 @@ impl Default for AlgoConfig {
             small_allreduce_bytes: 64 << 10,
             small_broadcast_bytes: 256 << 10,
             segment_bytes: 512 << 10,
+            caller_runs_us: 20,
         }
     }
 }
@@ -168,6 +173,11 @@ pub const SETTINGS: &[Setting] = &[
         name: "RUSTCCL_SEGMENT_BYTES",
         default: "524288",
         doc: "largest piece a ring or chain step puts on a link at once",
+    },
+    Setting {
+        name: "RUSTCCL_CALLER_RUNS_US",
+        default: "20",
+        doc: "a queued CPU collective waits this long for its caller's wait() to run it on the calling thread (no hand-off between threads) before rustccl's worker thread runs it; 0: the worker runs every collective",
     },
     Setting {
         name: "RUSTCCL_TRANSPORT",
@@ -335,6 +345,7 @@ impl Config {
             small_allreduce_bytes: env_usize("RUSTCCL_SMALL_ALLREDUCE_BYTES", d.small_allreduce_bytes),
             small_broadcast_bytes: env_usize("RUSTCCL_SMALL_BROADCAST_BYTES", d.small_broadcast_bytes),
             segment_bytes: env_usize("RUSTCCL_SEGMENT_BYTES", d.segment_bytes).max(64),
+            caller_runs_us: env_usize("RUSTCCL_CALLER_RUNS_US", d.caller_runs_us as usize) as u64,
         };
         Config {
             algo,

@@ -1,5 +1,15 @@
-//! The host engine: one worker thread per communicator runs CPU collectives
-//! in submission order over the communicator's [`Transport`].
+//! The host engine: CPU collectives of one communicator run one at a time,
+//! in submission order, over the communicator's [`Transport`].
+//!
+//! Who runs a collective: the thread that waits for it, when it waits soon
+//! enough, else the engine's worker thread. A queued collective waits up to
+//! the caller-runs grace (`RUSTCCL_CALLER_RUNS_US`) for its caller's
+//! `wait()`, which then runs it (and any queued before it) on the caller's
+//! thread: a blocking collective then needs no hand-off between threads
+//! (each a wake-up of several microseconds on a VM). After the grace the
+//! worker takes it, so async work still runs without a wait. Whoever runs
+//! holds the engine's [`Exec`] lock; the queue has its own lock, so
+//! submitting never waits for a running collective.
 //!
 //! Submission assigns the sequence number under the queue lock, so queue
 //! order, sequence order and execution order are the same. A transport
@@ -8,11 +18,11 @@
 //! byte stream in an unknown state.
 #![forbid(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::collectives::codec::Request;
 use crate::collectives::{self, AlgoName, Compression, Op, Scratch};
@@ -21,9 +31,9 @@ use crate::error::{Error, OpSite, Result};
 use crate::log_at;
 use crate::tensor::HostTensor;
 use crate::transport::{Interrupter, OpCtx, Transport};
-use crate::work::Work;
+use crate::work::{Progress, Work};
 
-/// What the worker reports after each operation (stats hook).
+/// What the engine reports after each operation (stats hook).
 pub struct Done<'a> {
     pub op: &'static str,
     pub seq: u64,
@@ -36,6 +46,8 @@ pub struct Done<'a> {
     pub sent_between_hosts: u64,
     /// Codec of the exchange between hosts, "" when exact.
     pub codec: &'static str,
+    /// The caller's thread ran it (in its `wait`), not the worker.
+    pub by_caller: bool,
 }
 
 pub type Observer = Box<dyn Fn(&Done<'_>) + Send>;
@@ -46,33 +58,51 @@ struct Job {
     timeout: Duration,
     bytes: usize,
     compress: Option<Request>,
+    queued: Instant,
 }
 
 struct Queue {
-    tx: Option<mpsc::Sender<Job>>,
+    jobs: VecDeque<Job>,
     next_seq: u64,
+    open: bool,
+    /// The worker sleeps on `Shared::ready` (a submit must wake it).
+    worker_asleep: bool,
+}
+
+/// Everything a running collective uses; one runner at a time.
+struct Exec {
+    transport: Box<dyn Transport>,
+    scratch: Scratch,
+    comp: Compression,
+    poisoned: Option<Error>,
+    fault: Option<FaultSpec>,
+    algo: AlgoConfig,
+    observer: Option<Observer>,
+    group: String,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+    exec: Mutex<Exec>,
+    /// How long a queued job waits for its caller before the worker runs it.
+    grace: Duration,
 }
 
 pub struct HostEngine {
-    queue: Mutex<Queue>,
+    shared: Arc<Shared>,
     worker: Mutex<Option<JoinHandle<()>>>,
     exited: Mutex<Option<mpsc::Receiver<()>>>,
     interrupt: Interrupter,
     group: String,
 }
 
-/// The next job: polls briefly first, so back-to-back collectives do not
-/// pay a sleep / wake-up of the worker each.
-fn next_job(rx: &mpsc::Receiver<Job>) -> Option<Job> {
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < Duration::from_micros(50) {
-        match rx.try_recv() {
-            Ok(j) => return Some(j),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-        }
-    }
-    rx.recv().ok()
+/// How long the worker polls for the next job before it sleeps, so
+/// back-to-back collectives do not pay a wake-up of the worker each.
+const POLL_FOR: Duration = Duration::from_micros(50);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -82,99 +112,211 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
+impl Exec {
+    /// Runs `job` to the end and finishes its work.
+    fn run(&mut self, mut job: Job, by_caller: bool) {
+        let g = self.group.clone();
+        let rank = self.transport.rank();
+        job.work.mark_started();
+        let op_name = job.work.op();
+        let seq = job.work.seq();
+        let started = Instant::now();
+        let mut algo_name: AlgoName = "none";
+        self.comp.begin(job.compress.take());
+        let injected = self.fault.as_ref().filter(|f| f.seq == seq).map(|f| f.action);
+        if let Some(FaultAction::Delay(d)) = injected {
+            log_at!(LogLevel::Warn, "group '{g}' rank {rank}: RUSTCCL_FAULT: delaying {op_name} seq {seq} by {d:?}");
+            std::thread::sleep(d);
+        }
+        let result = if let Some(cause) = &self.poisoned {
+            Err(Error::Poisoned { op: op_name, cause: Box::new(cause.clone()) })
+        } else if let Some(FaultAction::Drop) = injected {
+            Err(Error::Internal(format!("RUSTCCL_FAULT: rank {rank} dropped {op_name} seq {seq}")))
+        } else if let Some(FaultAction::Kill) = injected {
+            self.transport.sever();
+            Err(Error::Internal(format!("RUSTCCL_FAULT: rank {rank} closed its links at {op_name} seq {seq}")))
+        } else {
+            let site = OpSite { op: op_name, seq, group: g.clone() };
+            self.transport.begin(OpCtx::new(site, job.timeout));
+            log_at!(LogLevel::Trace, "group '{g}' rank {rank}: {op_name} seq {seq} ({} bytes) start", job.bytes);
+            let Exec { transport, scratch, comp, algo, .. } = self;
+            let t = transport.as_mut();
+            catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+                let base = comp.request.as_ref().map(|r| r.key.clone());
+                for (i, op) in job.ops.iter_mut().enumerate() {
+                    if let (true, Some(r), Some(b)) = (i > 0, comp.request.as_mut(), base.as_ref()) {
+                        r.key = format!("{b}#{i}"); // coalesced: one residual per tensor
+                    }
+                    algo_name = collectives::run(t, op, algo, scratch, Some(&mut *comp))?;
+                }
+                Ok(())
+            }))
+            .unwrap_or_else(|p| Err(Error::Internal(format!("{op_name} panicked: {}", panic_message(p.as_ref())))))
+        };
+        if let Err(e) = &result {
+            log_at!(LogLevel::Warn, "group '{g}' rank {rank}: {e}");
+            if e.poisons() && self.poisoned.is_none() {
+                self.poisoned = Some(e.clone());
+            }
+        }
+        if job.bytes > (256 << 20) {
+            self.scratch.trim(64 << 20);
+        }
+        job.ops.clear(); // release the caller's tensors before finishing
+        if let Some(obs) = &self.observer {
+            obs(&Done {
+                op: op_name,
+                seq,
+                bytes: job.bytes,
+                algo: algo_name,
+                transport: self.transport.kind(),
+                duration: started.elapsed(),
+                result: &result,
+                sent_between_hosts: self.comp.sent_between_hosts,
+                codec: self.comp.used.map_or("", |c| c.name()),
+                by_caller,
+            });
+        }
+        // Still under the exec lock: works finish in sequence order.
+        job.work.finish(result);
+    }
+}
+
+impl Shared {
+    /// The worker's loop: runs each job once its caller had the grace to
+    /// run it itself; returns once the queue is closed and empty.
+    fn work(&self) {
+        let mut q = lock(&self.queue);
+        let mut last_seen = Instant::now();
+        let mut seen_seq = q.next_seq;
+        loop {
+            if q.next_seq != seen_seq {
+                seen_seq = q.next_seq; // a new job: keep polling a while longer
+                last_seen = Instant::now();
+            }
+            let due = match q.jobs.front() {
+                None if !q.open => return,
+                None => None,
+                Some(j) => Some(j.queued + self.grace),
+            };
+            if due.is_some_and(|d| Instant::now() >= d) || (due.is_some() && !q.open) {
+                drop(q);
+                self.run_queued(Runner::Worker);
+                q = lock(&self.queue);
+                last_seen = Instant::now();
+                continue;
+            }
+            if last_seen.elapsed() < POLL_FOR {
+                drop(q);
+                std::thread::yield_now();
+                q = lock(&self.queue);
+                continue;
+            }
+            q.worker_asleep = true;
+            q = match due {
+                None => self.ready.wait(q).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => self.ready.wait_timeout(q, d.saturating_duration_since(Instant::now())).unwrap_or_else(|p| p.into_inner()).0,
+            };
+            q.worker_asleep = false;
+        }
+    }
+
+    /// Takes the exec lock and runs queued jobs in order: for the worker,
+    /// the job at the head once it is due; for a caller, every job up to
+    /// its own (giving up at once if another thread is running).
+    fn run_queued(&self, who: Runner) {
+        let mut exec = match who {
+            Runner::Worker => lock(&self.exec),
+            Runner::Caller(_) => match self.exec.try_lock() {
+                Ok(e) => e,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            },
+        };
+        loop {
+            let job = {
+                let mut q = lock(&self.queue);
+                let take = q.jobs.front().is_some_and(|j| match who {
+                    Runner::Worker => !q.open || j.queued.elapsed() >= self.grace,
+                    Runner::Caller(upto) => j.work.seq() <= upto,
+                });
+                if take { q.jobs.pop_front() } else { None }
+            };
+            let Some(job) = job else { return };
+            exec.run(job, matches!(who, Runner::Caller(_)));
+            if let Runner::Worker = who {
+                return; // one job, then back to the queue
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Runner {
+    Worker,
+    /// A thread waiting for the work with this sequence number.
+    Caller(u64),
+}
+
+/// Lets a thread waiting for work number `seq` run it (and the jobs queued
+/// before it) itself.
+struct CallerRuns {
+    shared: Weak<Shared>,
+    seq: u64,
+}
+
+impl Progress for CallerRuns {
+    fn progress(&self) {
+        if let Some(s) = self.shared.upgrade() {
+            s.run_queued(Runner::Caller(self.seq));
+        }
+    }
+
+    fn blocks(&self) -> bool {
+        true
+    }
+}
+
 impl HostEngine {
-    /// Starts the worker thread that owns `transport`.
+    /// Starts the worker thread; the engine owns `transport`.
     /// `fault`, if given, is injected at its sequence number (already
     /// matched to this rank and group).
     pub fn start(
-        mut transport: Box<dyn Transport>,
+        transport: Box<dyn Transport>,
         group: String,
         algo: AlgoConfig,
         observer: Option<Observer>,
         fault: Option<FaultSpec>,
     ) -> Result<HostEngine> {
-        let (tx, rx) = mpsc::channel::<Job>();
         let (exit_tx, exit_rx) = mpsc::channel::<()>();
         let interrupt = transport.interrupter();
         let name = format!("rustccl-{}-r{}", group, transport.rank());
-        let g = group.clone();
+        let grace = Duration::from_micros(algo.caller_runs_us);
+        let exec = Exec {
+            transport,
+            scratch: Scratch::default(),
+            comp: Compression::default(),
+            poisoned: None,
+            fault,
+            algo,
+            observer,
+            group: group.clone(),
+        };
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue { jobs: VecDeque::new(), next_seq: 0, open: true, worker_asleep: false }),
+            ready: Condvar::new(),
+            exec: Mutex::new(exec),
+            grace,
+        });
+        let s = shared.clone();
         let worker = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
-                let mut scratch = Scratch::default();
-                let mut comp = Compression::default();
-                let mut poisoned: Option<Error> = None;
-                while let Some(mut job) = next_job(&rx) {
-                    job.work.mark_started();
-                    let op_name = job.work.op();
-                    let seq = job.work.seq();
-                    let started = std::time::Instant::now();
-                    let mut algo_name: AlgoName = "none";
-                    comp.begin(job.compress.take());
-                    let injected = fault.as_ref().filter(|f| f.seq == seq).map(|f| f.action);
-                    if let Some(FaultAction::Delay(d)) = injected {
-                        log_at!(LogLevel::Warn, "group '{g}' rank {}: RUSTCCL_FAULT: delaying {op_name} seq {seq} by {d:?}", transport.rank());
-                        std::thread::sleep(d);
-                    }
-                    let result = if let Some(cause) = &poisoned {
-                        Err(Error::Poisoned { op: op_name, cause: Box::new(cause.clone()) })
-                    } else if let Some(FaultAction::Drop) = injected {
-                        Err(Error::Internal(format!("RUSTCCL_FAULT: rank {} dropped {op_name} seq {seq}", transport.rank())))
-                    } else if let Some(FaultAction::Kill) = injected {
-                        transport.sever();
-                        Err(Error::Internal(format!("RUSTCCL_FAULT: rank {} closed its links at {op_name} seq {seq}", transport.rank())))
-                    } else {
-                        let site = OpSite { op: op_name, seq, group: g.clone() };
-                        transport.begin(OpCtx::new(site, job.timeout));
-                        log_at!(LogLevel::Trace, "group '{g}' rank {}: {op_name} seq {seq} ({} bytes) start", transport.rank(), job.bytes);
-                        let t = transport.as_mut();
-                        catch_unwind(AssertUnwindSafe(|| -> Result<()> {
-                            let base = comp.request.as_ref().map(|r| r.key.clone());
-                            for (i, op) in job.ops.iter_mut().enumerate() {
-                                if let (true, Some(r), Some(b)) = (i > 0, comp.request.as_mut(), base.as_ref()) {
-                                    r.key = format!("{b}#{i}"); // coalesced: one residual per tensor
-                                }
-                                algo_name = collectives::run(t, op, &algo, &mut scratch, Some(&mut comp))?;
-                            }
-                            Ok(())
-                        }))
-                        .unwrap_or_else(|p| Err(Error::Internal(format!("{op_name} panicked: {}", panic_message(p.as_ref())))))
-                    };
-                    if let Err(e) = &result {
-                        log_at!(LogLevel::Warn, "group '{g}' rank {}: {e}", transport.rank());
-                        if e.poisons() && poisoned.is_none() {
-                            poisoned = Some(e.clone());
-                        }
-                    }
-                    if job.bytes > (256 << 20) {
-                        scratch.trim(64 << 20);
-                    }
-                    job.ops.clear(); // release the caller's tensors before finishing
-                    if let Some(obs) = &observer {
-                        obs(&Done {
-                            op: op_name,
-                            seq,
-                            bytes: job.bytes,
-                            algo: algo_name,
-                            transport: transport.kind(),
-                            duration: started.elapsed(),
-                            result: &result,
-                            sent_between_hosts: comp.sent_between_hosts,
-                            codec: comp.used.map_or("", |c| c.name()),
-                        });
-                    }
-                    job.work.finish(result);
-                }
+                s.work();
                 let _ = exit_tx.send(());
             })
             .map_err(|e| Error::Internal(format!("cannot start the worker thread: {e}")))?;
-        Ok(HostEngine {
-            queue: Mutex::new(Queue { tx: Some(tx), next_seq: 0 }),
-            worker: Mutex::new(Some(worker)),
-            exited: Mutex::new(Some(exit_rx)),
-            interrupt,
-            group,
-        })
+        Ok(HostEngine { shared, worker: Mutex::new(Some(worker)), exited: Mutex::new(Some(exit_rx)), interrupt, group })
     }
 
     /// Queues `ops` as one unit of work, numbered with the next sequence
@@ -200,33 +342,38 @@ impl HostEngine {
         prepare: impl FnOnce(&Work),
     ) -> Result<Work> {
         let op_name = ops.first().map(|o| o.kind().name()).unwrap_or("barrier");
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(tx) = q.tx.as_ref() else {
+        let mut q = lock(&self.shared.queue);
+        if !q.open {
             return Err(Error::Closed { op: op_name, how: "shut down" });
-        };
+        }
         let seq = q.next_seq;
         let work = Work::new(op_name, seq);
+        if !self.shared.grace.is_zero() {
+            work.set_progress(Arc::new(CallerRuns { shared: Arc::downgrade(&self.shared), seq }));
+        }
         prepare(&work);
-        tx.send(Job { ops, work: work.clone(), timeout, bytes, compress })
-            .map_err(|_| Error::Closed { op: op_name, how: "shut down" })?;
+        q.jobs.push_back(Job { ops, work: work.clone(), timeout, bytes, compress, queued: Instant::now() });
         q.next_seq += 1;
+        if q.worker_asleep {
+            self.shared.ready.notify_one();
+        }
         Ok(work)
     }
 
     /// Number of collectives submitted so far.
     pub fn seq(&self) -> u64 {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).next_seq
+        lock(&self.shared.queue).next_seq
     }
 
     /// Stops accepting work. With `abort`, interrupts the running operation;
     /// otherwise lets queued work finish. Waits up to `grace` for the worker.
     pub fn shutdown(&self, abort: bool, grace: Duration) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).tx = None;
+        self.close();
         if abort {
             self.interrupt.interrupt();
         }
-        let exited = self.exited.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let worker = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let exited = lock(&self.exited).take();
+        let worker = lock(&self.worker).take();
         if let (Some(rx), Some(h)) = (exited, worker) {
             match rx.recv_timeout(grace) {
                 Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -242,14 +389,19 @@ impl HostEngine {
             }
         }
     }
+
+    /// Accepts no more work; the worker runs what is queued, then exits.
+    fn close(&self) {
+        let mut q = lock(&self.shared.queue);
+        q.open = false;
+        self.shared.ready.notify_one();
+    }
 }
 
 impl Drop for HostEngine {
     fn drop(&mut self) {
         // Never block in Drop (it may run on a thread a callback needs):
         // close the queue and let the worker finish on its own.
-        if let Ok(mut q) = self.queue.lock() {
-            q.tx = None;
-        }
+        self.close();
     }
 }

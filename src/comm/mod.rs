@@ -133,6 +133,7 @@ fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static
         ("small_allreduce_bytes", algo.small_allreduce_bytes as u64),
         ("small_broadcast_bytes", algo.small_broadcast_bytes as u64),
         ("segment_bytes", algo.segment_bytes as u64),
+        ("caller_runs_us", algo.caller_runs_us),
     ];
     if let Some(l) = local {
         v.push(("shm_one_round_max_bytes", l.one_round_max.min(l.mine().layout.small) as u64));
@@ -166,6 +167,9 @@ fn observer(stats: Arc<stats::Stats>) -> Observer {
         });
         if let Err(e) = d.result {
             stats.note_error(e);
+        }
+        if d.by_caller {
+            stats.record_by_caller(op);
         }
         if d.result.is_ok() && (d.sent_between_hosts > 0 || !d.codec.is_empty()) {
             stats.record_between_hosts(op, d.sent_between_hosts, d.codec);

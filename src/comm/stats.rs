@@ -34,6 +34,9 @@ pub struct OpStats {
     pub between_hosts_bytes: u64,
     /// Codec of the last call's exchange between hosts ("" when exact).
     pub codec: &'static str,
+    /// CPU calls the waiting caller's thread ran itself (the rest: the
+    /// engine's worker thread; see `comm::host`).
+    pub by_caller: u64,
 }
 
 /// What one finished operation contributes.
@@ -109,6 +112,12 @@ impl Stats {
         let e = ops.entry(op.name()).or_default();
         e.between_hosts_bytes += bytes;
         e.codec = codec;
+    }
+
+    /// Counts a finished `op` that the caller's thread ran.
+    pub fn record_by_caller(&self, op: OpKind) {
+        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        ops.entry(op.name()).or_default().by_caller += 1;
     }
 
     pub fn snapshot(&self) -> BTreeMap<&'static str, OpStats> {

@@ -349,6 +349,7 @@ fn stats_dict<'py>(py: Python<'py>, c: &crate::Communicator) -> PyResult<Bound<'
         d.set_item("transport", s.transport)?;
         d.set_item("between_hosts_bytes", s.between_hosts_bytes)?;
         d.set_item("codec", s.codec)?;
+        d.set_item("by_caller", s.by_caller)?;
         ops.set_item(name, d)?;
     }
     out.set_item("ops", ops)?;

@@ -317,26 +317,22 @@ impl PhaseWait for Mesh {
         let t0 = Instant::now();
         loop {
             let sig0 = local.mine().signal().load(Ordering::Acquire);
-            let behind: Vec<Rank> = local
-                .segs
-                .iter()
-                .enumerate()
-                .filter(|(i, s)| *i != local.me && s.phase().load(Ordering::Acquire) < target)
-                .map(|(i, _)| local.ranks[i])
-                .collect();
-            if behind.is_empty() {
+            let lags = |i: usize| i != local.me && local.segs[i].phase().load(Ordering::Acquire) < target;
+            if !(0..local.segs.len()).any(lags) {
                 return Ok(());
             }
+            // Named only for errors and liveness checks (no allocation per spin).
+            let behind = || -> Vec<Rank> { (0..local.segs.len()).filter(|&i| lags(i)).map(|i| local.ranks[i]).collect() };
             if self.interrupt.is_set() {
                 return Err(interrupted_error(self));
             }
             if Instant::now() >= self.ctx.deadline {
-                return Err(timeout_error(self, behind));
+                return Err(timeout_error(self, behind()));
             }
             if t0.elapsed() < YIELD_FOR {
                 std::thread::yield_now();
             } else {
-                self.check_alive(&behind)?;
+                self.check_alive(&behind())?;
                 let left = self.ctx.deadline.saturating_duration_since(Instant::now());
                 local.mine().sleep(sig0, left.min(Duration::from_millis(2)));
             }

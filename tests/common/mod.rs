@@ -40,7 +40,7 @@ pub const ALL_OPS: [ReduceOp; 8] = [
 /// Small algorithm thresholds so that tiny inputs take every path:
 /// recursive doubling up to 256 bytes, ring above, 64-byte segments.
 pub fn tiny_algo() -> AlgoConfig {
-    AlgoConfig { small_allreduce_bytes: 256, small_broadcast_bytes: 256, segment_bytes: 64 }
+    AlgoConfig { small_allreduce_bytes: 256, small_broadcast_bytes: 256, segment_bytes: 64, ..Default::default() }
 }
 
 pub fn opts(timeout: Duration, algo: AlgoConfig) -> CommOptions {

@@ -1,0 +1,114 @@
+//! Who runs a CPU collective (`comm::host`): the thread that waits for it,
+//! when it waits within the grace (`AlgoConfig::caller_runs_us`), else the
+//! engine's worker; either way in submission order with the same results.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use rustccl::config::AlgoConfig;
+use rustccl::{Communicator, DType, OpKind, ReduceOp};
+
+fn comms(grace_us: u64) -> Vec<Communicator> {
+    // Three ranks over shared memory.
+    shm_comms(3, AlgoConfig { caller_runs_us: grace_us, ..tiny_algo() }, Duration::from_secs(30))
+}
+
+/// Submits an all_reduce (sum) of `vals` on `c` without waiting.
+fn submit_sum(c: &Communicator, vals: &[f64]) -> (std::sync::Arc<rustccl::tensor::SharedBuf>, rustccl::Work) {
+    let b = buf(DType::F32, vals);
+    let mut s = spec(OpKind::AllReduce);
+    s.reduce_op = ReduceOp::Sum as i32;
+    s.inputs = vec![t(&b)];
+    let w = c.submit(vec![s], None, None).unwrap();
+    (b, w)
+}
+
+fn by_caller(c: &Communicator) -> (u64, u64) {
+    let s = c.stats().snapshot();
+    let a = &s["all_reduce"];
+    (a.calls, a.by_caller)
+}
+
+#[test]
+fn a_waited_collective_runs_on_the_waiting_thread() {
+    let cs = comms(1_000_000); // the worker would wait a second
+    let got = on_ranks(&cs, |r, c| {
+        let mut sums = Vec::new();
+        for k in 0..20 {
+            let (b, w) = submit_sum(c, &[(r * 10 + k) as f64, 1.0]);
+            w.wait(None).unwrap();
+            sums.push(read(DType::F32, &b));
+        }
+        (sums, by_caller(c))
+    });
+    for (sums, counts) in got {
+        for (k, s) in sums.iter().enumerate() {
+            assert_eq!(s, &vec![(30 + 3 * k) as f64, 3.0]); // 0+10+20 + 3k
+        }
+        assert_eq!(counts, (20, 20));
+    }
+}
+
+#[test]
+fn collectives_nobody_waits_for_run_on_the_worker() {
+    let cs = comms(20);
+    let got = on_ranks(&cs, |r, c| {
+        let subs: Vec<_> = (0..5).map(|k| submit_sum(c, &[(r + k) as f64])).collect();
+        let t0 = Instant::now();
+        while !subs.iter().all(|(_, w)| w.is_completed()) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "unwaited collectives did not run");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let vals: Vec<f64> = subs.iter().map(|(b, w)| {
+            w.result().unwrap().unwrap();
+            read(DType::F32, b)[0]
+        }).collect();
+        (vals, by_caller(c))
+    });
+    for (vals, counts) in got {
+        assert_eq!(vals, (0..5).map(|k| (3 + 3 * k) as f64).collect::<Vec<_>>());
+        assert_eq!(counts, (5, 0));
+    }
+}
+
+#[test]
+fn a_caller_runs_the_collectives_queued_before_its_own_in_order() {
+    let cs = comms(1_000_000);
+    let got = on_ranks(&cs, |r, c| {
+        let subs: Vec<_> = (0..4).map(|k| submit_sum(c, &[(r * k) as f64])).collect();
+        subs[2].1.wait(None).unwrap(); // runs 0, 1 and 2; not 3
+        let done: Vec<bool> = subs.iter().map(|(_, w)| w.is_completed()).collect();
+        let ends: Vec<Instant> = subs[..3].iter().map(|(_, w)| w.times().1.unwrap()).collect();
+        subs[3].1.wait(None).unwrap();
+        let vals: Vec<f64> = subs.iter().map(|(b, _)| read(DType::F32, b)[0]).collect();
+        (done, ends, vals, by_caller(c))
+    });
+    for (done, ends, vals, counts) in got {
+        assert_eq!(done, vec![true, true, true, false]);
+        assert!(ends.windows(2).all(|p| p[0] <= p[1]), "finished out of order");
+        assert_eq!(vals, vec![0.0, 3.0, 6.0, 9.0]); // (0+1+2) k
+        assert_eq!(counts, (4, 4));
+    }
+}
+
+#[test]
+fn a_wait_with_a_deadline_leaves_the_collective_to_the_worker() {
+    // With a long grace, a bounded wait must not run the collective
+    // itself (that could overshoot its deadline): it times out, and the
+    // collective still completes afterwards.
+    let cs = comms(300_000);
+    let got = on_ranks(&cs, |r, c| {
+        let (b, w) = submit_sum(c, &[r as f64 + 1.0]);
+        let first = w.wait(Some(Duration::from_millis(20)));
+        let t0 = Instant::now();
+        w.wait(Some(Duration::from_secs(20))).unwrap();
+        (first.is_err(), t0.elapsed(), read(DType::F32, &b)[0], by_caller(c))
+    });
+    for (timed_out, _, val, counts) in got {
+        assert!(timed_out, "a 20 ms wait finished a collective whose grace is 300 ms");
+        assert_eq!(val, 6.0);
+        assert_eq!(counts, (1, 0));
+    }
+}
