@@ -14,6 +14,10 @@ def test_stats_counters():
     launch.expect_ok(launch.run("w_stats:counters", 3))
 
 
+def test_waiting_thread_runs_blocking_collectives():
+    launch.expect_ok(launch.run("w_stats:caller_runs", 3, env={"RUSTCCL_CALLER_RUNS_US": "300000"}))
+
+
 def test_profiler_events():
     launch.expect_ok(launch.run("w_stats:profiler", 2))
 
