@@ -85,6 +85,7 @@ c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tenso
   checkOne(tensors, "broadcast");
   Submission s(*this, "broadcast", c10d::OpType::BROADCAST, "rustccl:broadcast");
   s.add(RUSTCCL_BROADCAST, 0, opts.rootRank).inout(tensors[0]);
+  s.blocking(!opts.asyncOp);
   return finish(s, tensors, opts.timeout);
 }
 
@@ -108,6 +109,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tens
   for (auto& t : tensors) checkPremul(opts.reduceOp, t, true, "all_reduce_coalesced");
   s.add(RUSTCCL_ALL_REDUCE, engineOp(opts.reduceOp));
   for (auto& t : tensors) s.inoutScaled(opts.reduceOp, t, true);
+  s.blocking(!opts.asyncOp);
   return finish(s, tensors, opts.timeout);
 }
 
@@ -118,6 +120,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
   // goes in and the caller's input keeps its values.
   s.add(RUSTCCL_REDUCE, engineOp(opts.reduceOp), opts.rootRank)
       .inoutScaled(opts.reduceOp, tensors[0], getRank() == opts.rootRank);
+  s.blocking(!opts.asyncOp);
   return finish(s, tensors, opts.timeout);
 }
 
@@ -128,6 +131,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Te
   TORCH_CHECK(outputs.size() == 1, "rustccl all_gather: expected one output list, got ", outputs.size());
   Submission s(*this, "all_gather", c10d::OpType::ALLGATHER, "rustccl:all_gather");
   s.add(RUSTCCL_ALL_GATHER).in(inputs[0]).outs(outputs[0]);
+  s.blocking(!opts.asyncOp);
   return finish(s, outputs[0], opts.timeout);
 }
 
@@ -155,6 +159,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(std::vector<std::vec
     s.add(RUSTCCL_ALL_GATHER).in(inputs[i]);
     for (auto& l : outputs) s.out(l[i]);
   }
+  s.blocking(!opts.asyncOp);
   return finish(s, flatten(outputs), opts.timeout);
 }
 
@@ -166,6 +171,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(std::vec
   Submission s(*this, "all_gather_into_tensor_coalesced", c10d::OpType::COALESCED,
                "rustccl:all_gather_into_tensor_coalesced");
   for (size_t i = 0; i < inputs.size(); ++i) s.add(RUSTCCL_ALL_GATHER).in(inputs[i]).out(outputs[i]);
+  s.blocking(!opts.asyncOp);
   return finish(s, outputs, opts.timeout);
 }
 
@@ -183,6 +189,7 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "rustccl gather: only the root (rank ", opts.rootRank, ") passes a gather list");
   }
+  s.blocking(!opts.asyncOp);
   return finish(s, result, opts.timeout);
 }
 
@@ -200,6 +207,7 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
                 "rustccl scatter: only the root (rank ", opts.rootRank, ") passes a scatter list");
   }
   s.out(outputs[0]);
+  s.blocking(!opts.asyncOp);
   return finish(s, outputs, opts.timeout);
 }
 
@@ -213,6 +221,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter(std::vector<at::Tensor>& 
   s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp));
   for (const auto& t : inputs[0]) s.inScaled(opts.reduceOp, t);
   s.out(outputs[0]);
+  s.blocking(!opts.asyncOp);
   return finish(s, outputs, opts.timeout);
 }
 
@@ -235,6 +244,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce_scatter_tensor_coalesced(std::vec
   for (size_t i = 0; i < inputs.size(); ++i) {
     s.add(RUSTCCL_REDUCE_SCATTER, engineOp(opts.reduceOp)).inScaled(opts.reduceOp, inputs[i]).out(outputs[i]);
   }
+  s.blocking(!opts.asyncOp);
   return finish(s, outputs, opts.timeout);
 }
 
@@ -244,6 +254,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
                                                       const c10d::AllToAllOptions& opts) {
   Submission s(*this, "all_to_all_single", c10d::OpType::ALLTOALL_BASE, "rustccl:all_to_all_single");
   s.add(RUSTCCL_ALL_TO_ALL).splits(input_splits, output_splits).in(input).out(output);
+  s.blocking(!opts.asyncOp);
   return finish(s, {output}, opts.timeout);
 }
 
@@ -251,6 +262,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& output
                                                  const c10d::AllToAllOptions& opts) {
   Submission s(*this, "all_to_all", c10d::OpType::ALLTOALL, "rustccl:all_to_all");
   s.add(RUSTCCL_ALL_TO_ALL).ins(inputs).outs(outputs);
+  s.blocking(!opts.asyncOp);
   return finish(s, outputs, opts.timeout);
 }
 
@@ -278,6 +290,7 @@ c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& t
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
   Submission s(*this, "barrier", c10d::OpType::BARRIER, "rustccl:barrier");
   s.add(RUSTCCL_BARRIER);
+  s.blocking(!opts.asyncOp);
   return finish(s, {}, opts.timeout);
 }
 

@@ -76,6 +76,14 @@ class Submission {
     return *this;
   }
 
+  // torch's asyncOp=false on CPU tensors (call after adding them): the
+  // caller waits at once, so the engine leaves the collective to the
+  // waiting thread for a moment. CUDA calls are marked only through `sync`.
+  Submission& blocking(bool b) {
+    if (b && !(device_ && device_->is_cuda())) sync_ = true;
+    return *this;
+  }
+
   // A tensor the engine writes.
   Submission& out(const at::Tensor& t) {
     ops_.back().outs.push_back(exportTensor(writable(t, false)));

@@ -1,6 +1,8 @@
-//! Who runs a CPU collective (`comm::host`): the thread that waits for it,
-//! when it waits within the grace (`AlgoConfig::caller_runs_us`), else the
-//! engine's worker; either way in submission order with the same results.
+//! Who runs a CPU collective (`comm::host`): for a blocking call (the
+//! caller waits at once), the thread that waits for it when it comes within
+//! the grace (`AlgoConfig::caller_runs_us`); for async work, and blocking
+//! calls whose caller did not come, the engine's worker. Either way in
+//! submission order with the same results.
 
 mod common;
 
@@ -15,12 +17,14 @@ fn comms(grace_us: u64) -> Vec<Communicator> {
     shm_comms(3, AlgoConfig { caller_runs_us: grace_us, ..tiny_algo() }, Duration::from_secs(30))
 }
 
-/// Submits an all_reduce (sum) of `vals` on `c` without waiting.
-fn submit_sum(c: &Communicator, vals: &[f64]) -> (std::sync::Arc<rustccl::tensor::SharedBuf>, rustccl::Work) {
+/// Submits an all_reduce (sum) of `vals` on `c` without waiting; `blocking`:
+/// marked as a call whose caller waits at once (torch's `asyncOp=False`).
+fn submit_sum(c: &Communicator, vals: &[f64], blocking: bool) -> (std::sync::Arc<rustccl::tensor::SharedBuf>, rustccl::Work) {
     let b = buf(DType::F32, vals);
     let mut s = spec(OpKind::AllReduce);
     s.reduce_op = ReduceOp::Sum as i32;
     s.inputs = vec![t(&b)];
+    s.sync = blocking;
     let w = c.submit(vec![s], None, None).unwrap();
     (b, w)
 }
@@ -37,7 +41,7 @@ fn a_waited_collective_runs_on_the_waiting_thread() {
     let got = on_ranks(&cs, |r, c| {
         let mut sums = Vec::new();
         for k in 0..20 {
-            let (b, w) = submit_sum(c, &[(r * 10 + k) as f64, 1.0]);
+            let (b, w) = submit_sum(c, &[(r * 10 + k) as f64, 1.0], true);
             w.wait(None).unwrap();
             sums.push(read(DType::F32, &b));
         }
@@ -52,10 +56,10 @@ fn a_waited_collective_runs_on_the_waiting_thread() {
 }
 
 #[test]
-fn collectives_nobody_waits_for_run_on_the_worker() {
+fn blocking_calls_nobody_waits_for_run_on_the_worker() {
     let cs = comms(20);
     let got = on_ranks(&cs, |r, c| {
-        let subs: Vec<_> = (0..5).map(|k| submit_sum(c, &[(r + k) as f64])).collect();
+        let subs: Vec<_> = (0..5).map(|k| submit_sum(c, &[(r + k) as f64], true)).collect();
         let t0 = Instant::now();
         while !subs.iter().all(|(_, w)| w.is_completed()) {
             assert!(t0.elapsed() < Duration::from_secs(20), "unwaited collectives did not run");
@@ -77,7 +81,7 @@ fn collectives_nobody_waits_for_run_on_the_worker() {
 fn a_caller_runs_the_collectives_queued_before_its_own_in_order() {
     let cs = comms(1_000_000);
     let got = on_ranks(&cs, |r, c| {
-        let subs: Vec<_> = (0..4).map(|k| submit_sum(c, &[(r * k) as f64])).collect();
+        let subs: Vec<_> = (0..4).map(|k| submit_sum(c, &[(r * k) as f64], true)).collect();
         subs[2].1.wait(None).unwrap(); // runs 0, 1 and 2; not 3
         let done: Vec<bool> = subs.iter().map(|(_, w)| w.is_completed()).collect();
         let ends: Vec<Instant> = subs[..3].iter().map(|(_, w)| w.times().1.unwrap()).collect();
@@ -100,7 +104,7 @@ fn a_wait_with_a_deadline_leaves_the_collective_to_the_worker() {
     // collective still completes afterwards.
     let cs = comms(300_000);
     let got = on_ranks(&cs, |r, c| {
-        let (b, w) = submit_sum(c, &[r as f64 + 1.0]);
+        let (b, w) = submit_sum(c, &[r as f64 + 1.0], true);
         let first = w.wait(Some(Duration::from_millis(20)));
         let t0 = Instant::now();
         w.wait(Some(Duration::from_secs(20))).unwrap();
@@ -109,6 +113,26 @@ fn a_wait_with_a_deadline_leaves_the_collective_to_the_worker() {
     for (timed_out, _, val, counts) in got {
         assert!(timed_out, "a 20 ms wait finished a collective whose grace is 300 ms");
         assert_eq!(val, 6.0);
+        assert_eq!(counts, (1, 0));
+    }
+}
+
+#[test]
+fn async_work_is_the_workers_at_once() {
+    // A long grace applies to blocking calls only: async work (its caller
+    // may wait through a future, which cannot run it) starts without it.
+    let cs = comms(5_000_000);
+    let got = on_ranks(&cs, |r, c| {
+        let t0 = Instant::now();
+        let (b, w) = submit_sum(c, &[r as f64], false);
+        while !w.is_completed() {
+            assert!(t0.elapsed() < Duration::from_secs(4), "async work waited for the 5 s grace");
+            std::thread::yield_now();
+        }
+        (read(DType::F32, &b)[0], by_caller(c))
+    });
+    for (val, counts) in got {
+        assert_eq!(val, 3.0);
         assert_eq!(counts, (1, 0));
     }
 }

@@ -50,7 +50,7 @@ impl Communicator {
             input: lent(&input)?,
             outputs: crate::collectives::Parts::Flat { t: lent(&all)?, lens: vec![REC; self.size] },
         };
-        self.host.submit(vec![into_host(op)?], REC, timeout, |_| {})?.wait(None)?;
+        self.host.submit_blocking(vec![into_host(op)?], REC, timeout)?.wait(None)?;
         let bytes = all.bytes().ok_or_else(|| Error::Internal("buffer still lent".into()))?;
         let text = |r: usize| String::from_utf8_lossy(&bytes[r * REC..(r + 1) * REC]).trim_end_matches('\0').to_string();
         let name = ops[0].kind().name();

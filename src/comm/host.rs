@@ -1,13 +1,16 @@
 //! The host engine: CPU collectives of one communicator run one at a time,
 //! in submission order, over the communicator's [`Transport`].
 //!
-//! Who runs a collective: the thread that waits for it, when it waits soon
-//! enough, else the engine's worker thread. A queued collective waits up to
-//! the caller-runs grace (`RUSTCCL_CALLER_RUNS_US`) for its caller's
-//! `wait()`, which then runs it (and any queued before it) on the caller's
-//! thread: a blocking collective then needs no hand-off between threads
-//! (each a wake-up of several microseconds on a VM). After the grace the
-//! worker takes it, so async work still runs without a wait. Whoever runs
+//! Who runs a collective: the thread that waits for it, when it gets there
+//! first, else the engine's worker thread. A blocking call (torch's
+//! `asyncOp=False`: its caller waits at once) waits in the queue up to the
+//! caller-runs grace (`RUSTCCL_CALLER_RUNS_US`) for that `wait()`, which
+//! then runs it (and any queued before it) on the caller's thread: it needs
+//! no hand-off between threads (each a wake-up of several microseconds on a
+//! VM). Async work is the worker's at once (its caller may wait only
+//! through the future, which cannot run it), unless a `wait()` takes it
+//! first; a blocking call whose caller did not come within the grace is
+//! the worker's too. Whoever runs
 //! holds the engine's [`Exec`] lock; the queue has its own lock, so
 //! submitting never waits for a running collective.
 //!
@@ -58,7 +61,8 @@ struct Job {
     timeout: Duration,
     bytes: usize,
     compress: Option<Request>,
-    queued: Instant,
+    /// When the worker may take it (a blocking call: after the grace).
+    due: Instant,
 }
 
 struct Queue {
@@ -85,7 +89,7 @@ struct Shared {
     queue: Mutex<Queue>,
     ready: Condvar,
     exec: Mutex<Exec>,
-    /// How long a queued job waits for its caller before the worker runs it.
+    /// How long a blocking call waits for its caller before the worker runs it.
     grace: Duration,
 }
 
@@ -197,7 +201,7 @@ impl Shared {
             let due = match q.jobs.front() {
                 None if !q.open => return,
                 None => None,
-                Some(j) => Some(j.queued + self.grace),
+                Some(j) => Some(j.due),
             };
             if due.is_some_and(|d| Instant::now() >= d) || (due.is_some() && !q.open) {
                 drop(q);
@@ -237,7 +241,7 @@ impl Shared {
             let job = {
                 let mut q = lock(&self.queue);
                 let take = q.jobs.front().is_some_and(|j| match who {
-                    Runner::Worker => !q.open || j.queued.elapsed() >= self.grace,
+                    Runner::Worker => !q.open || Instant::now() >= j.due,
                     Runner::Caller(upto) => j.work.seq() <= upto,
                 });
                 if take { q.jobs.pop_front() } else { None }
@@ -319,26 +323,25 @@ impl HostEngine {
         Ok(HostEngine { shared, worker: Mutex::new(Some(worker)), exited: Mutex::new(Some(exit_rx)), interrupt, group })
     }
 
+    /// Queues `ops` as one unit of work that the caller waits for at once
+    /// (numbered with the next sequence number).
+    pub fn submit_blocking(&self, ops: Vec<Op<HostTensor>>, bytes: usize, timeout: Duration) -> Result<Work> {
+        self.submit(ops, bytes, timeout, None, true, |_| {})
+    }
+
     /// Queues `ops` as one unit of work, numbered with the next sequence
-    /// number. `prepare` attaches callbacks before the work can finish.
+    /// number, with a compression request for the exchange between hosts
+    /// (float SUM / AVG all_reduce only). `caller_waits`: the caller waits
+    /// for it at once (torch's `asyncOp=False`), so it waits up to the
+    /// grace for the caller to run it. `prepare` attaches callbacks before
+    /// the work can finish.
     pub fn submit(
         &self,
         ops: Vec<Op<HostTensor>>,
         bytes: usize,
         timeout: Duration,
-        prepare: impl FnOnce(&Work),
-    ) -> Result<Work> {
-        self.submit_compressed(ops, bytes, timeout, None, prepare)
-    }
-
-    /// [`HostEngine::submit`] with a compression request for the exchange
-    /// between hosts (applies to float SUM / AVG all_reduce only).
-    pub fn submit_compressed(
-        &self,
-        ops: Vec<Op<HostTensor>>,
-        bytes: usize,
-        timeout: Duration,
         compress: Option<Request>,
+        caller_waits: bool,
         prepare: impl FnOnce(&Work),
     ) -> Result<Work> {
         let op_name = ops.first().map(|o| o.kind().name()).unwrap_or("barrier");
@@ -352,7 +355,8 @@ impl HostEngine {
             work.set_progress(Arc::new(CallerRuns { shared: Arc::downgrade(&self.shared), seq }));
         }
         prepare(&work);
-        q.jobs.push_back(Job { ops, work: work.clone(), timeout, bytes, compress, queued: Instant::now() });
+        let due = Instant::now() + if caller_waits { self.shared.grace } else { Duration::ZERO };
+        q.jobs.push_back(Job { ops, work: work.clone(), timeout, bytes, compress, due });
         q.next_seq += 1;
         if q.worker_asleep {
             self.shared.ready.notify_one();

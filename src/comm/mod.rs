@@ -507,7 +507,7 @@ impl Communicator {
         }
         let bytes = ops.iter().map(|o| o.bytes()).sum();
         let host_ops = ops.into_iter().map(into_host).collect::<Result<Vec<_>>>()?;
-        self.host.submit_compressed(host_ops, bytes, timeout, compress, attach)
+        self.host.submit(host_ops, bytes, timeout, compress, sync, attach)
     }
 
     /// Runs a CPU broadcast of `data` from rank 0 on the host engine.
@@ -587,7 +587,7 @@ impl Communicator {
         let name = ops[0].kind().name();
         let (host_ops, staged) = nccl::staging::to_host(ops, device, stream)?;
         let bytes = staged.bytes();
-        self.host.submit(host_ops, bytes, timeout, |_| {})?.wait(None)?;
+        self.host.submit_blocking(host_ops, bytes, timeout)?.wait(None)?;
         staged.copy_back()?;
         let w = Work::done(name, self.host.seq(), Ok(()));
         if let Some(cb) = callback {

@@ -15,7 +15,7 @@ def test_stats_counters():
 
 
 def test_waiting_thread_runs_blocking_collectives():
-    launch.expect_ok(launch.run("w_stats:caller_runs", 3, env={"RUSTCCL_CALLER_RUNS_US": "300000"}))
+    launch.expect_ok(launch.run("w_stats:caller_runs", 3, env={"RUSTCCL_CALLER_RUNS_US": "5000000"}))
 
 
 def test_profiler_events():

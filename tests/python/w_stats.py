@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -52,10 +54,10 @@ def counters(rank: int, world: int) -> tuple[int, list[str]]:
 
 
 def caller_runs(rank: int, world: int) -> tuple[int, list[str]]:
-    """Run with RUSTCCL_CALLER_RUNS_US=300000: torch's blocking calls are run
-    by the waiting thread; async work nobody waits on is run by the worker
-    (after the grace), whether its caller polls is_completed() or waits on
-    the future."""
+    """Run with RUSTCCL_CALLER_RUNS_US=5000000: torch's blocking calls are
+    run by the waiting thread; async work is the worker's at once (not after
+    the 5 s grace), whether its caller polls is_completed() or waits on the
+    future."""
     c = Checker(rank)
     rustccl.reset_stats()
     for k in range(10):
@@ -64,12 +66,15 @@ def caller_runs(rank: int, world: int) -> tuple[int, list[str]]:
         c.true(f"sum {k}: {x}", torch.equal(x, torch.full((5,), float(sum(range(world)) + world * k))))
     ar = rustccl.stats()["ops"]["all_reduce"]
     c.true(f"blocking calls run by the caller: {ar}", ar["calls"] == 10 and ar["by_caller"] == 10)
+    t0 = time.monotonic()
     y = torch.full((3,), float(rank))
     w = dist.all_reduce(y, async_op=True)
     while not w.is_completed():
         pass
     z = torch.full((3,), 2.0 * rank)
     dist.all_reduce(z, async_op=True).get_future().wait()
+    took = time.monotonic() - t0
+    c.true(f"async work did not wait for the blocking calls' grace: {took:.2f} s", took < 2.5)
     total = float(sum(range(world)))
     c.true(f"async results {y} {z}", torch.equal(y, torch.full((3,), total)) and torch.equal(z, torch.full((3,), 2 * total)))
     ar = rustccl.stats()["ops"]["all_reduce"]
