@@ -1,8 +1,9 @@
 """Per-call time of small CPU collectives on rustccl alone (no other
 backend in the process): 5 loops of 4000 back-to-back calls of 8-byte
-broadcast, all_reduce and all_gather, and of a send/recv ping-pong between
-ranks 2k and 2k+1 (reported per one-way message), median per op, printed by rank 0
-with PYTHONPATH (which build ran). For A/B of two builds installed with
+broadcast, all_reduce, all_gather, gather, scatter, all_to_all and an async
+all_reduce waited through its future, and of a send/recv ping-pong between
+ranks 2k and 2k+1 (reported per one-way message), median per op, printed by
+rank 0 with PYTHONPATH (which build ran) and RUSTCCL_CALLER_RUNS_US. For A/B of two builds installed with
 ``pip install --no-deps --target DIR wheel``, alternate:
 
     for v in A B A B; do PYTHONPATH=/tmp/$v OMP_NUM_THREADS=1 \\
@@ -46,18 +47,25 @@ def main():
             dist.recv(x, peer)
             dist.send(x, peer)
 
+    ins = [torch.ones(2) for _ in range(world)]
     calls = {
         "send_recv_oneway": ping_pong,
         "broadcast": lambda: dist.broadcast(x, 0),
         "all_reduce": lambda: dist.all_reduce(x),
         "all_gather": lambda: dist.all_gather(outs, x),
+        "gather": lambda: dist.gather(x, outs if rank == 0 else None, 0),
+        "scatter": lambda: dist.scatter(x, ins if rank == 0 else None, 0),
+        "all_to_all": lambda: dist.all_to_all(outs, ins),
+        # async, waited through the c10 future (which cannot run it itself)
+        "all_reduce_future": lambda: dist.all_reduce(x, async_op=True).get_future().wait(),
     }
     res = {k: [] for k in calls}
     for _ in range(5):
         for k, fn in calls.items():
             res[k].append(per_call_us(fn) / (2 if k == "send_recv_oneway" else 1))
     if dist.get_rank() == 0:
-        print(os.environ.get("PYTHONPATH", ""), {k: round(statistics.median(v), 1) for k, v in res.items()})
+        env = {k: os.environ[k] for k in ("PYTHONPATH", "RUSTCCL_CALLER_RUNS_US") if k in os.environ}
+        print(env, {k: round(statistics.median(v), 1) for k, v in res.items()})
     dist.destroy_process_group()
 
 
