@@ -17,9 +17,10 @@ pub struct AlgoConfig {
     pub small_broadcast_bytes: usize,
     /// Largest unit in flight on a link during ring / chain steps.
     pub segment_bytes: usize,
-    /// How long (microseconds) a queued CPU collective waits for its
-    /// caller's `wait()` to run it on the caller's thread before the
-    /// engine's worker thread runs it; 0: the worker runs everything.
+    /// How long (microseconds) a blocking CPU collective (torch's
+    /// `asyncOp=False`) waits in the queue for its caller's `wait()` to run
+    /// it on the caller's thread before the engine's worker thread runs
+    /// it; 0: the worker runs everything.
     pub caller_runs_us: u64,
 }
 
@@ -177,7 +178,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_CALLER_RUNS_US",
         default: "20",
-        doc: "a queued CPU collective waits this long for its caller's wait() to run it on the calling thread (no hand-off between threads) before rustccl's worker thread runs it; 0: the worker runs every collective",
+        doc: "a blocking CPU collective (torch's async_op=False) waits this long in the queue for its caller's wait() to run it on the calling thread (no hand-off between threads) before rustccl's worker thread runs it; 0: the worker runs every collective",
     },
     Setting {
         name: "RUSTCCL_TRANSPORT",
