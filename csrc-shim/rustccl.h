@@ -99,8 +99,9 @@ int32_t rustccl_submit(const RustcclComm* comm, const RustcclOpDesc* ops, size_t
 int32_t rustccl_work_wait(const RustcclWork* work, int64_t timeout_ms);
 int32_t rustccl_work_is_completed(const RustcclWork* work);
 // Moves the work's engine on from the calling thread for a few tens of
-// microseconds (point-to-point works: the caller reads the rings itself);
-// 1 once the work finished, else 0.
+// microseconds (point-to-point works: the caller reads the rings itself),
+// or runs the work there if it is a CPU collective still queued (then for
+// as long as it takes); 1 once the work finished, else 0.
 int32_t rustccl_work_drive(const RustcclWork* work);
 int32_t rustccl_work_source_rank(const RustcclWork* work);
 // CUDA work: its device (and the stream it runs on in *stream); -1 for host work.

@@ -241,7 +241,8 @@ bool Work::wait(std::chrono::milliseconds timeout) {
     if (rc == RUSTCCL_WAIT_TIMEOUT) throwStatus(rc, rustccl_last_error());
   }
   // Point-to-point works: this thread reads the rings itself for a while
-  // (a message arriving meanwhile needs no hand-off from rustccl's thread).
+  // (a message arriving meanwhile needs no hand-off from rustccl's thread);
+  // a CPU collective still queued: this thread runs it (comm::host).
   if (handle_ != nullptr) rustccl_work_drive(handle_);
   // The engine completes the future (after copying back into the caller's
   // tensors) right after it finishes: poll it briefly, then block on it.

@@ -10,9 +10,9 @@
 //! VM). Async work is the worker's at once (its caller may wait only
 //! through the future, which cannot run it), unless a `wait()` takes it
 //! first; a blocking call whose caller did not come within the grace is
-//! the worker's too. Whoever runs
-//! holds the engine's [`Exec`] lock; the queue has its own lock, so
-//! submitting never waits for a running collective.
+//! the worker's too. Whoever runs holds the engine's [`Exec`] lock; the
+//! queue has its own lock, so submitting never waits for a running
+//! collective.
 //!
 //! Submission assigns the sequence number under the queue lock, so queue
 //! order, sequence order and execution order are the same. A transport
