@@ -302,8 +302,9 @@ pub extern "C" fn rustccl_work_wait(w: *const RustcclWork, timeout_ms: i64) -> i
 }
 
 /// Lets the calling thread move the work's engine on for a few tens of
-/// microseconds (point-to-point works: it reads the rings itself), before
-/// it blocks on the work's future. 1 once the work finished, else 0.
+/// microseconds (point-to-point works: it reads the rings itself), or run
+/// a queued CPU collective itself, before it blocks on the work's future.
+/// 1 once the work finished, else 0.
 #[no_mangle]
 pub extern "C" fn rustccl_work_drive(w: *const RustcclWork) -> i32 {
     if w.is_null() {
