@@ -136,3 +136,37 @@ fn async_work_is_the_workers_at_once() {
         assert_eq!(counts, (1, 0));
     }
 }
+
+#[test]
+fn shutdown_waits_for_a_collective_its_caller_runs() {
+    // Rank 0's collective runs on a caller's thread (its peer comes 300 ms
+    // late) while another thread shuts the group down without abort: as
+    // when the worker ran it, shutdown returns only after it finished.
+    let cs = comms(1_000_000);
+    let got = on_ranks(&cs, |r, c| {
+        if r == 1 || r == 2 {
+            std::thread::sleep(Duration::from_millis(300));
+            let (b, w) = submit_sum(c, &[1.0], true);
+            w.wait(None).unwrap();
+            return (read(DType::F32, &b)[0], true);
+        }
+        std::thread::scope(|s| {
+            let (b, w) = submit_sum(c, &[1.0], true);
+            let runner = s.spawn(move || {
+                w.wait(None).unwrap();
+                b
+            });
+            std::thread::sleep(Duration::from_millis(50)); // the caller is inside it
+            let early = c.stats().snapshot().get("all_reduce").map_or(0, |a| a.calls);
+            assert_eq!(early, 0, "finished before its peers came");
+            c.shutdown(false);
+            let done_at_shutdown = c.stats().snapshot().get("all_reduce").is_some_and(|a| a.calls == 1);
+            let b = runner.join().unwrap();
+            (read(DType::F32, &b)[0], done_at_shutdown)
+        })
+    });
+    for (val, done) in got {
+        assert_eq!(val, 3.0);
+        assert!(done, "shutdown returned while a caller still ran the collective");
+    }
+}

@@ -199,7 +199,13 @@ impl Shared {
                 last_seen = Instant::now();
             }
             let due = match q.jobs.front() {
-                None if !q.open => return,
+                None if !q.open => {
+                    // Shutting down: a caller may still be running one;
+                    // `shutdown` waits for this thread, so wait for it.
+                    drop(q);
+                    drop(lock(&self.exec));
+                    return;
+                }
                 None => None,
                 Some(j) => Some(j.due),
             };
