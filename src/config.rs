@@ -178,7 +178,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_CALLER_RUNS_US",
         default: "20",
-        doc: "a blocking CPU collective (torch's async_op=False) waits this long in the queue for its caller's wait() to run it on the calling thread (no hand-off between threads) before rustccl's worker thread runs it; 0: the worker runs every collective",
+        doc: "a blocking CPU collective (torch's async_op=False) waits this long in the queue for its caller's wait() to run it on the calling thread (no hand-off between threads) before rustccl's worker thread runs it (at most 10 s); 0: the worker runs every collective",
     },
     Setting {
         name: "RUSTCCL_TRANSPORT",
@@ -421,6 +421,7 @@ impl Config {
             ("RUSTCCL_SMALL_ALLREDUCE_BYTES", self.algo.small_allreduce_bytes.to_string()),
             ("RUSTCCL_SMALL_BROADCAST_BYTES", self.algo.small_broadcast_bytes.to_string()),
             ("RUSTCCL_SEGMENT_BYTES", self.algo.segment_bytes.to_string()),
+            ("RUSTCCL_CALLER_RUNS_US", self.algo.caller_runs_us.to_string()),
             ("RUSTCCL_TRANSPORT", format!("{:?}", self.transport).to_lowercase()),
             ("RUSTCCL_SHM_RING_BYTES", self.shm.ring_bytes.to_string()),
             ("RUSTCCL_SHM_SMALL_BYTES", self.shm.small_bytes.to_string()),
@@ -494,6 +495,14 @@ mod tests {
         let c = Config::from_env();
         for (name, _) in c.effective() {
             assert!(SETTINGS.iter().any(|s| s.name == name), "{name} undocumented");
+        }
+    }
+
+    #[test]
+    fn every_documented_setting_shows_its_value() {
+        let names: Vec<_> = Config::from_env().effective().into_iter().map(|(n, _)| n).collect();
+        for s in SETTINGS {
+            assert!(names.contains(&s.name), "{} missing from rustccl.config()", s.name);
         }
     }
 }

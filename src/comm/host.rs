@@ -105,6 +105,9 @@ pub struct HostEngine {
 /// back-to-back collectives do not pay a wake-up of the worker each.
 const POLL_FOR: Duration = Duration::from_micros(50);
 
+/// Largest caller-runs grace (a larger setting is cut to it).
+const MAX_GRACE: Duration = Duration::from_secs(10);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -301,7 +304,7 @@ impl HostEngine {
         let (exit_tx, exit_rx) = mpsc::channel::<()>();
         let interrupt = transport.interrupter();
         let name = format!("rustccl-{}-r{}", group, transport.rank());
-        let grace = Duration::from_micros(algo.caller_runs_us);
+        let grace = Duration::from_micros(algo.caller_runs_us).min(MAX_GRACE);
         let exec = Exec {
             transport,
             scratch: Scratch::default(),
