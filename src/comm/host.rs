@@ -106,7 +106,7 @@ pub struct HostEngine {
 const POLL_FOR: Duration = Duration::from_micros(50);
 
 /// Largest caller-runs grace (a larger setting is cut to it).
-const MAX_GRACE: Duration = Duration::from_secs(10);
+pub const MAX_GRACE: Duration = Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
