@@ -106,11 +106,10 @@ fn a_wait_with_a_deadline_leaves_the_collective_to_the_worker() {
     let got = on_ranks(&cs, |r, c| {
         let (b, w) = submit_sum(c, &[r as f64 + 1.0], true);
         let first = w.wait(Some(Duration::from_millis(20)));
-        let t0 = Instant::now();
         w.wait(Some(Duration::from_secs(20))).unwrap();
-        (first.is_err(), t0.elapsed(), read(DType::F32, &b)[0], by_caller(c))
+        (matches!(first, Err(rustccl::Error::WaitTimeout { .. })), read(DType::F32, &b)[0], by_caller(c))
     });
-    for (timed_out, _, val, counts) in got {
+    for (timed_out, val, counts) in got {
         assert!(timed_out, "a 20 ms wait finished a collective whose grace is 300 ms");
         assert_eq!(val, 6.0);
         assert_eq!(counts, (1, 0));
