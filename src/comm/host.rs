@@ -73,6 +73,14 @@ struct Queue {
     worker_asleep: bool,
 }
 
+impl Queue {
+    /// The worker may take the job at the head: it is due, or the queue is
+    /// closing (what is left runs at once).
+    fn head_is_due(&self) -> bool {
+        self.jobs.front().is_some_and(|j| !self.open || Instant::now() >= j.due)
+    }
+}
+
 /// Everything a running collective uses; one runner at a time.
 struct Exec {
     transport: Box<dyn Transport>,
@@ -201,18 +209,14 @@ impl Shared {
                 seen_seq = q.next_seq; // a new job: keep polling a while longer
                 last_seen = Instant::now();
             }
-            let due = match q.jobs.front() {
-                None if !q.open => {
-                    // Shutting down: a caller may still be running one;
-                    // `shutdown` waits for this thread, so wait for it.
-                    drop(q);
-                    drop(lock(&self.exec));
-                    return;
-                }
-                None => None,
-                Some(j) => Some(j.due),
-            };
-            if due.is_some_and(|d| Instant::now() >= d) || (due.is_some() && !q.open) {
+            if q.jobs.is_empty() && !q.open {
+                // Shutting down: a caller may still be running one;
+                // `shutdown` waits for this thread, so wait for it.
+                drop(q);
+                drop(lock(&self.exec));
+                return;
+            }
+            if q.head_is_due() {
                 drop(q);
                 self.run_queued(Runner::Worker);
                 q = lock(&self.queue);
@@ -226,7 +230,7 @@ impl Shared {
                 continue;
             }
             q.worker_asleep = true;
-            q = match due {
+            q = match q.jobs.front().map(|j| j.due) {
                 None => self.ready.wait(q).unwrap_or_else(|p| p.into_inner()),
                 Some(d) => self.ready.wait_timeout(q, d.saturating_duration_since(Instant::now())).unwrap_or_else(|p| p.into_inner()).0,
             };
@@ -249,10 +253,10 @@ impl Shared {
         loop {
             let job = {
                 let mut q = lock(&self.queue);
-                let take = q.jobs.front().is_some_and(|j| match who {
-                    Runner::Worker => !q.open || Instant::now() >= j.due,
-                    Runner::Caller(upto) => j.work.seq() <= upto,
-                });
+                let take = match who {
+                    Runner::Worker => q.head_is_due(),
+                    Runner::Caller(upto) => q.jobs.front().is_some_and(|j| j.work.seq() <= upto),
+                };
                 if take { q.jobs.pop_front() } else { None }
             };
             let Some(job) = job else { return };
