@@ -4,9 +4,10 @@
 //! | collective      | small                         | large                       |
 //! |-----------------|-------------------------------|-----------------------------|
 //! | all_reduce      | recursive doubling            | ring (reduce-scatter + all-gather) |
-//! | all_reduce, one host (shm) | one round over peers' copies | pipelined reduce-scatter + all-gather in place |
+//! | all_reduce, one host (shm) | one step over peers' small slots | pipelined reduce-scatter + all-gather in place |
 //! | all_reduce, several hosts with shm | within hosts (shm), across leaders (tcp), broadcast within hosts | same |
 //! | broadcast       | binomial tree                 | pipelined chain             |
+//! | broadcast, all_gather, barrier; one host (shm) | one step over peers' small slots (<= 256 KiB) | |
 //! | broadcast, all_gather, reduce_scatter; one host (shm) | direct: every rank copies straight from the others' areas | same, in rounds |
 //! | reduce, one host (shm) | the shared-memory all-reduce (on a copy on non-roots) | same |
 //! | all_reduce, reduce_scatter, all_gather, broadcast; one host, >= 16 MiB | | single copy: read the peers' tensors (cross-memory attach) |
@@ -312,6 +313,10 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
                     shm_attach::broadcast(&win, wait, buf.bytes_mut(), *root)?;
                     return Ok("shm_attach");
                 }
+                if buf.nbytes() <= win.small_capacity() {
+                    shm_one_round::broadcast(&win, wait, buf.bytes_mut(), *root)?;
+                    return Ok("shm_one_round");
+                }
                 shm_broadcast::broadcast(&win, wait, buf.bytes_mut(), *root)?;
                 Ok("shm_direct")
             } else if buf.nbytes() <= cfg.small_broadcast_bytes {
@@ -343,9 +348,14 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
                 return Ok("local");
             }
             if let Some((win, wait)) = whole_host(t) {
-                if attach(&win, outputs.byte_lens().iter().sum()) {
+                let total: usize = outputs.byte_lens().iter().sum();
+                if attach(&win, total) {
                     shm_attach::all_gather(&win, wait, &mut outputs.views_mut())?;
                     return Ok("shm_attach");
+                }
+                if total <= win.small_capacity() {
+                    shm_one_round::all_gather(&win, wait, &mut outputs.views_mut())?;
+                    return Ok("shm_one_round");
                 }
                 shm_all_gather::all_gather(&win, wait, &mut outputs.views_mut())?;
                 return Ok("shm_direct");
@@ -456,6 +466,12 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
             Ok("direct")
         }
         Op::Barrier => {
+            if n > 1 {
+                if let Some((win, wait)) = whole_host(t) {
+                    shm_one_round::barrier(&win, wait)?;
+                    return Ok("shm_one_round");
+                }
+            }
             direct::barrier(t)?;
             Ok("dissemination")
         }

@@ -1,8 +1,25 @@
-//! One-round all-reduce among the ranks of one host through their shared
-//! segments: every rank copies its buffer into its small slot, then every
-//! rank reduces all slots in rank order (so all ranks get bitwise
-//! identical results) into its buffer. For buffers up to the small slot's
-//! size. Phases as in `transport::shm::window`.
+//! One-step collectives among the ranks of one host through their small
+//! shared slots, for buffers up to a slot's size: every rank writes what it
+//! contributes into its slot, publishes once and waits until every peer
+//! did, then reads what it needs from the peers' slots and returns without
+//! waiting for anyone's reads. One cross-rank step per operation where the
+//! slot algorithms take two (write, read, wait for the readers): every
+//! rank has two small slots and uses them by turns (the parity of the
+//! phase the operation starts at, [`Window::small_slot`]), so a rank that
+//! finished early may write the next operation's data while its peers
+//! still read this one's.
+//!
+//! - all_reduce: every rank reduces all slots in rank order into its
+//!   buffer, so all ranks get bitwise identical results;
+//! - broadcast: the root writes, the others read;
+//! - all_gather: every rank writes its part and reads the others';
+//! - barrier: the step alone.
+//!
+//! Every rank picks this algorithm from sizes that its peers announce and
+//! verify in the same step (the all-reduce's and broadcast's length,
+//! all_gather's total), so ranks that disagree fail together at the verify
+//! instead of running different algorithms. Phases as in
+//! `transport::shm::window`.
 #![forbid(unsafe_code)]
 
 use super::reduce::{finish_avg, reduce_into};
@@ -10,22 +27,31 @@ use crate::error::Result;
 use crate::transport::shm::{Area, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
 
+/// The one step: waits until the peers left the previous operation (at
+/// most one step behind, so they read only our other slot), lets `fill`
+/// write our slot, announces `desc`, publishes, waits until every peer
+/// published and checks that they announced the same. Returns the slot to
+/// read the peers' data from: each peer wrote it before its publish and
+/// writes it again only after we publish the phase after this one.
+fn step(win: &Window, w: &mut dyn PhaseWait, desc: &Desc, fill: impl FnOnce(Area)) -> Result<Area> {
+    let p = win.phase();
+    w.wait_phase(p)?;
+    let slot = Window::small_slot(p);
+    fill(slot);
+    win.announce(w, desc);
+    win.publish(p + 1);
+    w.wait_phase(p + 1)?;
+    win.verify(w, desc)?;
+    Ok(slot)
+}
+
+/// For buffers up to [`Window::one_round_max`].
 pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
     let n = win.ranks().len();
     let desc = Desc { name: "all_reduce", dtype, op, len: buf.len() };
-    let p0 = win.phase();
-    w.wait_phase(p0)?; // peers left the previous operation: our slot is free
-    // Peers read our slot only between our publish of p0+1 and their own
-    // p0+2; they are all at >= p0 now, before that window.
-    win.put(Area::Small, 0, buf);
-    win.announce(w, &desc); // peers are past verifying the previous operation
-    win.publish(p0 + 1);
-    w.wait_phase(p0 + 1)?;
-    win.verify(w, &desc)?;
+    let slot = step(win, w, &desc, |slot| win.put(slot, 0, buf))?;
     for i in 0..n {
-        // Rank i published p0+1 after writing its slot and writes it again
-        // only after we publish p0+2.
-        win.with(i, Area::Small, 0, buf.len(), |theirs| {
+        win.with(i, slot, 0, buf.len(), |theirs| {
             if i == 0 {
                 buf.copy_from_slice(theirs);
                 Ok(())
@@ -37,6 +63,38 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
     if op == ReduceOp::Avg {
         finish_avg(dtype, buf, n)?;
     }
-    win.publish(p0 + 2);
     Ok(())
+}
+
+/// `root`: local index of the root. For buffers up to a small slot.
+pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usize) -> Result<()> {
+    let me = win.me();
+    let desc = Desc { name: "broadcast", dtype: DType::U8, op: ReduceOp::Sum, len: buf.len() };
+    let slot = step(win, w, &desc, |slot| {
+        if me == root {
+            win.put(slot, 0, buf);
+        }
+    })?;
+    if me != root {
+        win.get(root, slot, 0, buf);
+    }
+    Ok(())
+}
+
+/// `outs[c]`: rank c's part (ours already holds our input). For a total
+/// up to a small slot.
+pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -> Result<()> {
+    let me = win.me();
+    let total = outs.iter().map(|o| o.len()).sum();
+    let desc = Desc { name: "all_gather", dtype: DType::U8, op: ReduceOp::Sum, len: total };
+    let slot = step(win, w, &desc, |slot| win.put(slot, 0, &outs[me]))?;
+    for (c, out) in outs.iter_mut().enumerate().filter(|(c, _)| *c != me) {
+        win.get(c, slot, 0, out);
+    }
+    Ok(())
+}
+
+pub fn barrier(win: &Window, w: &mut dyn PhaseWait) -> Result<()> {
+    let desc = Desc { name: "barrier", dtype: DType::U8, op: ReduceOp::Sum, len: 0 };
+    step(win, w, &desc, |_| ()).map(|_| ())
 }

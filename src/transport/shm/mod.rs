@@ -299,7 +299,9 @@ fn threads_for(sizes: ShmSizes, local_ranks: usize) -> usize {
     (cores / local_ranks.max(1)).clamp(1, 8)
 }
 
-/// Largest slot of the one-round all-reduce.
+/// Largest one-round all-reduce by default, and the smallest size of each
+/// of the two small slots (one-step broadcast and all_gather use them up
+/// to their size: 512 KiB of shared memory per rank).
 const SMALL_SLOT: usize = 256 << 10;
 
 /// L2 cache of one core (sysfs), 1 MiB when unknown.
@@ -390,7 +392,9 @@ pub fn connect(
     let threads = threads_for(sizes, n);
     let one_round = one_round_max(sizes.small, n);
     // Each round of the pipelined all_reduce moves `seg` per thread.
-    let layout = Layout::new(n, sizes.ring, one_round, sizes.seg * threads);
+    // The small slots: the setting (tests use tiny ones), else 256 KiB.
+    let small = if sizes.small > 0 { sizes.small } else { one_round.max(SMALL_SLOT) };
+    let layout = Layout::new(n, sizes.ring, small, sizes.seg * threads);
     let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
     let mine = Segment::create(&path(me), layout);
     let created = mine.is_ok() as u8;

@@ -8,15 +8,17 @@
 //! 40     pid, canary address, canary value (cross-memory attach, `remote.rs`)
 //! 64     phase    AtomicU64  progress of this rank through direct collectives
 //! 72     attach   AtomicU64  this rank's cross-memory attach threshold (the group takes the largest)
-//! 96     desc     AtomicU64  (seq, dtype, op) of the direct collective in progress
-//! 104    len      AtomicU64  its byte count
+//! 96     desc     AtomicU64  (seq, dtype, op) of the direct collective in progress, two
+//! 104    len      AtomicU64  its byte count                                 (112, 120): by
+//!                            the parity of the phase it started at, so a peer still verifying
+//!                            the previous operation never sees the next one's
 //! 128    signal   AtomicU32  futex word of the collective channel: bumped by whoever changes state this rank waits on
 //! 160    signal   AtomicU32  futex word of the point-to-point channel (its own thread waits on it)
 //! 192    sleepers AtomicU32  > 0 while this rank sleeps on the collective `signal`
 //! 224    sleepers AtomicU32  > 0 while this rank sleeps on the point-to-point `signal`
 //! 256+(c*n+i)*128            ring of channel c to local rank i: head (producer) at +0, tail (consumer) at +64
 //! ctrl   2n rings of `ring` bytes (ring c*n+i carries this rank's bytes of channel c to local rank i)
-//!        small slot (`small` bytes), input area (n x `seg`), output area (`seg`),
+//!        two small slots (`small` bytes each, by phase parity), input area (n x `seg`), output area (`seg`),
 //!        table (2n x (address, length): the buffers a rank lets peers read)
 //!
 //! Channels: 0 carries the collectives' framed messages (worker thread),
@@ -33,7 +35,7 @@ use std::time::Duration;
 
 use memmap2::MmapRaw;
 
-const MAGIC: u64 = 0x324d_4853_4c43_4352; // "RCCLSHM2"
+const MAGIC: u64 = 0x334d_4853_4c43_4352; // "RCCLSHM3"
 
 /// Which pair of rings and futex word: collectives or point-to-point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +71,7 @@ impl Layout {
         let seg = round_up(seg.max(64), 64);
         let ctrl = round_up(256 + 2 * n * 128, 4096);
         let small_off = ctrl + 2 * n * ring;
-        let in_off = small_off + small;
+        let in_off = small_off + 2 * small;
         let out_off = in_off + n * seg;
         let table_off = out_off + seg;
         let total = round_up(table_off + Layout::table_entries(n) * 16, 4096);
@@ -203,13 +205,14 @@ impl Segment {
         self.u64_at(72)
     }
 
-    /// Descriptor of the direct collective this rank is in: (seq, dtype, op).
-    pub fn desc(&self) -> &AtomicU64 {
-        self.u64_at(96)
+    /// Descriptor of the direct collective this rank is in: (seq, dtype,
+    /// op); `slot`: the parity of the phase it started at.
+    pub fn desc(&self, slot: usize) -> &AtomicU64 {
+        self.u64_at(96 + 16 * (slot & 1))
     }
 
-    pub fn desc_len(&self) -> &AtomicU64 {
-        self.u64_at(104)
+    pub fn desc_len(&self, slot: usize) -> &AtomicU64 {
+        self.u64_at(104 + 16 * (slot & 1))
     }
 
     pub fn signal(&self) -> &AtomicU32 {

@@ -30,8 +30,10 @@ pub trait PhaseWait {
 /// One of the shared areas of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Area {
-    /// The one-round slot (`small_capacity` bytes).
-    Small,
+    /// One of the two one-round slots (`small_capacity` bytes each): an
+    /// operation that starts at phase `p` uses slot `p % 2`, so the slots
+    /// alternate between one-step operations (see [`Window::small_slot`]).
+    Small(usize),
     /// Input slot `c` (`slot_capacity` bytes each, one per local rank).
     Input(usize),
     /// All input slots as one area (`inputs_capacity` bytes).
@@ -109,6 +111,7 @@ impl Window {
         &self.local.reduce_workers
     }
 
+    /// Bytes of each small slot (the one-step operations' limit).
     pub fn small_capacity(&self) -> usize {
         self.local.mine().layout.small
     }
@@ -131,7 +134,10 @@ impl Window {
     fn at(&self, area: Area, off: usize, len: usize) -> usize {
         let l = self.local.mine().layout;
         let (base, cap) = match area {
-            Area::Small => (l.small_off, l.small),
+            Area::Small(h) => {
+                assert!(h < 2, "small slot {h} of 2");
+                (l.small_off + h * l.small, l.small)
+            }
             Area::Input(c) => {
                 assert!(c < l.n, "input slot {c} of {}", l.n);
                 (l.in_off + c * l.seg, l.seg)
@@ -273,23 +279,40 @@ impl Window {
         }
     }
 
-    /// Announces the operation this rank is about to run. Call it only
-    /// once every peer is past verifying the previous one (after the first
-    /// wait of the operation) and before the first publish.
-    pub fn announce(&self, w: &dyn PhaseWait, d: &Desc) {
-        self.local.mine().desc().store(descriptor(w.seq(), d), Ordering::Relaxed);
-        self.local.mine().desc_len().store(d.len as u64, Ordering::Relaxed);
+    /// The small slot of a one-step operation that starts at phase `p`
+    /// (this rank's phase before its first publish). One-step operations
+    /// publish once and return without waiting for the peers' reads, so a
+    /// rank may already write its slot for the next operation while slower
+    /// peers still read this one: it writes the other slot. It writes this
+    /// slot again in an operation that starts at `p + 2` or later, after
+    /// that operation's first wait: every peer published `p + 2` by then,
+    /// which it does only once it returned from this operation.
+    pub fn small_slot(p: u64) -> Area {
+        Area::Small((p % 2) as usize)
     }
 
-    /// After the first wait that follows every peer's announce: they all
-    /// announced the same operation.
+    /// Announces the operation this rank is about to run: at the phase it
+    /// starts at, after its first wait and before its first publish. The
+    /// descriptor goes to the slot of that phase's parity, so a peer still
+    /// verifying the previous operation (a one-step operation does not
+    /// wait for that) reads the other slot.
+    pub fn announce(&self, w: &dyn PhaseWait, d: &Desc) {
+        let slot = self.phase() as usize;
+        self.local.mine().desc(slot).store(descriptor(w.seq(), d), Ordering::Relaxed);
+        self.local.mine().desc_len(slot).store(d.len as u64, Ordering::Relaxed);
+    }
+
+    /// After the operation's first publish (one phase after its announce)
+    /// and the wait that follows it: every peer announced the same
+    /// operation.
     pub fn verify(&self, w: &dyn PhaseWait, d: &Desc) -> Result<()> {
         let want = descriptor(w.seq(), d);
+        let slot = self.phase().wrapping_sub(1) as usize;
         for (i, s) in self.local.segs.iter().enumerate() {
             if i == self.local.me {
                 continue;
             }
-            let (got, l) = (s.desc().load(Ordering::Relaxed), s.desc_len().load(Ordering::Relaxed));
+            let (got, l) = (s.desc(slot).load(Ordering::Relaxed), s.desc_len(slot).load(Ordering::Relaxed));
             if got >> 32 != want >> 32 {
                 return Err(w.mismatch(self.local.ranks[i], format!(
                     "peer is at operation seq {} but this rank is at seq {}: the ranks called a different number of collectives",
