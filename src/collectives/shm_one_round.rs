@@ -87,7 +87,7 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
     let me = win.me();
     let total = outs.iter().map(|o| o.len()).sum();
     let desc = Desc { name: "all_gather", dtype: DType::U8, op: ReduceOp::Sum, len: total };
-    let slot = step(win, w, &desc, |slot| win.put(slot, 0, &outs[me]))?;
+    let slot = step(win, w, &desc, |slot| win.put(slot, 0, outs[me]))?;
     for (c, out) in outs.iter_mut().enumerate().filter(|(c, _)| *c != me) {
         win.get(c, slot, 0, out);
     }
