@@ -1,14 +1,17 @@
 //! The one-step shared-memory collectives (all_reduce, broadcast,
-//! all_gather, barrier through the two small slots): back to back with
+//! all_gather, barrier through the two small slots; all_to_all, gather and
+//! scatter when every rank's blocks fit its small slot): back to back with
 //! ranks that run ahead of each other, mixed with the multi-step
-//! algorithms, against local references; and ranks that disagree on the
-//! size, so that some would take one step and others several.
+//! algorithms and with calls where only some ranks' blocks fit, against
+//! local references; and ranks that disagree on the size, so that some
+//! would take one step and others several.
 
 mod common;
 
 use std::time::Duration;
 
 use common::*;
+use rustccl::config::{ShmConfig, TransportMode};
 use rustccl::error::Error;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
@@ -126,4 +129,102 @@ fn ranks_that_would_take_one_step_and_several_fail_together() {
         assert!(matches!(e, Error::Protocol { .. }), "{s}");
         assert!(s.contains("broadcast") && s.contains("different tensors"), "{s}");
     }
+}
+
+/// Shared memory that reads peers' tensors from `attach_min` bytes, with
+/// 256-byte small slots (192 bytes of blocks with 3 ranks).
+fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min, min_piece: 0 };
+    mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
+}
+
+/// all_to_all with `lens[src][dst]` u8 elements from src to dst, values
+/// naming (iteration, src, dst, index); checks what rank `r` got.
+fn all_to_all_check(c: &Communicator, r: usize, i: usize, lens: &[Vec<usize>]) {
+    let n = lens.len();
+    let v = |src: usize, dst: usize, k: usize| ((i * 5 + src * 17 + dst * 3 + k) % 251) as f64;
+    let flat_in: Vec<f64> = (0..n).flat_map(|d| (0..lens[r][d]).map(move |k| v(r, d, k))).collect();
+    let want: Vec<f64> = (0..n).flat_map(|s| (0..lens[s][r]).map(move |k| v(s, r, k))).collect();
+    let ib = buf(DType::U8, &flat_in);
+    let ob = buf(DType::U8, &vec![0.0; want.len()]);
+    let mut s = spec(OpKind::AllToAll);
+    s.in_splits = lens[r].iter().map(|&l| l as i64).collect();
+    s.out_splits = (0..n).map(|src| lens[src][r] as i64).collect();
+    s.inputs = vec![t(&ib)];
+    s.outputs = vec![t(&ob)];
+    run(c, s);
+    assert_eq!(read(DType::U8, &ob), want, "all_to_all iteration {i} rank {r} lens {lens:?}");
+}
+
+#[test]
+fn blocks_in_small_slots_back_to_back_and_mixed_with_larger_ones() {
+    let n = 3;
+    // attach from 0: blocks that do not fit a small slot are read from the
+    // sender's tensor; from 1 MiB: through its input slots
+    for attach_min in [0, 1 << 20] {
+        let comms = attach_comms(n, attach_min);
+        on_ranks(&comms, |r, c| {
+            for i in 0..300 {
+                stagger(r, i);
+                let root = i % n;
+                match i % 4 {
+                    // every rank's blocks fit: one step
+                    0 => all_to_all_check(c, r, i, &vec![vec![1 + i % 20; n]; n]),
+                    // rank `root` sends 300-byte blocks (not in its slot),
+                    // the others a few bytes (in theirs): the blocks come
+                    // from both places and the call takes both steps
+                    1 => all_to_all_check(c, r, i, &(0..n).map(|s| vec![if s == root { 300 } else { 1 + s }; n]).collect::<Vec<_>>()),
+                    2 => {
+                        let len = if i % 8 == 2 { 150 } else { 1 + i % 40 };
+                        let input = buf(DType::U8, &vals(r, i, len));
+                        let outs: Vec<_> = if r == root { (0..n).map(|_| buf(DType::U8, &vec![0.0; len])).collect() } else { vec![] };
+                        let mut s = spec(OpKind::Gather);
+                        s.root = root as i64;
+                        s.inputs = vec![t(&input)];
+                        s.outputs = outs.iter().map(t).collect();
+                        run(c, s);
+                        for (p, o) in outs.iter().enumerate() {
+                            assert_eq!(read(DType::U8, o), vals(p, i, len), "gather iteration {i} from {p}");
+                        }
+                    }
+                    _ => {
+                        // 2 x 150 bytes do not fit the root's slot
+                        let len = if i % 8 == 3 { 150 } else { 1 + i % 40 };
+                        let ins: Vec<_> = if r == root { (0..n).map(|p| buf(DType::U8, &vals(p, i, len))).collect() } else { vec![] };
+                        let out = buf(DType::U8, &vec![0.0; len]);
+                        let mut s = spec(OpKind::Scatter);
+                        s.root = root as i64;
+                        s.inputs = ins.iter().map(t).collect();
+                        s.outputs = vec![t(&out)];
+                        run(c, s);
+                        assert_eq!(read(DType::U8, &out), vals(r, i, len), "scatter iteration {i} rank {r}");
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn a_block_size_mismatch_in_a_small_slot_names_the_sender_and_the_group_goes_on() {
+    let comms = attach_comms(3, 0);
+    let errs = on_ranks(&comms, |r, c| {
+        // rank 2 expects 5 bytes from rank 0, which sends it 4 (in its slot)
+        let want_from_0 = if r == 2 { 5 } else { 4 };
+        let ib = buf(DType::U8, &[r as f64; 12]);
+        let ob = buf(DType::U8, &vec![0.0; 8 + want_from_0]);
+        let mut s = spec(OpKind::AllToAll);
+        s.in_splits = vec![4, 4, 4];
+        s.out_splits = vec![want_from_0 as i64, 4, 4];
+        s.inputs = vec![t(&ib)];
+        s.outputs = vec![t(&ob)];
+        let res = c.submit(vec![s], None, None).unwrap().wait(None);
+        let b = buf(DType::F32, &[r as f64; 3]);
+        all_reduce(c, &b, ReduceOp::Sum);
+        assert_eq!(read(DType::F32, &b), vec![3.0; 3]);
+        res.err().map(|e| e.to_string())
+    });
+    assert!(errs[0].is_none() && errs[1].is_none(), "{errs:?}");
+    let e = errs[2].as_deref().expect("rank 2 sees the mismatch");
+    assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("expects 5 bytes from rank 0, which sends 4"), "{e}");
 }

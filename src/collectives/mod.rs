@@ -11,7 +11,7 @@
 //! | broadcast, all_gather, reduce_scatter; one host (shm) | direct: every rank copies straight from the others' areas | same, in rounds |
 //! | reduce, one host (shm) | the shared-memory all-reduce (on a copy on non-roots) | same |
 //! | all_reduce, reduce_scatter, all_gather, broadcast; one host, >= 16 MiB | | single copy: read the peers' tensors (cross-memory attach) |
-//! | all_to_all, gather, scatter; one host with attach | blocks <= 256 KiB through the sender's slot | larger blocks read from the sender's tensor |
+//! | all_to_all, gather, scatter; one host with attach | one step when every rank's blocks fit its small slot; else blocks <= 256 KiB through the sender's slot | larger blocks read from the sender's tensor |
 //! | reduce          | binomial tree                 | ring reduce-scatter + gather to root |
 //! | all_gather      | ring                          | ring                        |
 //! | reduce_scatter  | ring                          | ring                        |

@@ -11,6 +11,12 @@
 //! may read this rank's tensors until then and the caller may change them
 //! as soon as the operation returns. The reducing ones (`shm_attach_reduce`)
 //! add a step in the middle.
+//!
+//! all_to_all, gather and scatter put a sender's blocks into its small
+//! slot when they fit there together (a header says so, [`offer`]); when
+//! every rank's do, nobody reads a tensor or an input slot and the
+//! operation ends after the first step, as the one-step collectives of
+//! `shm_one_round` do (the small slots alternate between operations).
 #![forbid(unsafe_code)]
 
 use std::convert::Infallible;
@@ -89,29 +95,102 @@ fn eager(win: &Window, len: usize) -> bool {
     !win.single_reader(len) && len <= win.slot_capacity()
 }
 
-/// Before publishing: copies the small ones of `blocks` (slot, data) into
-/// our slots, split among the worker threads (a root's or an all_to_all's
-/// blocks add up: 7 x 256 KiB copied on one thread took ~350 us).
-fn offer<'a>(win: &Window, blocks: impl IntoIterator<Item = (usize, &'a [u8])>) {
-    win.put_inputs(win.workers(), blocks.into_iter().filter(|(_, d)| eager(win, d.len())));
+/// Where the blocks of all_to_all, gather and scatter start in a small
+/// slot: after a header of one word saying whether the sender's blocks
+/// are in it, and one word per local rank with the length of its block.
+fn blocks_at(n: usize) -> usize {
+    (8 * (n + 1)).div_ceil(64) * 64
 }
 
-/// Takes `blocks` (peer, table entry, slot, destination): what the peer put
-/// in its slot when small, else straight out of the tensor it posted as
-/// that entry; both on the worker threads.
-fn take(win: &Window, w: &dyn PhaseWait, blocks: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
+/// A sender's header, as written by [`offer`].
+struct Header {
+    in_slot: bool,
+    lens: Vec<usize>,
+}
+
+impl Header {
+    fn read(win: &Window, peer: usize, slot: Area) -> Header {
+        let n = win.ranks().len();
+        let mut raw = vec![0u8; 8 * (n + 1)];
+        win.get(peer, slot, 0, &mut raw);
+        let word = |i: usize| u64::from_ne_bytes(raw[8 * i..8 * i + 8].try_into().expect("8 bytes")) as usize;
+        Header { in_slot: word(0) == 1, lens: (0..n).map(|c| word(1 + c)).collect() }
+    }
+
+    /// Offset of rank `c`'s block in the sender's small slot.
+    fn offset(&self, c: usize) -> usize {
+        blocks_at(self.lens.len()) + self.lens[..c].iter().sum::<usize>()
+    }
+}
+
+/// Before publishing: our `blocks` (destination, data; ascending
+/// destinations) go into our small slot `slot` when they fit together, so
+/// that the operation may end in one step (see [`all_in_slots`]); else
+/// the small ones into our input slots, split among the worker threads (a
+/// root's or an all_to_all's blocks add up: 7 x 256 KiB copied on one
+/// thread took ~350 us), and the large ones are read from our tensors.
+/// Every rank writes its header in every operation, with or without
+/// blocks. Returns whether the blocks are in the small slot.
+fn offer(win: &Window, slot: Area, blocks: &[(usize, &[u8])]) -> bool {
+    let n = win.ranks().len();
+    let total: usize = blocks.iter().map(|(_, d)| d.len()).sum();
+    let in_slot = blocks_at(n) + total <= win.small_capacity();
+    let mut header = vec![0u8; 8 * (n + 1)];
+    header[..8].copy_from_slice(&(in_slot as u64).to_ne_bytes());
+    let mut off = blocks_at(n);
+    for (c, d) in blocks {
+        header[8 * (1 + c)..8 * (2 + c)].copy_from_slice(&(d.len() as u64).to_ne_bytes());
+        if in_slot {
+            win.put(slot, off, d);
+            off += d.len();
+        }
+    }
+    if !in_slot {
+        win.put_inputs(win.workers(), blocks.iter().copied().filter(|(_, d)| eager(win, d.len())));
+    }
+    win.put(slot, 0, &header);
+    in_slot
+}
+
+/// After the first step: whether every rank's blocks are in its small
+/// slot. Every rank reads the same headers, so all take the same decision:
+/// then nobody reads anybody's tensors or input slots, and the operation
+/// ends without a second step (the small slots alternate).
+fn all_in_slots(win: &Window, slot: Area, mine: bool) -> bool {
+    mine && (0..win.ranks().len()).filter(|&c| c != win.me()).all(|c| Header::read(win, c, slot).in_slot)
+}
+
+/// Takes `blocks` (peer, table entry, input slot, destination): from the
+/// peer's small slot when its header says the blocks are there; else what
+/// the peer put in its input slot when small, or straight out of the
+/// tensor it posted as that entry; copies and reads on the worker
+/// threads. Sizes are checked against the sender's first, for every block:
+/// a mismatch moves nothing and names the peer.
+fn take(win: &Window, w: &dyn PhaseWait, op: &'static str, slot: Area, blocks: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
+    let me = win.me();
+    let mut from = Vec::with_capacity(blocks.len());
+    for (peer, entry, input, dst) in blocks {
+        let h = Header::read(win, peer, slot);
+        if h.in_slot {
+            win.check_size(op, peer, dst.len(), h.lens[me])?;
+            from.push((peer, Area::Input(input), Some(h.offset(me)), entry, dst));
+        } else {
+            win.check_posted(op, peer, entry, dst.len())?;
+            from.push((peer, Area::Input(input), None, entry, dst));
+        }
+    }
     let wk = win.workers();
     let (mut gets, mut pulls) = (Vec::new(), Vec::new());
-    for (peer, entry, slot, dst) in blocks {
-        if eager(win, dst.len()) {
-            gets.extend(wk.pieces_mut(dst).map(|(off, piece)| (peer, slot, off, piece)));
-        } else {
-            pulls.push((peer, entry, 0, dst));
+    for (peer, input, small_at, entry, dst) in from {
+        match small_at {
+            Some(at) => win.get(peer, slot, at, dst),
+            None if eager(win, dst.len()) => gets.extend(wk.pieces_mut(dst).map(|(off, piece)| (peer, input, off, piece))),
+            None => pulls.push((peer, entry, 0, dst)),
         }
     }
     let bytes = gets.iter().map(|(_, _, _, piece)| piece.len()).sum();
-    let Ok(()) = wk.for_each(gets, bytes, |(peer, slot, off, piece)| {
-        win.get(peer, Area::Input(slot), off, piece);
+    let Ok(()) = wk.for_each(gets, bytes, |(peer, input, off, piece)| {
+        win.get(peer, input, off, piece);
         Ok::<(), Infallible>(())
     });
     pull_all(win, w, pulls)
@@ -144,11 +223,15 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
 /// rank p (ours already copied). Sizes are checked against the sender's.
 pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut [&mut [u8]]) -> Result<()> {
     let me = win.me();
-    let step = Step::begin(win, w, &desc("all_to_all", 0), ins, || offer(win, ins.iter().copied().enumerate().filter(|(c, _)| *c != me)))?;
-    let r = outs.iter().enumerate().filter(|(c, _)| *c != me).try_for_each(|(c, o)| win.check_posted("all_to_all", c, me, o.len())).and_then(|()| {
-        take(win, w, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect())
-    });
-    let read_from_us = ins.iter().enumerate().any(|(c, d)| c != me && !eager(win, d.len()));
+    let slot = Window::small_slot(win.phase());
+    let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
+    let mut mine = false;
+    let step = Step::begin(win, w, &desc("all_to_all", 0), ins, || mine = offer(win, slot, &blocks))?;
+    let r = take(win, w, "all_to_all", slot, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
+    if all_in_slots(win, slot, mine) {
+        return r;
+    }
+    let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));
     step.end(win, w, 1, read_from_us, r)
 }
 
@@ -156,14 +239,18 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
 pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&mut [&mut [u8]]>, root: usize) -> Result<()> {
     let me = win.me();
     debug_assert_eq!(outs.is_some(), me == root, "only the root has outputs");
-    let step = Step::begin(win, w, &desc("gather", 0), &[input], || offer(win, [(0, input)]))?;
+    let slot = Window::small_slot(win.phase());
+    let blocks = if me == root { vec![] } else { vec![(root, input)] };
+    let mut mine = false;
+    let step = Step::begin(win, w, &desc("gather", 0), &[input], || mine = offer(win, slot, &blocks))?;
     let r = match outs {
-        Some(outs) => outs.iter().enumerate().filter(|(c, _)| *c != me).try_for_each(|(c, o)| win.check_posted("gather", c, 0, o.len())).and_then(|()| {
-            take(win, w, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, 0, &mut **o)).collect())
-        }),
+        Some(outs) => take(win, w, "gather", slot, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect()),
         None => Ok(()),
     };
-    step.end(win, w, 1, me != root && !eager(win, input.len()), r)
+    if all_in_slots(win, slot, mine) {
+        return r;
+    }
+    step.end(win, w, 1, !mine && me != root && !eager(win, input.len()), r)
 }
 
 /// Every rank reads its part of the root's `ins` (the root's own part is
@@ -171,12 +258,14 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
 pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, output: &mut [u8], root: usize) -> Result<()> {
     let me = win.me();
     let ins = ins.unwrap_or(&[]);
-    let step = Step::begin(win, w, &desc("scatter", 0), ins, || offer(win, ins.iter().copied().enumerate().filter(|(c, _)| *c != me)))?;
-    let r = if me != root {
-        win.check_posted("scatter", root, me, output.len()).and_then(|()| take(win, w, vec![(root, me, me, output)]))
-    } else {
-        Ok(())
-    };
-    let read_from_us = ins.iter().enumerate().any(|(c, d)| c != me && !eager(win, d.len()));
+    let slot = Window::small_slot(win.phase());
+    let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
+    let mut mine = false;
+    let step = Step::begin(win, w, &desc("scatter", 0), ins, || mine = offer(win, slot, &blocks))?;
+    let r = if me != root { take(win, w, "scatter", slot, vec![(root, me, me, output)]) } else { Ok(()) };
+    if all_in_slots(win, slot, mine) {
+        return r;
+    }
+    let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));
     step.end(win, w, 1, read_from_us, r)
 }

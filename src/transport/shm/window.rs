@@ -238,9 +238,15 @@ impl Window {
     /// byte moved: the ranks stay in step and the group usable.
     pub fn check_posted(&self, op: &'static str, peer: usize, entry: usize, want: usize) -> Result<()> {
         let (_, len) = self.entry(peer, entry);
-        if len != want {
+        self.check_size(op, peer, want, len)
+    }
+
+    /// An invalid-argument error of `op` unless local rank `peer` sends
+    /// this rank `got` bytes where it expects `want`.
+    pub fn check_size(&self, op: &'static str, peer: usize, want: usize, got: usize) -> Result<()> {
+        if got != want {
             return Err(Error::invalid(op, format!(
-                "rank {} expects {want} bytes from rank {}, which sends {len}: the ranks passed different split sizes",
+                "rank {} expects {want} bytes from rank {}, which sends {got}: the ranks passed different split sizes",
                 self.local.ranks[self.local.me], self.local.ranks[peer]
             )));
         }
