@@ -9,6 +9,7 @@ to every peer, and the C++ shim wraps the resulting communicator in a
 
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 
@@ -16,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroup
 
+from . import _rustccl
 from ._rustccl import Communicator
 
 BACKEND_NAME = "rustccl"
@@ -73,3 +75,7 @@ def register() -> None:
     if BACKEND_NAME.upper() in plugins:
         return
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])
+    # A script that ends without destroy_process_group: stop the engines
+    # (after the work already queued) while Python still runs, not while
+    # the process destroys torch's C++ state around their threads.
+    atexit.register(_rustccl._shutdown_all)

@@ -88,3 +88,42 @@ def test_init_destroy_cycles_leak_nothing():
         assert b["fds"] <= a["fds"], r
         assert b["rss"] - a["rss"] < 64 << 20, r
     assert not [f for f in os.listdir("/dev/shm") if f.startswith("rustccl-")]
+
+
+EXIT_WITHOUT_DESTROY = r"""
+import atexit
+done = []
+# registered before rustccl's own handler, so it runs after it (LIFO)
+atexit.register(lambda: print("completed", len(done), flush=True))
+import torch
+import torch.distributed as dist
+import rustccl
+dist.init_process_group("rustccl")
+x = torch.ones(1 << 20)
+for _ in range(40):
+    dist.all_reduce(x, async_op=True).get_future().then(lambda f: done.append(1))
+print("queued", flush=True)
+# no destroy_process_group, no wait
+"""
+
+
+def test_a_script_that_ends_without_destroy_finishes_its_queued_work_and_exits_cleanly():
+    """At interpreter exit rustccl stops its engines after the queued work
+    (atexit), instead of leaving their threads completing torch futures
+    while the process destroys torch's C++ state (which aborted about 1 in
+    15 such exits with "terminate called without an active exception")."""
+    import subprocess
+    import sys
+
+    port = launch.free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, "-c", EXIT_WITHOUT_DESTROY], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, (p.returncode, out, err[-2000:])
+        assert "terminate called" not in err, err[-2000:]
+        assert "completed 40" in out, (out, err[-2000:])
