@@ -21,6 +21,7 @@ __all__ = [
     "_peer_limits",
     "_reset_stats",
     "_set_compression",
+    "_shutdown_all",
     "_stats",
     "build_info",
     "config",
