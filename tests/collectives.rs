@@ -205,11 +205,7 @@ fn gather_scatter_barrier_every_root() {
                 for len in [0usize, 1, 7, 300] {
                     let input = buf(dt, &values(dt, ReduceOp::Sum, r, len));
                     let outs: Vec<_> = if r == root { (0..n).map(|_| buf(dt, &vec![0.0; len])).collect() } else { vec![] };
-                    let mut s = spec(OpKind::Gather);
-                    s.root = root as i64;
-                    s.inputs = vec![t(&input)];
-                    s.outputs = outs.iter().map(t).collect();
-                    run(c, s);
+                    gather(c, &input, &outs, root);
                     for (p, o) in outs.iter().enumerate() {
                         assert_eq!(read(dt, o), values(dt, ReduceOp::Sum, p, len), "gather n={n} root={root} from {p}");
                     }

@@ -145,25 +145,9 @@ fn the_threshold_picks_direct_reads_from_its_size_on() {
 
 #[test]
 fn a_size_mismatch_fails_on_the_rank_that_sees_it_and_the_group_goes_on() {
-    let comms = attach_comms(3, 0);
-    let errs = on_ranks(&comms, |r, c| {
-        // rank 2 expects 101 elements from rank 0, which sends it 100
-        // (blocks too large for the small slots: read from the tensors)
-        let ib = buf(DType::F32, &[r as f64; 300]);
-        let want_from_0 = if r == 2 { 101 } else { 100 };
-        let ob = buf(DType::F32, &vec![0.0; 200 + want_from_0]);
-        let mut s = spec(OpKind::AllToAll);
-        s.in_splits = vec![100, 100, 100];
-        s.out_splits = vec![want_from_0 as i64, 100, 100];
-        s.inputs = vec![t(&ib)];
-        s.outputs = vec![t(&ob)];
-        let res = c.submit(vec![s], None, None).unwrap().wait(None);
-        // the group still works: an all_reduce right after
-        let b = buf(DType::F32, &[r as f64; 3]);
-        all_reduce(c, &b, ReduceOp::Sum);
-        assert_eq!(read(DType::F32, &b), vec![3.0; 3]);
-        res.err().map(|e| e.to_string())
-    });
+    // blocks of 100 floats, too large for the small slots: read from the
+    // tensors; rank 2 expects 101 from rank 0
+    let errs = all_to_all_one_short(&attach_comms(3, 0), 100);
     assert!(errs[0].is_none() && errs[1].is_none(), "{errs:?}");
     let e = errs[2].as_deref().expect("rank 2 sees the mismatch");
     assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("from rank 0, which sends 400") && e.contains("expects 404 bytes"), "{e}");

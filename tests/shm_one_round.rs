@@ -178,11 +178,7 @@ fn blocks_in_small_slots_back_to_back_and_mixed_with_larger_ones() {
                         let len = if i % 8 == 2 { 150 } else { 1 + i % 40 };
                         let input = buf(DType::U8, &vals(r, i, len));
                         let outs: Vec<_> = if r == root { (0..n).map(|_| buf(DType::U8, &vec![0.0; len])).collect() } else { vec![] };
-                        let mut s = spec(OpKind::Gather);
-                        s.root = root as i64;
-                        s.inputs = vec![t(&input)];
-                        s.outputs = outs.iter().map(t).collect();
-                        run(c, s);
+                        gather(c, &input, &outs, root);
                         for (p, o) in outs.iter().enumerate() {
                             assert_eq!(read(DType::U8, o), vals(p, i, len), "gather iteration {i} from {p}");
                         }
@@ -207,24 +203,10 @@ fn blocks_in_small_slots_back_to_back_and_mixed_with_larger_ones() {
 
 #[test]
 fn a_block_size_mismatch_in_a_small_slot_names_the_sender_and_the_group_goes_on() {
-    let comms = attach_comms(3, 0);
-    let errs = on_ranks(&comms, |r, c| {
-        // rank 2 expects 5 bytes from rank 0, which sends it 4 (in its slot)
-        let want_from_0 = if r == 2 { 5 } else { 4 };
-        let ib = buf(DType::U8, &[r as f64; 12]);
-        let ob = buf(DType::U8, &vec![0.0; 8 + want_from_0]);
-        let mut s = spec(OpKind::AllToAll);
-        s.in_splits = vec![4, 4, 4];
-        s.out_splits = vec![want_from_0 as i64, 4, 4];
-        s.inputs = vec![t(&ib)];
-        s.outputs = vec![t(&ob)];
-        let res = c.submit(vec![s], None, None).unwrap().wait(None);
-        let b = buf(DType::F32, &[r as f64; 3]);
-        all_reduce(c, &b, ReduceOp::Sum);
-        assert_eq!(read(DType::F32, &b), vec![3.0; 3]);
-        res.err().map(|e| e.to_string())
-    });
+    // one-float blocks, in the senders' small slots; rank 2 expects 2
+    // from rank 0
+    let errs = all_to_all_one_short(&attach_comms(3, 0), 1);
     assert!(errs[0].is_none() && errs[1].is_none(), "{errs:?}");
     let e = errs[2].as_deref().expect("rank 2 sees the mismatch");
-    assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("expects 5 bytes from rank 0, which sends 4"), "{e}");
+    assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("expects 8 bytes from rank 0, which sends 4"), "{e}");
 }

@@ -322,3 +322,35 @@ pub fn recv(c: &Communicator, b: &Arc<SharedBuf>, from: Option<usize>, tag: i64)
 pub fn run(c: &Communicator, s: OpSpec) {
     c.submit(vec![s], None, None).unwrap().wait(None).unwrap();
 }
+
+/// An all_to_all of f32 blocks of `block` elements on 3 ranks where rank 2
+/// expects one element more from rank 0 than rank 0 sends it, then an
+/// all_reduce that must still work on every rank. Returns each rank's
+/// error from the all_to_all.
+pub fn all_to_all_one_short(comms: &[Communicator], block: usize) -> Vec<Option<String>> {
+    on_ranks(comms, |r, c| {
+        let want_from_0 = if r == 2 { block + 1 } else { block };
+        let ib = buf(DType::F32, &vec![r as f64; 3 * block]);
+        let ob = buf(DType::F32, &vec![0.0; 2 * block + want_from_0]);
+        let mut s = spec(OpKind::AllToAll);
+        s.in_splits = vec![block as i64; 3];
+        s.out_splits = vec![want_from_0 as i64, block as i64, block as i64];
+        s.inputs = vec![t(&ib)];
+        s.outputs = vec![t(&ob)];
+        let res = c.submit(vec![s], None, None).unwrap().wait(None);
+        // the group still works: an all_reduce right after
+        let b = buf(DType::F32, &[r as f64; 3]);
+        all_reduce(c, &b, ReduceOp::Sum);
+        assert_eq!(read(DType::F32, &b), vec![3.0; 3]);
+        res.err().map(|e| e.to_string())
+    })
+}
+
+/// Runs a gather of `input` into `outs` (the root's list; empty elsewhere).
+pub fn gather(c: &Communicator, input: &Arc<SharedBuf>, outs: &[Arc<SharedBuf>], root: usize) {
+    let mut s = spec(OpKind::Gather);
+    s.root = root as i64;
+    s.inputs = vec![t(input)];
+    s.outputs = outs.iter().map(t).collect();
+    run(c, s);
+}
