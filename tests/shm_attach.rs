@@ -76,11 +76,7 @@ fn every_collective_reads_the_peers_directly() {
 
                     let ins: Vec<_> = if r == root { (0..n).map(|p| buf(DType::U8, &values(DType::U8, ReduceOp::Max, p, len))).collect() } else { vec![] };
                     let out = buf(DType::U8, &vec![0.0; len]);
-                    let mut s = spec(OpKind::Scatter);
-                    s.root = root as i64;
-                    s.inputs = ins.iter().map(t).collect();
-                    s.outputs = vec![t(&out)];
-                    run(c, s);
+                    scatter(c, &ins, &out, root);
                     assert_eq!(read(DType::U8, &out), values(DType::U8, ReduceOp::Max, r, len), "scatter n={n} root={root}");
                 }
                 let dt = DType::I64;

@@ -188,11 +188,7 @@ fn blocks_in_small_slots_back_to_back_and_mixed_with_larger_ones() {
                         let len = if i % 8 == 3 { 150 } else { 1 + i % 40 };
                         let ins: Vec<_> = if r == root { (0..n).map(|p| buf(DType::U8, &vals(p, i, len))).collect() } else { vec![] };
                         let out = buf(DType::U8, &vec![0.0; len]);
-                        let mut s = spec(OpKind::Scatter);
-                        s.root = root as i64;
-                        s.inputs = ins.iter().map(t).collect();
-                        s.outputs = vec![t(&out)];
-                        run(c, s);
+                        scatter(c, &ins, &out, root);
                         assert_eq!(read(DType::U8, &out), vals(r, i, len), "scatter iteration {i} rank {r}");
                     }
                 }

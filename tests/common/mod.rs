@@ -354,3 +354,12 @@ pub fn gather(c: &Communicator, input: &Arc<SharedBuf>, outs: &[Arc<SharedBuf>],
     s.outputs = outs.iter().map(t).collect();
     run(c, s);
 }
+
+/// Runs a scatter of `ins` (the root's list; empty elsewhere) into `out`.
+pub fn scatter(c: &Communicator, ins: &[Arc<SharedBuf>], out: &Arc<SharedBuf>, root: usize) {
+    let mut s = spec(OpKind::Scatter);
+    s.root = root as i64;
+    s.inputs = ins.iter().map(t).collect();
+    s.outputs = vec![t(out)];
+    run(c, s);
+}
