@@ -59,6 +59,7 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
     let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
     let set = mesh_comms(3, algo, std::time::Duration::from_secs(30), TransportMode::Shm, shm(1000));
     assert_eq!(th(&set[0], "shm_one_round_max_bytes"), Some(1000));
+    assert_eq!(th(&set[0], "shm_small_slot_bytes"), Some(1024), "the setting, in whole cache lines");
     assert_eq!(th(&set[0], "shm_threads"), Some(2));
     assert_eq!(th(&set[0], "local_ranks"), Some(3));
     // an all-reduce just above the limit is pipelined, at it one round
@@ -78,6 +79,7 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
     let auto = mesh_comms(4, algo, std::time::Duration::from_secs(30), TransportMode::Shm, shm(0));
     let v = th(&auto[0], "shm_one_round_max_bytes").unwrap();
     assert!(((16 << 10)..=(256 << 10)).contains(&v), "auto one-round limit {v}");
+    assert_eq!(th(&auto[0], "shm_small_slot_bytes"), Some(256 << 10));
     // The worker threads' smallest piece: the segment here (under 256 KiB),
     // or the setting; the reductions' is half of it.
     assert_eq!(th(&auto[0], "shm_min_piece_bytes"), Some(4096));

@@ -137,6 +137,7 @@ fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static
     ];
     if let Some(l) = local {
         v.push(("shm_one_round_max_bytes", l.one_round_max.min(l.mine().layout.small) as u64));
+        v.push(("shm_small_slot_bytes", l.mine().layout.small as u64));
         v.push(("shm_slot_bytes", l.mine().layout.seg as u64));
         v.push(("shm_threads", l.workers.threads() as u64));
         v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));
