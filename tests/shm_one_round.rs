@@ -3,8 +3,9 @@
 //! scatter when every rank's blocks fit its small slot): back to back with
 //! ranks that run ahead of each other, mixed with the multi-step
 //! algorithms and with calls where only some ranks' blocks fit, against
-//! local references; and ranks that disagree on the size, so that some
-//! would take one step and others several.
+//! local references; ranks that disagree on the size, so that some
+//! would take one step and others several; and ranks that name different
+//! roots, on every shared-memory path of the rooted collectives.
 
 mod common;
 
@@ -205,4 +206,55 @@ fn a_block_size_mismatch_in_a_small_slot_names_the_sender_and_the_group_goes_on(
     assert!(errs[0].is_none() && errs[1].is_none(), "{errs:?}");
     let e = errs[2].as_deref().expect("rank 2 sees the mismatch");
     assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("expects 8 bytes from rank 0, which sends 4"), "{e}");
+}
+
+/// Ranks 0 and 1 name root 0, rank 2 names root 1: every rank must fail at
+/// the check of the first step, whatever algorithm its size picks.
+fn roots_disagree(comms: &[Communicator], kind: OpKind, len: usize, what: &str) {
+    let errs = on_ranks(comms, |r, c| {
+        let root = if r == 2 { 1 } else { 0 };
+        let b = buf(DType::F32, &vec![r as f64; len]);
+        let outs: Vec<_> = (0..3).map(|_| buf(DType::F32, &vec![0.0; len])).collect();
+        let mut s = spec(kind);
+        s.root = root as i64;
+        match kind {
+            OpKind::Gather => {
+                s.inputs = vec![t(&b)];
+                s.outputs = if r == root { outs.iter().map(t).collect() } else { vec![] };
+            }
+            OpKind::Scatter => {
+                s.inputs = if r == root { outs.iter().map(t).collect() } else { vec![] };
+                s.outputs = vec![t(&b)];
+            }
+            _ => s.inputs = vec![t(&b)],
+        }
+        c.submit(vec![s], None, None).unwrap().wait(None).unwrap_err()
+    });
+    for e in errs {
+        let s = e.to_string();
+        assert!(matches!(e, Error::Protocol { .. }) && s.contains("different roots"), "{what}: {s}");
+    }
+}
+
+#[test]
+fn ranks_that_name_different_roots_fail_together() {
+    // 256-byte small slots: 10 floats take one step, 1000 several
+    for (kind, len, what) in [
+        (OpKind::Broadcast, 10, "one-step broadcast"),
+        (OpKind::Broadcast, 1000, "broadcast in rounds"),
+        (OpKind::Reduce, 10, "one-round reduce"),
+        (OpKind::Reduce, 1000, "pipelined reduce"),
+    ] {
+        roots_disagree(&shm_comms(3, tiny_algo(), Duration::from_secs(10)), kind, len, what);
+    }
+    for (kind, len, what) in [
+        (OpKind::Broadcast, 1000, "broadcast read from the root's tensor"),
+        (OpKind::Reduce, 1000, "reduce reading the peers' tensors"),
+        (OpKind::Gather, 4, "gather through small slots"),
+        (OpKind::Gather, 1000, "gather read from tensors"),
+        (OpKind::Scatter, 4, "scatter through the root's small slot"),
+        (OpKind::Scatter, 1000, "scatter read from the root's tensors"),
+    ] {
+        roots_disagree(&attach_comms(3, 0), kind, len, what);
+    }
 }

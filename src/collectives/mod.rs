@@ -106,7 +106,7 @@ pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8]
         shm_attach_reduce::all_reduce(win, w, buf, dtype, op)?;
         Ok("shm_attach")
     } else if buf.len() <= win.one_round_max() {
-        shm_one_round::all_reduce(win, w, buf, dtype, op)?;
+        shm_one_round::all_reduce(win, w, buf, dtype, op, None)?;
         Ok("shm_one_round")
     } else {
         shm_pipelined::all_reduce(win, w, buf, dtype, op)?;
@@ -128,12 +128,14 @@ fn reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut HostTensor, op: Red
         Ok("shm_attach")
     } else if buf.nbytes() <= win.one_round_max() {
         if me == root {
-            return all_reduce_shm(win, w, buf.bytes_mut(), dtype, op);
+            shm_one_round::all_reduce(win, w, buf.bytes_mut(), dtype, op, Some(root))?;
+        } else {
+            // Reused scratch (aligned for every dtype).
+            let copy = scratch.get(buf.nbytes());
+            copy.copy_from_slice(buf.bytes());
+            shm_one_round::all_reduce(win, w, copy, dtype, op, Some(root))?;
         }
-        // Reused scratch (aligned for every dtype).
-        let copy = scratch.get(buf.nbytes());
-        copy.copy_from_slice(buf.bytes());
-        all_reduce_shm(win, w, copy, dtype, op)
+        Ok("shm_one_round")
     } else {
         shm_pipelined::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(win.slot_capacity()))?;
         Ok("shm_pipelined")

@@ -16,7 +16,7 @@ use crate::types::{DType, ReduceOp};
 pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -> Result<()> {
     let me = win.me();
     let total: usize = outs.iter().map(|o| o.len()).sum();
-    let desc = Desc { name: "all_gather", dtype: DType::U8, op: ReduceOp::Sum, len: total };
+    let desc = Desc { name: "all_gather", dtype: DType::U8, op: ReduceOp::Sum, len: total, root: None };
     let seg = win.inputs_capacity();
     let parts: Vec<Vec<_>> = outs.iter().map(|o| segments(0..o.len(), seg).collect()).collect();
     let rounds = parts.iter().map(|s| s.len()).max().unwrap_or(0).max(1);

@@ -196,14 +196,14 @@ fn take(win: &Window, w: &dyn PhaseWait, op: &'static str, slot: Area, blocks: V
     pull_all(win, w, pulls)
 }
 
-fn desc(name: &'static str, len: usize) -> Desc {
-    Desc { name, dtype: DType::U8, op: ReduceOp::Sum, len }
+fn desc(name: &'static str, len: usize, root: Option<usize>) -> Desc {
+    Desc { name, dtype: DType::U8, op: ReduceOp::Sum, len, root }
 }
 
 /// `root`: local index of the root.
 pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usize) -> Result<()> {
     let me = win.me();
-    let d = desc("broadcast", buf.len());
+    let d = desc("broadcast", buf.len(), Some(root));
     let step = if me == root { Step::begin(win, w, &d, &[&*buf], || ())? } else { Step::begin(win, w, &d, &[], || ())? };
     let r = if me != root { pull_all(win, w, vec![(root, 0, 0, buf)]) } else { Ok(()) };
     step.end(win, w, 1, me == root, r)
@@ -213,7 +213,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
 pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -> Result<()> {
     let me = win.me();
     let total = outs.iter().map(|o| o.len()).sum();
-    let step = Step::begin(win, w, &desc("all_gather", total), &[&*outs[me]], || ())?;
+    let step = Step::begin(win, w, &desc("all_gather", total, None), &[&*outs[me]], || ())?;
     let pulls = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, 0, &mut **o)).collect();
     let r = pull_all(win, w, pulls);
     step.end(win, w, 1, true, r)
@@ -226,7 +226,7 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     let slot = Window::small_slot(win.phase());
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("all_to_all", 0), ins, || mine = offer(win, slot, &blocks))?;
+    let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, slot, &blocks))?;
     let r = take(win, w, "all_to_all", slot, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
     if all_in_slots(win, slot, mine) {
         return r;
@@ -242,7 +242,7 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     let slot = Window::small_slot(win.phase());
     let blocks = if me == root { vec![] } else { vec![(root, input)] };
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("gather", 0), &[input], || mine = offer(win, slot, &blocks))?;
+    let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &[input], || mine = offer(win, slot, &blocks))?;
     let r = match outs {
         Some(outs) => take(win, w, "gather", slot, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect()),
         None => Ok(()),
@@ -261,7 +261,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let slot = Window::small_slot(win.phase());
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("scatter", 0), ins, || mine = offer(win, slot, &blocks))?;
+    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, slot, &blocks))?;
     let r = if me != root { take(win, w, "scatter", slot, vec![(root, me, me, output)]) } else { Ok(()) };
     if all_in_slots(win, slot, mine) {
         return r;

@@ -49,7 +49,7 @@ fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], entry: usize, at
 pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
     let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
     let chunks = even_chunks(buf.len() / e, n);
-    let step = Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len() }, &[&*buf], || ())?;
+    let step = Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len(), root: None }, &[&*buf], || ())?;
     // Peers read our chunk c (their own) until they publish p+2; we
     // change only chunk `me` before that.
     let mine = bytes(&chunks[me], e);
@@ -79,7 +79,7 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
     let chunks = even_chunks(buf.len() / e, n);
     let mine = bytes(&chunks[me], e);
     let part = &mut part[..if me == root { 0 } else { mine.len() }];
-    let step = Step::begin(win, w, &Desc { name: "reduce", dtype, op, len: buf.len() }, &[&*buf, &*part], || ())?;
+    let step = Step::begin(win, w, &Desc { name: "reduce", dtype, op, len: buf.len(), root: Some(root) }, &[&*buf, &*part], || ())?;
     // Peers read our chunk c (their own) until they publish p+2; the root
     // changes only chunk `me` before that, the others nothing.
     let r = if me == root {
@@ -108,7 +108,7 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
 pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
     let me = win.me();
     let total = ins.iter().map(|i| i.len()).sum();
-    let step = Step::begin(win, w, &Desc { name: "reduce_scatter", dtype, op, len: total }, ins, || ())?;
+    let step = Step::begin(win, w, &Desc { name: "reduce_scatter", dtype, op, len: total, root: None }, ins, || ())?;
     let r = (0..win.ranks().len()).filter(|&c| c != me).try_for_each(|c| win.check_posted("reduce_scatter", c, me, out.len())).and_then(|()| {
         out.copy_from_slice(ins[me]);
         reduce_part(win, w, out, me, 0, dtype, op)

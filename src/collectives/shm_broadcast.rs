@@ -13,7 +13,7 @@ use crate::types::{DType, ReduceOp};
 /// `root`: local index of the root.
 pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usize) -> Result<()> {
     let me = win.me();
-    let desc = Desc { name: "broadcast", dtype: DType::U8, op: ReduceOp::Sum, len: buf.len() };
+    let desc = Desc { name: "broadcast", dtype: DType::U8, op: ReduceOp::Sum, len: buf.len(), root: Some(root) };
     let segs: Vec<_> = segments(0..buf.len(), win.inputs_capacity()).collect();
     let wk = win.workers();
     for k in 0..segs.len().max(1) {

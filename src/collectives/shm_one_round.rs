@@ -45,10 +45,11 @@ fn step(win: &Window, w: &mut dyn PhaseWait, desc: &Desc, fill: impl FnOnce(Area
     Ok(slot)
 }
 
-/// For buffers up to [`Window::one_round_max`].
-pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
+/// For buffers up to [`Window::one_round_max`]. `root`: the root of the
+/// reduce this all-reduce serves (checked against the peers' like sizes).
+pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp, root: Option<usize>) -> Result<()> {
     let n = win.ranks().len();
-    let desc = Desc { name: "all_reduce", dtype, op, len: buf.len() };
+    let desc = Desc { name: if root.is_some() { "reduce" } else { "all_reduce" }, dtype, op, len: buf.len(), root };
     let slot = step(win, w, &desc, |slot| win.put(slot, 0, buf))?;
     for i in 0..n {
         win.with(i, slot, 0, buf.len(), |theirs| {
@@ -69,7 +70,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
 /// `root`: local index of the root. For buffers up to a small slot.
 pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usize) -> Result<()> {
     let me = win.me();
-    let desc = Desc { name: "broadcast", dtype: DType::U8, op: ReduceOp::Sum, len: buf.len() };
+    let desc = Desc { name: "broadcast", dtype: DType::U8, op: ReduceOp::Sum, len: buf.len(), root: Some(root) };
     let slot = step(win, w, &desc, |slot| {
         if me == root {
             win.put(slot, 0, buf);
@@ -86,7 +87,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
 pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -> Result<()> {
     let me = win.me();
     let total = outs.iter().map(|o| o.len()).sum();
-    let desc = Desc { name: "all_gather", dtype: DType::U8, op: ReduceOp::Sum, len: total };
+    let desc = Desc { name: "all_gather", dtype: DType::U8, op: ReduceOp::Sum, len: total, root: None };
     let slot = step(win, w, &desc, |slot| win.put(slot, 0, outs[me]))?;
     for (c, out) in outs.iter_mut().enumerate().filter(|(c, _)| *c != me) {
         win.get(c, slot, 0, out);
@@ -95,6 +96,6 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
 }
 
 pub fn barrier(win: &Window, w: &mut dyn PhaseWait) -> Result<()> {
-    let desc = Desc { name: "barrier", dtype: DType::U8, op: ReduceOp::Sum, len: 0 };
+    let desc = Desc { name: "barrier", dtype: DType::U8, op: ReduceOp::Sum, len: 0, root: None };
     step(win, w, &desc, |_| ()).map(|_| ())
 }

@@ -36,6 +36,7 @@ fn run(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: Re
     let me = win.me();
     let e = dtype.size();
     let all = to.is_none();
+    let root = to.as_ref().map(|(root, _)| *root);
     let (collects, mut tmp) = match to {
         None => (true, None),
         Some((root, tmp)) => (root == me, (root != me).then_some(tmp)),
@@ -43,7 +44,7 @@ fn run(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: Re
     // Someone reads our output slot: every rank of an all-reduce, the root
     // of a reduce (from the non-roots).
     let publishes = all || tmp.is_some();
-    let desc = Desc { name: if all { "all_reduce" } else { "reduce" }, dtype, op, len: buf.len() };
+    let desc = Desc { name: if all { "all_reduce" } else { "reduce" }, dtype, op, len: buf.len(), root };
     let seg = (win.slot_capacity() / e).max(1);
     let chunks = even_chunks(buf.len() / e, n);
     let segs: Vec<Vec<_>> = chunks.iter().map(|c| segments(c.clone(), seg).collect()).collect();

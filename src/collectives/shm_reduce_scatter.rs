@@ -21,7 +21,7 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
     let me = win.me();
     let e = dtype.size();
     let total: usize = ins.iter().map(|i| i.len()).sum();
-    let desc = Desc { name: "reduce_scatter", dtype, op, len: total };
+    let desc = Desc { name: "reduce_scatter", dtype, op, len: total, root: None };
     let seg = (win.slot_capacity() / e).max(1) * e;
     let parts: Vec<Vec<_>> = ins.iter().map(|i| segments(0..i.len(), seg).collect()).collect();
     let rounds = parts.iter().map(|s| s.len()).max().unwrap_or(0).max(1);

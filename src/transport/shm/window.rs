@@ -50,6 +50,17 @@ pub struct Desc {
     pub dtype: DType,
     pub op: ReduceOp,
     pub len: usize,
+    /// The root (local index) of a rooted collective: ranks that name
+    /// different roots would read from different ranks' areas.
+    pub root: Option<usize>,
+}
+
+/// Bits of the announced length word that hold the length; the root + 1
+/// (0: none) sits above them.
+const LEN_BITS: u32 = 48;
+
+fn length_word(d: &Desc) -> u64 {
+    d.len as u64 | (d.root.map_or(0, |r| r as u64 + 1) << LEN_BITS)
 }
 
 fn dtype_code(d: DType) -> u64 {
@@ -305,7 +316,7 @@ impl Window {
     pub fn announce(&self, w: &dyn PhaseWait, d: &Desc) {
         let slot = self.phase() as usize;
         self.local.mine().desc(slot).store(descriptor(w.seq(), d), Ordering::Relaxed);
-        self.local.mine().desc_len(slot).store(d.len as u64, Ordering::Relaxed);
+        self.local.mine().desc_len(slot).store(length_word(d), Ordering::Relaxed);
     }
 
     /// After the operation's first publish (one phase after its announce)
@@ -326,9 +337,19 @@ impl Window {
                     want >> 32
                 )));
             }
-            if got != want || l != d.len as u64 {
+            let (their_len, their_root) = (l & ((1 << LEN_BITS) - 1), (l >> LEN_BITS) as usize);
+            if got == want && their_len == d.len as u64 && l != length_word(d) {
+                let name = |r: usize| r.checked_sub(1).map_or("none".to_string(), |r| self.local.ranks.get(r).map_or(format!("local {r}"), |g| g.to_string()));
                 return Err(w.mismatch(self.local.ranks[i], format!(
-                    "peer runs {} on {l} bytes (type/op code {:#x}) where this rank has {} bytes ({:#x}): the ranks passed different tensors or ops",
+                    "peer runs {} from root {} where this rank has root {}: the ranks passed different roots",
+                    d.name,
+                    name(their_root),
+                    name(d.root.map_or(0, |r| r + 1))
+                )));
+            }
+            if got != want || l != length_word(d) {
+                return Err(w.mismatch(self.local.ranks[i], format!(
+                    "peer runs {} on {their_len} bytes (type/op code {:#x}) where this rank has {} bytes ({:#x}): the ranks passed different tensors or ops",
                     d.name,
                     got & 0xffff_ffff,
                     d.len,
