@@ -109,12 +109,21 @@ struct Header {
 }
 
 impl Header {
-    fn read(win: &Window, peer: usize, slot: Area) -> Header {
+    /// After the first step: every rank's header, ours standing for
+    /// whether our blocks went to our slot (`mine`).
+    fn read_all(win: &Window, slot: Area, mine: bool) -> Vec<Header> {
         let n = win.ranks().len();
-        let mut raw = vec![0u8; 8 * (n + 1)];
-        win.get(peer, slot, 0, &mut raw);
-        let word = |i: usize| u64::from_ne_bytes(raw[8 * i..8 * i + 8].try_into().expect("8 bytes")) as usize;
-        Header { in_slot: word(0) == 1, lens: (0..n).map(|c| word(1 + c)).collect() }
+        (0..n)
+            .map(|peer| {
+                if peer == win.me() {
+                    return Header { in_slot: mine, lens: vec![0; n] };
+                }
+                let mut raw = vec![0u8; 8 * (n + 1)];
+                win.get(peer, slot, 0, &mut raw);
+                let word = |i: usize| u64::from_ne_bytes(raw[8 * i..8 * i + 8].try_into().expect("8 bytes")) as usize;
+                Header { in_slot: word(0) == 1, lens: (0..n).map(|c| word(1 + c)).collect() }
+            })
+            .collect()
     }
 
     /// Offset of rank `c`'s block in the sender's small slot.
@@ -152,12 +161,12 @@ fn offer(win: &Window, slot: Area, blocks: &[(usize, &[u8])]) -> bool {
     in_slot
 }
 
-/// After the first step: whether every rank's blocks are in its small
-/// slot. Every rank reads the same headers, so all take the same decision:
-/// then nobody reads anybody's tensors or input slots, and the operation
-/// ends without a second step (the small slots alternate).
-fn all_in_slots(win: &Window, slot: Area, mine: bool) -> bool {
-    mine && (0..win.ranks().len()).filter(|&c| c != win.me()).all(|c| Header::read(win, c, slot).in_slot)
+/// Whether every rank's blocks are in its small slot. Every rank reads the
+/// same headers, so all take the same decision: then nobody reads
+/// anybody's tensors or input slots, and the operation ends without a
+/// second step (the small slots alternate).
+fn all_in_slots(headers: &[Header]) -> bool {
+    headers.iter().all(|h| h.in_slot)
 }
 
 /// Takes `blocks` (peer, table entry, input slot, destination): from the
@@ -166,11 +175,11 @@ fn all_in_slots(win: &Window, slot: Area, mine: bool) -> bool {
 /// tensor it posted as that entry; copies and reads on the worker
 /// threads. Sizes are checked against the sender's first, for every block:
 /// a mismatch moves nothing and names the peer.
-fn take(win: &Window, w: &dyn PhaseWait, op: &'static str, slot: Area, blocks: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
+fn take(win: &Window, w: &dyn PhaseWait, op: &'static str, slot: Area, headers: &[Header], blocks: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
     let me = win.me();
     let mut from = Vec::with_capacity(blocks.len());
     for (peer, entry, input, dst) in blocks {
-        let h = Header::read(win, peer, slot);
+        let h = &headers[peer];
         if h.in_slot {
             win.check_size(op, peer, dst.len(), h.lens[me])?;
             from.push((peer, Area::Input(input), Some(h.offset(me)), entry, dst));
@@ -227,8 +236,9 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
     let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, slot, &blocks))?;
-    let r = take(win, w, "all_to_all", slot, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
-    if all_in_slots(win, slot, mine) {
+    let headers = Header::read_all(win, slot, mine);
+    let r = take(win, w, "all_to_all", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
+    if all_in_slots(&headers) {
         return r;
     }
     let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));
@@ -243,11 +253,12 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     let blocks = if me == root { vec![] } else { vec![(root, input)] };
     let mut mine = false;
     let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &[input], || mine = offer(win, slot, &blocks))?;
+    let headers = Header::read_all(win, slot, mine);
     let r = match outs {
-        Some(outs) => take(win, w, "gather", slot, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect()),
+        Some(outs) => take(win, w, "gather", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect()),
         None => Ok(()),
     };
-    if all_in_slots(win, slot, mine) {
+    if all_in_slots(&headers) {
         return r;
     }
     step.end(win, w, 1, !mine && me != root && !eager(win, input.len()), r)
@@ -262,8 +273,9 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
     let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, slot, &blocks))?;
-    let r = if me != root { take(win, w, "scatter", slot, vec![(root, me, me, output)]) } else { Ok(()) };
-    if all_in_slots(win, slot, mine) {
+    let headers = Header::read_all(win, slot, mine);
+    let r = if me != root { take(win, w, "scatter", slot, &headers, vec![(root, me, me, output)]) } else { Ok(()) };
+    if all_in_slots(&headers) {
         return r;
     }
     let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));

@@ -23,25 +23,21 @@
 #![forbid(unsafe_code)]
 
 use super::reduce::{finish_avg, reduce_into};
+use super::shm_attach::Step;
 use crate::error::Result;
 use crate::transport::shm::{Area, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
 
-/// The one step: waits until the peers left the previous operation (at
-/// most one step behind, so they read only our other slot), lets `fill`
-/// write our slot, announces `desc`, publishes, waits until every peer
-/// published and checks that they announced the same. Returns the slot to
+/// The one step: the first step of every shared-memory operation
+/// ([`Step::begin`]: wait until the peers left the previous operation,
+/// announce, let `fill` write our slot, publish, wait for every peer,
+/// verify), with nothing posted and nothing after it. Returns the slot to
 /// read the peers' data from: each peer wrote it before its publish and
-/// writes it again only after we publish the phase after this one.
+/// writes it again only after we publish the phase after this one (the
+/// peers, at most one step behind, read only our other slot).
 fn step(win: &Window, w: &mut dyn PhaseWait, desc: &Desc, fill: impl FnOnce(Area)) -> Result<Area> {
-    let p = win.phase();
-    w.wait_phase(p)?;
-    let slot = Window::small_slot(p);
-    fill(slot);
-    win.announce(w, desc);
-    win.publish(p + 1);
-    w.wait_phase(p + 1)?;
-    win.verify(w, desc)?;
+    let slot = Window::small_slot(win.phase());
+    Step::begin(win, w, desc, &[], || fill(slot))?;
     Ok(slot)
 }
 
