@@ -114,7 +114,13 @@ pub struct HostEngine {
 const POLL_FOR: Duration = Duration::from_micros(50);
 
 /// Largest caller-runs grace (a larger setting is cut to it).
-pub const MAX_GRACE: Duration = Duration::from_secs(10);
+const MAX_GRACE: Duration = Duration::from_secs(10);
+
+/// The caller-runs grace in force for `algo` (the setting, at most
+/// `MAX_GRACE`).
+pub fn grace(algo: &AlgoConfig) -> Duration {
+    Duration::from_micros(algo.caller_runs_us).min(MAX_GRACE)
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -308,7 +314,7 @@ impl HostEngine {
         let (exit_tx, exit_rx) = mpsc::channel::<()>();
         let interrupt = transport.interrupter();
         let name = format!("rustccl-{}-r{}", group, transport.rank());
-        let grace = Duration::from_micros(algo.caller_runs_us).min(MAX_GRACE);
+        let grace = grace(&algo);
         let exec = Exec {
             transport,
             scratch: Scratch::default(),

@@ -133,7 +133,7 @@ fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static
         ("small_allreduce_bytes", algo.small_allreduce_bytes as u64),
         ("small_broadcast_bytes", algo.small_broadcast_bytes as u64),
         ("segment_bytes", algo.segment_bytes as u64),
-        ("caller_runs_us", algo.caller_runs_us.min(host::MAX_GRACE.as_micros() as u64)),
+        ("caller_runs_us", host::grace(algo).as_micros() as u64),
     ];
     if let Some(l) = local {
         v.push(("shm_one_round_max_bytes", l.one_round_max.min(l.mine().layout.small) as u64));

@@ -337,17 +337,17 @@ impl Window {
                     want >> 32
                 )));
             }
-            let (their_len, their_root) = (l & ((1 << LEN_BITS) - 1), (l >> LEN_BITS) as usize);
-            if got == want && their_len == d.len as u64 && l != length_word(d) {
-                let name = |r: usize| r.checked_sub(1).map_or("none".to_string(), |r| self.local.ranks.get(r).map_or(format!("local {r}"), |g| g.to_string()));
+            let (their_len, their_root) = (l & ((1 << LEN_BITS) - 1), ((l >> LEN_BITS) as usize).checked_sub(1));
+            if got == want && their_len == d.len as u64 && their_root != d.root {
+                let name = |r: Option<usize>| r.map_or("none".to_string(), |r| self.local.ranks.get(r).map_or(format!("local {r}"), |g| g.to_string()));
                 return Err(w.mismatch(self.local.ranks[i], format!(
                     "peer runs {} from root {} where this rank has root {}: the ranks passed different roots",
                     d.name,
                     name(their_root),
-                    name(d.root.map_or(0, |r| r + 1))
+                    name(d.root)
                 )));
             }
-            if got != want || l != length_word(d) {
+            if got != want || their_len != d.len as u64 {
                 return Err(w.mismatch(self.local.ranks[i], format!(
                     "peer runs {} on {their_len} bytes (type/op code {:#x}) where this rank has {} bytes ({:#x}): the ranks passed different tensors or ops",
                     d.name,
