@@ -11,6 +11,10 @@ PIP := $(PY) -m pip
 # The torch rustccl builds against and requires: pyproject.toml's pin.
 TORCH_VERSION := $(shell sed -n 's/.*"torch==\([^"]*\)".*/\1/p' pyproject.toml | head -n 1)
 NPROC ?= 2
+# No pip cache: the torch wheels would be kept twice (cache + venv, ~3 GB
+# more), and no incremental cargo cache for the one-off test build. CI's disk
+# ran out without both.
+export PIP_NO_CACHE_DIR := 1
 
 .PHONY: setup build test test-rust test-python demo bench clean
 
@@ -30,7 +34,7 @@ build: setup
 	$(PIP) install -q --no-build-isolation --no-deps --force-reinstall .
 
 test-rust:
-	cargo test --quiet
+	CARGO_INCREMENTAL=0 cargo test --quiet
 
 test-python: build
 	$(PY) -m pytest -q tests/python
