@@ -211,3 +211,37 @@ fn bad_input_is_rejected_before_sending_and_the_group_keeps_working() {
         let _ = r;
     });
 }
+
+/// Over TCP, ranks 0 and 1 name root 0 and rank 2 root 1. Messages carry
+/// their collective's root, so a rank that receives from a peer with
+/// another root fails naming the cause, rather than taking the data (before,
+/// all three broadcasts returned success, and rank 2's message to the root
+/// stayed in the stream). Ranks that never hear from such a peer cannot
+/// tell: they finish (with their root's data) or time out.
+#[test]
+fn different_roots_over_tcp_are_named_where_they_meet() {
+    for kind in [OpKind::Broadcast, OpKind::Reduce] {
+        let comms = tcp_comms(3, AlgoConfig::default(), Duration::from_secs(2));
+        let res = on_ranks(&comms, |r, c| {
+            let root = if r == 2 { 1 } else { 0 };
+            let b = buf(DType::F32, &vec![(r + 1) as f64; 100_000]);
+            let mut s = spec(kind);
+            s.root = root;
+            s.inputs = vec![t(&b)];
+            c.submit(vec![s], None, None).unwrap().wait(None).map(|_| read(DType::F32, &b)[0]).map_err(|e| e.to_string())
+        });
+        let named = res.iter().filter(|r| r.as_ref().is_err_and(|e| e.contains("the ranks passed different roots"))).count();
+        assert!(named >= 1, "{kind:?}: {res:?}");
+        for (r, got) in res.iter().enumerate() {
+            if let Ok(v) = got {
+                // broadcast: rank 1 with root 0's value; reduce: rank 1, a
+                // non-root, with its own (no root can have a right sum)
+                let ok = match kind {
+                    OpKind::Broadcast => r != 2 && *v == 1.0,
+                    _ => r == 1 && *v == 2.0,
+                };
+                assert!(ok, "{kind:?} rank {r} returned {v} ({res:?})");
+            }
+        }
+    }
+}

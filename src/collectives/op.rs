@@ -194,6 +194,14 @@ impl<T> Op<T> {
         })
     }
 
+    /// The root of a rooted collective (broadcast, reduce, gather, scatter).
+    pub fn root(&self) -> Option<Rank> {
+        match self {
+            Op::Broadcast { root, .. } | Op::Reduce { root, .. } | Op::Gather { root, .. } | Op::Scatter { root, .. } => Some(*root),
+            _ => None,
+        }
+    }
+
     /// The first of [`Op::tensors`], without collecting them (the
     /// submission path asks for it on every call).
     pub fn first_tensor(&self) -> Option<&T> {

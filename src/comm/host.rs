@@ -33,7 +33,7 @@ use crate::config::{AlgoConfig, FaultAction, FaultSpec, LogLevel};
 use crate::error::{Error, OpSite, Result};
 use crate::log_at;
 use crate::tensor::HostTensor;
-use crate::transport::{Interrupter, OpCtx, Transport};
+use crate::transport::{frame, Interrupter, OpCtx, Transport};
 use crate::work::{Progress, Work};
 
 /// What the engine reports after each operation (stats hook).
@@ -158,7 +158,8 @@ impl Exec {
             Err(Error::Internal(format!("RUSTCCL_FAULT: rank {rank} closed its links at {op_name} seq {seq}")))
         } else {
             let site = OpSite { op: op_name, seq, group: g.clone() };
-            self.transport.begin(OpCtx::new(site, job.timeout));
+            let roots = frame::roots_tag(job.ops.iter().filter_map(|o| o.root()));
+            self.transport.begin(OpCtx::new(site, job.timeout).with_roots(roots));
             log_at!(LogLevel::Trace, "group '{g}' rank {rank}: {op_name} seq {seq} ({} bytes) start", job.bytes);
             let Exec { transport, scratch, comp, algo, .. } = self;
             let t = transport.as_mut();

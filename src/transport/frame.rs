@@ -1,5 +1,5 @@
 //! The 16-byte header in front of every message on a link:
-//! magic (u16) | flags (u16) | sequence number (u32) | payload length (u64),
+//! magic (u16) | roots (u16) | sequence number (u32) | payload length (u64),
 //! little endian.
 #![forbid(unsafe_code)]
 
@@ -8,16 +8,54 @@ const MAGIC: u16 = 0x52cc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
-    pub flags: u16,
+    pub roots: u16,
     pub seq: u32,
     pub len: u64,
+}
+
+/// What every message of one collective carries besides its length, so
+/// that ranks that disagree about the collective fail instead of mixing
+/// data: its sequence number and its roots ([`roots_tag`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wire {
+    pub seq: u32,
+    pub roots: u16,
+}
+
+/// Above it: a fold of several roots (or of one root too large to carry).
+const FOLDED: u16 = 0x8000;
+
+/// The roots of a collective's rooted operations (broadcast, reduce,
+/// gather, scatter; several when coalesced) in 16 bits: 0 for none, the
+/// root + 1 for one (below 32767), else a fold of them all.
+pub fn roots_tag(roots: impl IntoIterator<Item = usize>) -> u16 {
+    let mut it = roots.into_iter();
+    let Some(first) = it.next() else { return 0 };
+    let mut h: u32 = 0x811c_9dc5;
+    let mut n = 0;
+    for r in std::iter::once(first).chain(it) {
+        h = (h ^ (r as u32).wrapping_add(1)).wrapping_mul(0x0100_0193);
+        n += 1;
+    }
+    if n == 1 && first + 1 < FOLDED as usize {
+        return first as u16 + 1;
+    }
+    (h ^ (h >> 16)) as u16 | FOLDED
+}
+
+fn roots_text(tag: u16) -> String {
+    match tag {
+        0 => "no root".into(),
+        t if t < FOLDED => format!("root {}", t - 1),
+        _ => "other roots".into(),
+    }
 }
 
 impl Header {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
-        b[2..4].copy_from_slice(&self.flags.to_le_bytes());
+        b[2..4].copy_from_slice(&self.roots.to_le_bytes());
         b[4..8].copy_from_slice(&self.seq.to_le_bytes());
         b[8..16].copy_from_slice(&self.len.to_le_bytes());
         b
@@ -29,7 +67,7 @@ impl Header {
             return Err(format!("bad message header (magic {magic:#06x}); the byte stream is out of step"));
         }
         Ok(Header {
-            flags: u16::from_le_bytes([b[2], b[3]]),
+            roots: u16::from_le_bytes([b[2], b[3]]),
             seq: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
             len: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
         })
@@ -37,11 +75,19 @@ impl Header {
 
     /// Compares a received header with what the receiver expects; the
     /// message says how they differ.
-    pub fn expect(&self, seq: u32, len: usize) -> Result<(), String> {
+    pub fn expect(&self, want: Wire, len: usize) -> Result<(), String> {
+        let seq = want.seq;
         if self.seq != seq {
             return Err(format!(
-                "peer is at operation seq {} but this rank is at seq {seq}: the ranks called a different number of collectives",
+                "peer is at operation seq {} but this rank is at seq {seq}: the ranks called a different number of collectives (or named different roots, so that some skipped a message)",
                 self.seq
+            ));
+        }
+        if self.roots != want.roots {
+            return Err(format!(
+                "peer runs this collective with {} where this rank has {}: the ranks passed different roots",
+                roots_text(self.roots),
+                roots_text(want.roots)
             ));
         }
         if self.len != len as u64 {
@@ -140,14 +186,31 @@ mod tests {
 
     #[test]
     fn round_trip_and_mismatch() {
-        let h = Header { flags: 3, seq: 77, len: 1 << 40 };
+        let h = Header { roots: 3, seq: 77, len: 1 << 40 };
+        let want = Wire { seq: 77, roots: 3 };
         assert_eq!(Header::decode(&h.encode()).unwrap(), h);
-        assert!(h.expect(77, 1 << 40).is_ok());
-        assert!(h.expect(76, 1 << 40).unwrap_err().contains("seq 77"));
-        assert!(h.expect(77, 4).unwrap_err().contains("different tensor sizes"));
+        assert!(h.expect(want, 1 << 40).is_ok());
+        assert!(h.expect(Wire { seq: 76, ..want }, 1 << 40).unwrap_err().contains("seq 77"));
+        assert!(h.expect(want, 4).unwrap_err().contains("different tensor sizes"));
+        let e = h.expect(Wire { roots: 1, ..want }, 1 << 40).unwrap_err();
+        assert!(e.contains("with root 2 where this rank has root 0: the ranks passed different roots"), "{e}");
         let mut bad = h.encode();
         bad[0] = 0;
         assert!(Header::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn roots_tags_tell_roots_apart() {
+        assert_eq!(roots_tag([]), 0);
+        assert_eq!(roots_tag([0]), 1);
+        assert_eq!(roots_tag([5]), 6);
+        assert!(roots_tag([40_000]) >= FOLDED);
+        // coalesced: the order and every root count
+        let (a, b, c) = (roots_tag([0, 1]), roots_tag([1, 0]), roots_tag([0, 0]));
+        assert!(a >= FOLDED && b >= FOLDED && c >= FOLDED);
+        assert!(a != b && a != c && b != c);
+        assert_ne!(roots_tag([0, 0]), roots_tag([0]));
+        assert!(roots_text(a).contains("other roots"));
     }
 
     #[test]

@@ -85,7 +85,7 @@ impl LoopbackTransport {
         let mut q = pipe.q.lock().map_err(|_| Error::Internal("loopback lock poisoned".into()))?;
         loop {
             if let Some((h, msg)) = q.msgs.pop_front() {
-                h.expect(self.ctx.wire_seq(), data.len()).map_err(|detail| Error::Protocol {
+                h.expect(self.ctx.wire(), data.len()).map_err(|detail| Error::Protocol {
                     site: self.ctx.site.clone(),
                     rank: self.rank,
                     peer,
@@ -146,7 +146,7 @@ impl Transport for LoopbackTransport {
                 if q.closed {
                     return Err(self.lost(*peer, "connection closed by peer"));
                 }
-                let h = Header { flags: 0, seq: self.ctx.wire_seq(), len: data.len() as u64 };
+                let h = Header { roots: self.ctx.roots, seq: self.ctx.wire_seq(), len: data.len() as u64 };
                 q.msgs.push_back((h, data.to_vec()));
                 pipe.cv.notify_all();
             }

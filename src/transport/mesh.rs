@@ -199,9 +199,9 @@ impl Mesh {
     }
 
     fn recv_step(&mut self, peer: Rank, data: &mut [u8], st: &mut Progress) -> Result<Step> {
-        let seq = self.ctx.wire_seq();
+        let want = self.ctx.wire();
         let len = data.len();
-        let mut check = |h: &[u8; HEADER_LEN]| Header::decode(h).and_then(|h| h.expect(seq, len));
+        let mut check = |h: &[u8; HEADER_LEN]| Header::decode(h).and_then(|h| h.expect(want, len));
         match self.links[peer].as_mut() {
             Some(Link::Tcp(l)) => match l.recv_step(data, st, &mut check) {
                 Ok(Ok(s)) => Ok(s),
@@ -389,11 +389,11 @@ impl Transport for Mesh {
         if self.interrupt.is_set() {
             return Err(interrupted_error(self));
         }
-        let seq = self.ctx.wire_seq();
+        let (seq, roots) = (self.ctx.wire_seq(), self.ctx.roots);
         let mut st: Vec<Progress> = xfers
             .iter()
             .map(|x| match x {
-                Xfer::Send { data, .. } => Progress::new(Header { flags: 0, seq, len: data.len() as u64 }.encode()),
+                Xfer::Send { data, .. } => Progress::new(Header { roots, seq, len: data.len() as u64 }.encode()),
                 Xfer::Recv { .. } => Progress::new([0; HEADER_LEN]),
             })
             .collect();
@@ -456,7 +456,8 @@ mod tests {
 
     #[test]
     fn header_checks_name_the_mismatch() {
-        let h = Header { flags: 0, seq: 3, len: 8 }.encode();
-        assert!(Header::decode(&h).and_then(|h| h.expect(3, 4)).unwrap_err().contains("different tensor sizes"));
+        let h = Header { roots: 0, seq: 3, len: 8 }.encode();
+        let want = crate::transport::frame::Wire { seq: 3, roots: 0 };
+        assert!(Header::decode(&h).and_then(|h| h.expect(want, 4)).unwrap_err().contains("different tensor sizes"));
     }
 }

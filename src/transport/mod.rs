@@ -4,8 +4,8 @@
 //! set of transfers ([`Xfer`]) to completion at once, so an algorithm can
 //! send to one neighbour while it receives from another without threads.
 //! Every message carries a small header (`frame`) with the operation's
-//! sequence number and its length, so ranks that disagree about the
-//! collective or its size get an error instead of garbage.
+//! sequence number, its roots and its length, so ranks that disagree about
+//! the collective, its root or its size get an error instead of garbage.
 //!
 //! Implementations: `tcp` (any hosts) and `loopback` (in-process, for tests).
 // `unsafe` lives only in `shm` (shared memory).
@@ -78,17 +78,30 @@ pub struct OpCtx {
     pub site: OpSite,
     pub started: Instant,
     pub deadline: Instant,
+    /// Its roots as carried in message headers (`frame::roots_tag`).
+    pub roots: u16,
 }
 
 impl OpCtx {
     pub fn new(site: OpSite, timeout: Duration) -> OpCtx {
         let started = Instant::now();
-        OpCtx { site, started, deadline: started + timeout }
+        OpCtx { site, started, deadline: started + timeout, roots: 0 }
+    }
+
+    /// The operation's roots (`frame::roots_tag`), which every message of
+    /// it carries: a peer that names other roots fails the receive.
+    pub fn with_roots(self, roots: u16) -> OpCtx {
+        OpCtx { roots, ..self }
     }
 
     /// Sequence number as carried in message headers.
     pub fn wire_seq(&self) -> u32 {
         self.site.seq as u32
+    }
+
+    /// What message headers of this operation carry besides the length.
+    pub fn wire(&self) -> frame::Wire {
+        frame::Wire { seq: self.wire_seq(), roots: self.roots }
     }
 }
 
