@@ -55,12 +55,17 @@ pub struct ShmConfig {
     /// Threads per rank in the direct algorithms; 0 = from the core count.
     pub threads: usize,
     /// Smallest collective that reads peers' buffers directly (cross-memory
-    /// attach); `usize::MAX` = off.
+    /// attach); `usize::MAX` = off; [`ATTACH_FROM_HOST`]: decided at setup.
     pub attach_min: usize,
     /// Smallest piece of a copy a rank's worker threads split off (0:
     /// 256 KiB, or the segment size when smaller); reductions take half.
     pub min_piece: usize,
 }
+
+/// `ShmConfig::attach_min` when `RUSTCCL_SHM_ATTACH_MIN_BYTES` is unset or
+/// `auto`: the shared-memory setup decides from the host
+/// (`transport::shm::host_attach_min`).
+pub const ATTACH_FROM_HOST: usize = usize::MAX - 1;
 
 /// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
 /// handling on the CPU transport.
@@ -207,8 +212,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
-        default: "16777216",
-        doc: "all_reduce, reduce_scatter, all_gather, broadcast and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks and point-to-point sends over 256 KiB (or from this size, if smaller) always do (such a send completes once its receive took the data); off: never (also skips the setup probe)",
+        default: "auto",
+        doc: "all_reduce, reduce_scatter, all_gather, broadcast and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks and point-to-point sends over 256 KiB (or from this size, if smaller) always do (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else off",
     },
     Setting {
         name: "RUSTCCL_SHM_MIN_PIECE_BYTES",
@@ -369,7 +374,8 @@ impl Config {
                 threads: env_usize("RUSTCCL_SHM_THREADS", 0),
                 attach_min: match std::env::var("RUSTCCL_SHM_ATTACH_MIN_BYTES").as_deref() {
                     Ok("off") => usize::MAX,
-                    _ => env_usize("RUSTCCL_SHM_ATTACH_MIN_BYTES", 16 << 20),
+                    Ok("auto") => ATTACH_FROM_HOST,
+                    _ => env_usize("RUSTCCL_SHM_ATTACH_MIN_BYTES", ATTACH_FROM_HOST),
                 },
                 min_piece: env_usize("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
             },
@@ -427,7 +433,11 @@ impl Config {
             ("RUSTCCL_SHM_SMALL_BYTES", self.shm.small_bytes.to_string()),
             ("RUSTCCL_SHM_SEGMENT_BYTES", self.shm.segment_bytes.to_string()),
             ("RUSTCCL_SHM_THREADS", self.shm.threads.to_string()),
-            ("RUSTCCL_SHM_ATTACH_MIN_BYTES", if self.shm.attach_min == usize::MAX { "off".into() } else { self.shm.attach_min.to_string() }),
+            ("RUSTCCL_SHM_ATTACH_MIN_BYTES", match self.shm.attach_min {
+                usize::MAX => "off".into(),
+                ATTACH_FROM_HOST => "auto".into(),
+                v => v.to_string(),
+            }),
             ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),

@@ -35,7 +35,7 @@ pub use segment::{Channel, Layout, Segment};
 pub use window::{Area, Desc, PhaseWait, PullError, Window};
 pub use workers::Workers;
 
-use crate::config::LogLevel;
+use crate::config::{LogLevel, ATTACH_FROM_HOST};
 use crate::log_at;
 use crate::types::Rank;
 
@@ -299,6 +299,42 @@ fn threads_for(sizes: ShmSizes, local_ranks: usize) -> usize {
     (cores / local_ranks.max(1)).clamp(1, 8)
 }
 
+/// The single-copy threshold when the setting is left to the host
+/// (`config::ATTACH_FROM_HOST`): 16 MiB where a rank has two or more
+/// threads, as measured on a 32-core host (4-8 threads per rank: reading
+/// the peers' tensors won from 16-32 MiB, and for all_to_all blocks from
+/// 2 MiB). With one thread per rank, the two ranks' user-space copies
+/// through shared memory run side by side where a single-copy read is one
+/// thread's kernel copy, so reads must be nearly as fast as copies to pay:
+/// on a 2-core VM they ran at 13 GB/s against 45 GB/s for copies, and
+/// turning them off made 16 MiB all_reduce 2x and 1-4 MiB all_to_all and
+/// scatter 1.3-2x faster. Off (`usize::MAX`) when they are slower than
+/// [`READ_VS_COPY`] of a copy or cannot be measured.
+fn host_attach_min(me: Rank, threads: usize) -> usize {
+    if threads >= 2 {
+        return ATTACH_MIN;
+    }
+    match remote::read_and_copy_speed(1 << 20) {
+        Some((read, copy)) if read >= READ_VS_COPY * copy => ATTACH_MIN,
+        measured => {
+            let (read, copy) = measured.unwrap_or_default();
+            log_at!(
+                LogLevel::Info,
+                "rank {me}: one thread per rank, which reads memory through the kernel (as from a peer) at {:.1} GB/s and copies it at {:.1} GB/s: no single-copy reads, copies through shared memory instead (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)",
+                read / 1e9,
+                copy / 1e9
+            );
+            usize::MAX
+        }
+    }
+}
+
+/// The default single-copy threshold where reads pay.
+const ATTACH_MIN: usize = 16 << 20;
+/// How fast a read through the kernel must be, as a fraction of a copy,
+/// for one thread per rank to read peers' tensors.
+const READ_VS_COPY: f64 = 0.8;
+
 /// Largest one-round all-reduce by default, and the smallest size of each
 /// of the two small slots (one-step broadcast and all_gather use them up
 /// to their size: 512 KiB of shared memory per rank).
@@ -390,6 +426,10 @@ pub fn connect(
     let n = ranks.len();
     let my_idx = ranks.iter().position(|&r| r == me).expect("me is local");
     let threads = threads_for(sizes, n);
+    let sizes = match sizes.attach_min {
+        ATTACH_FROM_HOST => ShmSizes { attach_min: host_attach_min(me, threads), ..sizes },
+        _ => sizes,
+    };
     let one_round = one_round_max(sizes.small, n);
     // Each round of the pipelined all_reduce moves `seg` per thread.
     // The small slots: the setting (tests use tiny ones), else 256 KiB.
