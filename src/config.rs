@@ -60,6 +60,10 @@ pub struct ShmConfig {
     /// Smallest piece of a copy a rank's worker threads split off (0:
     /// 256 KiB, or the segment size when smaller); reductions take half.
     pub min_piece: usize,
+    /// Single-reader transfers (all_to_all / gather / scatter blocks,
+    /// point-to-point messages) over this many bytes are read directly;
+    /// 0: from the host (256 KiB, 4 MiB where reads are slow).
+    pub single_min: usize,
 }
 
 /// `ShmConfig::attach_min` when `RUSTCCL_SHM_ATTACH_MIN_BYTES` is unset or
@@ -213,7 +217,12 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
         default: "auto",
-        doc: "all_reduce, reduce_scatter, all_gather, broadcast and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks and point-to-point sends over 256 KiB (or from this size, if smaller) always do (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else off",
+        doc: "all_reduce, reduce_scatter, all_gather, broadcast and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks and point-to-point sends over 256 KiB (or from this size, if smaller) always do (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else never for these collectives (single-reader transfers: RUSTCCL_SHM_SINGLE_READER_MIN_BYTES)",
+    },
+    Setting {
+        name: "RUSTCCL_SHM_SINGLE_READER_MIN_BYTES",
+        default: "0",
+        doc: "all_to_all, gather and scatter blocks and point-to-point messages to a rank of the host of more than this many bytes are read from the sender's tensor (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); 0: 262144, or 4194304 where the host's reads are slow (see RUSTCCL_SHM_ATTACH_MIN_BYTES=auto), and then all_to_all and smaller gathers and scatters copy through shared memory",
     },
     Setting {
         name: "RUSTCCL_SHM_MIN_PIECE_BYTES",
@@ -378,6 +387,7 @@ impl Config {
                     _ => env_usize("RUSTCCL_SHM_ATTACH_MIN_BYTES", ATTACH_FROM_HOST),
                 },
                 min_piece: env_usize("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
+                single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
             },
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
@@ -439,6 +449,7 @@ impl Config {
                 v => v.to_string(),
             }),
             ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.to_string()),
+            ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

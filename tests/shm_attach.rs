@@ -17,7 +17,7 @@ use rustccl::{Communicator, DType, OpKind, ReduceOp};
 /// Shared memory with attach from 0 bytes: every collective reads directly.
 /// Tiny slots and 3 threads, so the pieces of one read run in parallel.
 fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min, min_piece: 0 };
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min, min_piece: 0, single_min: 0 };
     mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
 }
 
@@ -165,7 +165,7 @@ fn ranks_with_different_settings_agree() {
                     s.spawn(move || {
                         let mut o = opts(Duration::from_secs(30), tiny_algo());
                         o.transport = TransportMode::Shm;
-                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r], min_piece: 0 };
+                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r], min_piece: 0, single_min: 0 };
                         Communicator::bootstrap(store.as_ref(), r, 3, o, "127.0.0.1".parse().unwrap()).unwrap()
                     })
                 })
@@ -185,5 +185,88 @@ fn ranks_with_different_settings_agree() {
                 assert_eq!(read(DType::F32, &b), vec![6.0; len]);
             }
         });
+    }
+}
+
+/// Where one thread per rank reads slowly, the host rule reads no
+/// collective's buffers and only single-reader transfers over 4 MiB;
+/// here the same shape set by hand (collectives from 2^40 bytes, single
+/// readers over 512 KiB): all_to_all and gathers / scatters of smaller
+/// blocks copy through shared memory, larger ones read the sender's
+/// tensor, sends of either size arrive, and the thresholds say so.
+#[test]
+fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10 };
+    let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
+    let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+    for c in &comms {
+        assert_eq!(th(c, "shm_attach_min_bytes"), Some(1 << 40));
+        assert_eq!(th(c, "shm_single_reader_min_bytes"), Some(512 << 10));
+    }
+    // 128 Ki floats = 512 KiB per block (not over the threshold), 160 Ki over it
+    for (len, want) in [(128usize << 10, "direct"), (160 << 10, "shm_attach")] {
+        let got = on_ranks(&comms, |r, c| {
+            let input = buf(DType::F32, &values(DType::F32, ReduceOp::Sum, r, len));
+            let outs: Vec<_> = if r == 1 { (0..3).map(|_| buf(DType::F32, &vec![0.0; len])).collect() } else { vec![] };
+            gather(c, &input, &outs, 1);
+            for (p, o) in outs.iter().enumerate() {
+                assert_eq!(read(DType::F32, o), values(DType::F32, ReduceOp::Sum, p, len), "gather {len} from {p}");
+            }
+            let ins: Vec<_> = if r == 2 { (0..3).map(|p| buf(DType::F32, &values(DType::F32, ReduceOp::Max, p, len))).collect() } else { vec![] };
+            let out = buf(DType::F32, &vec![0.0; len]);
+            scatter(c, &ins, &out, 2);
+            assert_eq!(read(DType::F32, &out), values(DType::F32, ReduceOp::Max, r, len), "scatter {len}");
+            // all_to_all: never read directly here, whatever its blocks
+            let ib = buf(DType::F32, &(0..3 * len).map(|i| ((r * 7 + i) % 251) as f64).collect::<Vec<_>>());
+            let ob = buf(DType::F32, &vec![0.0; 3 * len]);
+            let mut s = spec(OpKind::AllToAll);
+            s.inputs = vec![t(&ib)];
+            s.outputs = vec![t(&ob)];
+            run(c, s);
+            let want_a2a: Vec<f64> = (0..3).flat_map(|p| (0..len).map(move |i| ((p * 7 + r * len + i) % 251) as f64)).collect();
+            assert_eq!(read(DType::F32, &ob), want_a2a, "all_to_all {len}");
+            // a send of each size around the ring
+            let b = buf(DType::F32, &vec![r as f64; len]);
+            let got = buf(DType::F32, &vec![-1.0; len]);
+            let w = send(c, &b, (r + 1) % 3, 5);
+            recv(c, &got, Some((r + 2) % 3), 5).wait(None).unwrap();
+            w.wait(None).unwrap();
+            assert_eq!(read(DType::F32, &got), vec![((r + 2) % 3) as f64; len], "send {len}");
+            // the buffer-wide collectives keep their two-copy algorithms
+            let a = buf(DType::F32, &vec![1.0; len]);
+            all_reduce(c, &a, ReduceOp::Sum);
+            assert_eq!(read(DType::F32, &a), vec![3.0; len]);
+            (algorithm(c, "gather"), algorithm(c, "scatter"), algorithm(c, "all_to_all"), algorithm(c, "all_reduce"))
+        });
+        for g in got {
+            assert_eq!((g.0, g.1), (want, want), "{len} floats");
+            assert_ne!(g.2, "shm_attach");
+            assert_ne!(g.3, "shm_attach");
+        }
+    }
+}
+
+/// `auto`: every rank measures for itself, and all end with the same
+/// thresholds, one of the two the host rule gives; with two threads per
+/// rank, the 16 MiB / 256 KiB pair without measuring.
+#[test]
+fn the_host_rule_gives_every_rank_the_same_thresholds() {
+    use rustccl::config::ATTACH_FROM_HOST;
+    for threads in [1, 2] {
+        let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads, attach_min: ATTACH_FROM_HOST, min_piece: 0, single_min: 0 };
+        let comms = mesh_comms(2, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
+        let th = |c: &Communicator| -> (Option<u64>, Option<u64>) {
+            let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+            (get("shm_attach_min_bytes"), get("shm_single_reader_min_bytes"))
+        };
+        let all: Vec<_> = comms.iter().map(th).collect();
+        assert!(all.iter().all(|x| *x == all[0]), "{all:?}");
+        let fast = (Some(16u64 << 20), Some(256u64 << 10));
+        let slow = (Some(u64::MAX), Some(4u64 << 20));
+        if threads == 2 {
+            assert_eq!(all[0], fast);
+        } else {
+            assert!(all[0] == fast || all[0] == slow, "{all:?}");
+        }
     }
 }

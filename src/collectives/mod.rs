@@ -294,11 +294,13 @@ fn attach(win: &Window, bytes: usize) -> bool {
 }
 
 /// The window when every rank is on this host and can read the others'
-/// memory: all_to_all, gather and scatter, whose sizes differ between
-/// ranks (no size every rank could compare with the threshold), then
-/// always read directly.
-fn attach_host(t: &mut dyn Transport) -> Option<(Window, &mut dyn PhaseWait)> {
-    whole_host(t).filter(|(win, _)| win.attach_min().is_some())
+/// memory, for all_to_all, gather and scatter of `block` bytes per block
+/// (the same on every rank; None for all_to_all, whose blocks differ):
+/// their totals differ between ranks (no size every rank could compare
+/// with the threshold), so they read directly whenever reads are fast,
+/// and where they are slow only blocks large enough (`Window::attach_blocks`).
+fn attach_host(t: &mut dyn Transport, block: Option<usize>) -> Option<(Window, &mut dyn PhaseWait)> {
+    whole_host(t).filter(|(win, _)| win.attach_blocks(block))
 }
 
 /// Runs one collective (not send / recv) over `t`. `comp` (all_reduce
@@ -415,7 +417,7 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
             if n == 1 {
                 return Ok("local");
             }
-            if let Some((win, wait)) = attach_host(t) {
+            if let Some((win, wait)) = attach_host(t, None) {
                 shm_attach::all_to_all(&win, wait, &inputs.views(), &mut outputs.views_mut())?;
                 return Ok("shm_attach");
             }
@@ -424,7 +426,7 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
         }
         Op::Gather { input, outputs, root } => {
             if n > 1 {
-                if let Some((win, wait)) = attach_host(t) {
+                if let Some((win, wait)) = attach_host(t, Some(input.nbytes())) {
                     let mut outs = outputs.as_mut().map(|o| {
                         let (dst, off, len) = locate_mut(o, r);
                         copy_region(dst, off, input, 0, len);
@@ -446,7 +448,7 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
         }
         Op::Scatter { inputs, output, root } => {
             if n > 1 {
-                if let Some((win, wait)) = attach_host(t) {
+                if let Some((win, wait)) = attach_host(t, Some(output.nbytes())) {
                     let views = inputs.as_ref().map(|i| i.views());
                     shm_attach::scatter(&win, wait, views.as_deref(), output.bytes_mut(), *root)?;
                     if let Some(ins) = inputs.as_ref() {

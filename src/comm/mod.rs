@@ -143,8 +143,9 @@ fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static
         v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));
         v.push(("shm_reduce_min_piece_bytes", l.reduce_workers.min_piece() as u64));
         v.push(("local_ranks", l.ranks.len() as u64));
-        // u64::MAX: the ranks cannot read each other's memory (or the setting is off).
+        // u64::MAX: never (reads off, impossible, or slow here: then single readers only).
         v.push(("shm_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.min_bytes as u64)));
+        v.push(("shm_single_reader_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.single_min as u64)));
     }
     v
 }
@@ -283,6 +284,7 @@ impl Communicator {
             threads: opts.shm.threads,
             attach_min: opts.shm.attach_min,
             min_piece: opts.shm.min_piece,
+            single_min: opts.shm.single_min,
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {

@@ -27,7 +27,7 @@ pub mod workers;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,21 +72,37 @@ pub struct Attach {
     /// Smallest collective (bytes per rank) that reads peers' buffers
     /// directly.
     pub min_bytes: usize,
+    /// Transfers with a single reader (an all_to_all / gather / scatter
+    /// block, a point-to-point message) of more than this many bytes are
+    /// read from the sender's tensor even below `min_bytes`:
+    /// [`SINGLE_READER_MIN`], or [`SLOW_SINGLE_READER_MIN`] where reads are
+    /// slow (`host_attach_min`).
+    pub single_min: usize,
     /// The value peers read through our pid at setup (kept alive with us).
     _canary: Box<u64>,
 }
 
-/// Transfers with a single reader (an all_to_all / gather / scatter block,
-/// a point-to-point message) of more than this many bytes are read from the
-/// sender's tensor even below `Attach::min_bytes`: on the 32-core host,
-/// blocks of 128-512 KiB took about as long either way, smaller ones
-/// longer (a system call and page pinning each), larger ones up to 3x less.
+/// On the 32-core host, blocks of 128-512 KiB took about as long either
+/// way, smaller ones longer (a system call and page pinning each), larger
+/// ones up to 3x less.
 pub const SINGLE_READER_MIN: usize = 256 << 10;
+
+/// Where one thread per rank reads slowly (`host_attach_min`): on the 2-core
+/// VM, 2 MiB scatters were 2x faster through shared memory, while sends,
+/// gathers and scatters from 4-8 MiB on were 15-60% faster read directly.
+pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 
 impl Attach {
     /// Whether a single-reader transfer of `len` bytes is read directly.
     pub fn single_reader(&self, len: usize) -> bool {
-        len >= self.min_bytes || len > SINGLE_READER_MIN
+        len >= self.min_bytes || len > self.single_min
+    }
+
+    /// Whether every all_to_all, gather and scatter runs the single-copy
+    /// algorithms (`collectives::shm_attach`); where reads are slow, only
+    /// gathers and scatters of blocks read directly.
+    pub fn all_blocks(&self) -> bool {
+        self.single_min <= SINGLE_READER_MIN
     }
 }
 
@@ -287,6 +303,8 @@ pub struct ShmSizes {
     /// Smallest piece for the worker threads (0: `workers::MIN_PIECE`, or
     /// `seg` when smaller).
     pub min_piece: usize,
+    /// `Attach::single_min` (0: from the host).
+    pub single_min: usize,
 }
 
 /// Threads per rank: the setting, or the cores left per local rank (at
@@ -299,32 +317,35 @@ fn threads_for(sizes: ShmSizes, local_ranks: usize) -> usize {
     (cores / local_ranks.max(1)).clamp(1, 8)
 }
 
-/// The single-copy threshold when the setting is left to the host
-/// (`config::ATTACH_FROM_HOST`): 16 MiB where a rank has two or more
-/// threads, as measured on a 32-core host (4-8 threads per rank: reading
-/// the peers' tensors won from 16-32 MiB, and for all_to_all blocks from
-/// 2 MiB). With one thread per rank, the two ranks' user-space copies
-/// through shared memory run side by side where a single-copy read is one
-/// thread's kernel copy, so reads must be nearly as fast as copies to pay:
-/// on a 2-core VM they ran at 13 GB/s against 45 GB/s for copies, and
-/// turning them off made 16 MiB all_reduce 2x and 1-4 MiB all_to_all and
-/// scatter 1.3-2x faster. Off (`usize::MAX`) when they are slower than
-/// [`READ_VS_COPY`] of a copy or cannot be measured.
-fn host_attach_min(me: Rank, threads: usize) -> usize {
+/// The single-copy thresholds (collectives, single readers) when the
+/// setting is left to the host (`config::ATTACH_FROM_HOST`): 16 MiB and
+/// 256 KiB where a rank has two or more threads, as measured on a 32-core
+/// host (4-8 threads per rank: reading the peers' tensors won from 16-32
+/// MiB, and for all_to_all blocks from 2 MiB). With one thread per rank,
+/// the two ranks' user-space copies through shared memory run side by side
+/// where a single-copy read is one thread's kernel copy, so reads must be
+/// nearly as fast as copies to pay: on a 2-core VM they ran at 13 GB/s
+/// against 45 GB/s for copies, and without them 16 MiB all_reduce was 2x
+/// and 1-4 MiB all_to_all and scatter 1.3-2x faster; only single large
+/// transfers still gained. Where reads are slower than [`READ_VS_COPY`]
+/// of a copy (or cannot be measured): no collective reads, and single
+/// readers from [`SLOW_SINGLE_READER_MIN`].
+fn host_attach_min(me: Rank, threads: usize) -> (usize, usize) {
     if threads >= 2 {
-        return ATTACH_MIN;
+        return (ATTACH_MIN, SINGLE_READER_MIN);
     }
     match remote::read_and_copy_speed(1 << 20) {
-        Some((read, copy)) if read >= READ_VS_COPY * copy => ATTACH_MIN,
+        Some((read, copy)) if read >= READ_VS_COPY * copy => (ATTACH_MIN, SINGLE_READER_MIN),
         measured => {
             let (read, copy) = measured.unwrap_or_default();
             log_at!(
                 LogLevel::Info,
-                "rank {me}: one thread per rank, which reads memory through the kernel (as from a peer) at {:.1} GB/s and copies it at {:.1} GB/s: no single-copy reads, copies through shared memory instead (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)",
+                "rank {me}: one thread per rank, which reads memory through the kernel (as from a peer) at {:.1} GB/s and copies it at {:.1} GB/s: single-copy reads only for transfers of one reader over {} bytes (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)",
                 read / 1e9,
-                copy / 1e9
+                copy / 1e9,
+                SLOW_SINGLE_READER_MIN
             );
-            usize::MAX
+            (usize::MAX, SLOW_SINGLE_READER_MIN)
         }
     }
 }
@@ -426,10 +447,15 @@ pub fn connect(
     let n = ranks.len();
     let my_idx = ranks.iter().position(|&r| r == me).expect("me is local");
     let threads = threads_for(sizes, n);
-    let sizes = match sizes.attach_min {
-        ATTACH_FROM_HOST => ShmSizes { attach_min: host_attach_min(me, threads), ..sizes },
-        _ => sizes,
+    // Off (the setting) means no reads at all, not even probed; `auto`
+    // leaves both thresholds to the host (a single-reader setting > 0
+    // still wins); a threshold set by hand keeps single readers at 256 KiB.
+    let attach_off = sizes.attach_min == usize::MAX;
+    let (attach_min, host_single) = match sizes.attach_min {
+        ATTACH_FROM_HOST => host_attach_min(me, threads),
+        set => (set, SINGLE_READER_MIN),
     };
+    let single_min = if sizes.single_min > 0 { sizes.single_min } else { host_single };
     let one_round = one_round_max(sizes.small, n);
     // Each round of the pipelined all_reduce moves `seg` per thread.
     // The small slots: the setting (tests use tiny ones), else 256 KiB.
@@ -439,12 +465,13 @@ pub fn connect(
     let mine = Segment::create(&path(me), layout);
     let created = mine.is_ok() as u8;
     let canary = Box::new(u64::from(std::process::id()) << 32 ^ getrandom::u64().unwrap_or(0x9e37_79b9_7f4a_7c15) >> 32 | 1);
-    if let (Ok(m), true) = (&mine, sizes.attach_min != usize::MAX) {
+    if let (Ok(m), false) = (&mine, attach_off) {
         remote::allow_attach();
         let (pid, addr, value) = m.attach_info();
         pid.store(std::process::id() as u64, Ordering::Relaxed);
         addr.store(&*canary as *const u64 as u64, Ordering::Relaxed);
-        m.attach_min().store(sizes.attach_min as u64, Ordering::Relaxed);
+        m.attach_min().store(attach_min as u64, Ordering::Relaxed);
+        m.single_min().store(single_min as u64, Ordering::Relaxed);
         value.store(*canary, Ordering::Release);
     }
     // 1. everyone says whether its segment exists
@@ -484,12 +511,12 @@ pub fn connect(
     };
     let complete = agreed.iter().enumerate().all(|(i, &a)| a || i == my_idx);
     let all: Vec<Arc<Segment>> = segs.iter().map(|s| s.clone().unwrap_or_else(|| mine.clone())).collect();
-    let try_it = complete && sizes.attach_min != usize::MAX;
-    // Every rank must pick the same algorithms: the largest threshold any
-    // local rank was given applies to all.
-    let min_bytes = || all.iter().map(|s| s.attach_min().load(Ordering::Relaxed) as usize).max().unwrap_or(sizes.attach_min);
+    let try_it = complete && !attach_off;
+    // Every rank must pick the same algorithms: the largest thresholds any
+    // local rank was given (or measured) apply to all.
+    let largest = |f: fn(&Segment) -> &AtomicU64| all.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
     let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?
-        .map(|pids| Attach { pids, min_bytes: min_bytes(), _canary: canary });
+        .map(|pids| Attach { pids, min_bytes: largest(Segment::attach_min), single_min: largest(Segment::single_min), _canary: canary });
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.seg) };
     let workers = Workers::new(threads, me, min_piece)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);

@@ -8,6 +8,7 @@
 //! 40     pid, canary address, canary value (cross-memory attach, `remote.rs`)
 //! 64     phase    AtomicU64  progress of this rank through direct collectives
 //! 72     attach   AtomicU64  this rank's cross-memory attach threshold (the group takes the largest)
+//! 80     single   AtomicU64  its smallest single-reader transfer read directly (the largest, too)
 //! 96     desc     AtomicU64  (seq, dtype, op) of the direct collective in progress, two
 //! 104    len      AtomicU64  its byte count                                 (112, 120): by
 //!                            the parity of the phase it started at, so a peer still verifying
@@ -35,7 +36,7 @@ use std::time::Duration;
 
 use memmap2::MmapRaw;
 
-const MAGIC: u64 = 0x334d_4853_4c43_4352; // "RCCLSHM3"
+const MAGIC: u64 = 0x344d_4853_4c43_4352; // "RCCLSHM4"
 
 /// Which pair of rings and futex word: collectives or point-to-point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +204,11 @@ impl Segment {
     /// The owner's cross-memory attach threshold setting.
     pub fn attach_min(&self) -> &AtomicU64 {
         self.u64_at(72)
+    }
+
+    /// The owner's smallest single-reader transfer read directly.
+    pub fn single_min(&self) -> &AtomicU64 {
+        self.u64_at(80)
     }
 
     /// Descriptor of the direct collective this rank is in: (seq, dtype,

@@ -204,6 +204,14 @@ impl Window {
         self.local.attach.as_ref().map(|a| a.min_bytes)
     }
 
+    /// Whether all_to_all, gather and scatter run the single-copy
+    /// algorithms (`collectives::shm_attach`) for blocks of `block` bytes
+    /// (None: all_to_all, whose blocks differ between ranks): always where
+    /// reads are fast, else only for blocks read directly.
+    pub fn attach_blocks(&self, block: Option<usize>) -> bool {
+        self.local.attach.as_ref().is_some_and(|a| a.all_blocks() || block.is_some_and(|b| a.single_reader(b)))
+    }
+
     /// Whether a transfer of `len` bytes with one reader is read from the
     /// sender's tensor (false when attach is off).
     pub fn single_reader(&self, len: usize) -> bool {
