@@ -127,29 +127,6 @@ pub struct Communicator {
     compression: compression::GroupCompression,
 }
 
-/// The thresholds of `algo`, plus the shared-memory ones of `local`.
-fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static str, u64)> {
-    let mut v = vec![
-        ("small_allreduce_bytes", algo.small_allreduce_bytes as u64),
-        ("small_broadcast_bytes", algo.small_broadcast_bytes as u64),
-        ("segment_bytes", algo.segment_bytes as u64),
-        ("caller_runs_us", host::grace(algo).as_micros() as u64),
-    ];
-    if let Some(l) = local {
-        v.push(("shm_one_round_max_bytes", l.one_round_max.min(l.mine().layout.small) as u64));
-        v.push(("shm_small_slot_bytes", l.mine().layout.small as u64));
-        v.push(("shm_slot_bytes", l.mine().layout.seg as u64));
-        v.push(("shm_threads", l.workers.threads() as u64));
-        v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));
-        v.push(("shm_reduce_min_piece_bytes", l.reduce_workers.min_piece() as u64));
-        v.push(("local_ranks", l.ranks.len() as u64));
-        // u64::MAX: never (reads off, impossible, or slow here: then single readers only).
-        v.push(("shm_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.min_bytes as u64)));
-        v.push(("shm_single_reader_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.single_min as u64)));
-    }
-    v
-}
-
 /// The fault of `opts` if it targets this rank and group.
 fn fault_for(opts: &CommOptions, rank: Rank) -> Option<crate::config::FaultSpec> {
     opts.fault.clone().filter(|f| f.rank == rank && f.group.as_deref().is_none_or(|g| g == opts.group))
@@ -223,7 +200,7 @@ impl Communicator {
         let mut shm = Self::connect_shm(&ep, &mut coll, &opts)?;
         let any_shm = shm.is_some();
         let p2p_shm = shm.as_mut().map(|s| (s.local.clone(), std::mem::take(&mut s.p2p)));
-        let thresholds = thresholds(&opts.algo, shm.as_ref().map(|s| s.local.as_ref()));
+        let thresholds = stats::thresholds(&opts.algo, shm.as_ref().map(|s| s.local.as_ref()));
         let mut transport = Mesh::new(rank, size, coll, shm, hosts_of(&ep.peers))
             .map_err(|e| Error::Bootstrap { rank, detail: format!("setting up links: {e}") })?;
         if any_shm || opts.transport != TransportMode::Tcp {
@@ -309,7 +286,7 @@ impl Communicator {
         let (rank, size, kind) = (transport.rank(), transport.size(), transport.kind());
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
-        let th = thresholds(&opts.algo, None);
+        let th = stats::thresholds(&opts.algo, None);
         let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
         Ok(Communicator {
             rank,

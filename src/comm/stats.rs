@@ -12,6 +12,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use super::host;
+use crate::config::AlgoConfig;
+use crate::transport::shm;
 use crate::types::OpKind;
 
 /// Calls kept for the "recent" figures.
@@ -185,4 +188,27 @@ mod tests {
         assert!(s.snapshot().is_empty());
         assert!((bus_factor("all_reduce", 4) - 1.5).abs() < 1e-12);
     }
+}
+
+/// The thresholds of `algo`, plus the shared-memory ones of `local`.
+pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static str, u64)> {
+    let mut v = vec![
+        ("small_allreduce_bytes", algo.small_allreduce_bytes as u64),
+        ("small_broadcast_bytes", algo.small_broadcast_bytes as u64),
+        ("segment_bytes", algo.segment_bytes as u64),
+        ("caller_runs_us", host::grace(algo).as_micros() as u64),
+    ];
+    if let Some(l) = local {
+        v.push(("shm_one_round_max_bytes", l.one_round_max.min(l.mine().layout.small) as u64));
+        v.push(("shm_small_slot_bytes", l.mine().layout.small as u64));
+        v.push(("shm_slot_bytes", l.mine().layout.seg as u64));
+        v.push(("shm_threads", l.workers.threads() as u64));
+        v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));
+        v.push(("shm_reduce_min_piece_bytes", l.reduce_workers.min_piece() as u64));
+        v.push(("local_ranks", l.ranks.len() as u64));
+        // u64::MAX: never (reads off, impossible, or slow here: then single readers only).
+        v.push(("shm_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.min_bytes as u64)));
+        v.push(("shm_single_reader_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.single_min as u64)));
+    }
+    v
 }
