@@ -217,12 +217,12 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
         default: "auto",
-        doc: "all_reduce, reduce_scatter, all_gather, broadcast and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks and point-to-point sends over 256 KiB (or from this size, if smaller) always do (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else never for these collectives (single-reader transfers: RUSTCCL_SHM_SINGLE_READER_MIN_BYTES)",
+        doc: "all_reduce, reduce_scatter, all_gather, broadcast and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks and point-to-point sends over RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (256 KiB by default; or from this size, if smaller) do too (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else never for these collectives (single-reader transfers: RUSTCCL_SHM_SINGLE_READER_MIN_BYTES)",
     },
     Setting {
         name: "RUSTCCL_SHM_SINGLE_READER_MIN_BYTES",
         default: "0",
-        doc: "all_to_all, gather and scatter blocks and point-to-point messages to a rank of the host of more than this many bytes are read from the sender's tensor (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); 0: 262144, or 4194304 where the host's reads are slow (see RUSTCCL_SHM_ATTACH_MIN_BYTES=auto), and then all_to_all and smaller gathers and scatters copy through shared memory",
+        doc: "all_to_all, gather and scatter blocks and point-to-point messages to a rank of the host of more than this many bytes are read from the sender's tensor (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); 0: 262144, or 4194304 where the host's reads are slow (see RUSTCCL_SHM_ATTACH_MIN_BYTES=auto); above 262144 (set or chosen) all_to_all, and gathers and scatters of blocks up to this size, copy through shared memory instead",
     },
     Setting {
         name: "RUSTCCL_SHM_MIN_PIECE_BYTES",

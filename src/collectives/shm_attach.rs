@@ -88,7 +88,7 @@ pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, pulls: Vec<(usize, usize
 
 /// Whether a block of `len` bytes of all_to_all, gather or scatter goes
 /// through the sender's slot (copied in and out) rather than being read
-/// from its tensor (`transport::shm::SINGLE_READER_MIN`). Both sides
+/// from its tensor (`transport::shm::Attach::single_min`). Both sides
 /// decide from the length alone. With the attach threshold at 0 (tests)
 /// every block is read directly.
 fn eager(win: &Window, len: usize) -> bool {
