@@ -22,6 +22,13 @@ pub struct Wire {
     pub roots: u16,
 }
 
+impl Wire {
+    /// The header of a message of `len` bytes of this operation.
+    pub fn header(self, len: usize) -> Header {
+        Header { roots: self.roots, seq: self.seq, len: len as u64 }
+    }
+}
+
 /// Above it: a fold of several roots (or of one root too large to carry).
 const FOLDED: u16 = 0x8000;
 

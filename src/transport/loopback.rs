@@ -146,7 +146,7 @@ impl Transport for LoopbackTransport {
                 if q.closed {
                     return Err(self.lost(*peer, "connection closed by peer"));
                 }
-                let h = Header { roots: self.ctx.roots, seq: self.ctx.wire_seq(), len: data.len() as u64 };
+                let h = self.ctx.wire().header(data.len());
                 q.msgs.push_back((h, data.to_vec()));
                 pipe.cv.notify_all();
             }

@@ -389,11 +389,11 @@ impl Transport for Mesh {
         if self.interrupt.is_set() {
             return Err(interrupted_error(self));
         }
-        let (seq, roots) = (self.ctx.wire_seq(), self.ctx.roots);
+        let wire = self.ctx.wire();
         let mut st: Vec<Progress> = xfers
             .iter()
             .map(|x| match x {
-                Xfer::Send { data, .. } => Progress::new(Header { roots, seq, len: data.len() as u64 }.encode()),
+                Xfer::Send { data, .. } => Progress::new(wire.header(data.len()).encode()),
                 Xfer::Recv { .. } => Progress::new([0; HEADER_LEN]),
             })
             .collect();

@@ -334,7 +334,7 @@ fn host_attach_min(me: Rank, threads: usize) -> (usize, usize) {
     if threads >= 2 {
         return (ATTACH_MIN, SINGLE_READER_MIN);
     }
-    match remote::read_and_copy_speed(1 << 20) {
+    match remote::read_and_copy_speed_once() {
         Some((read, copy)) if read >= READ_VS_COPY * copy => (ATTACH_MIN, SINGLE_READER_MIN),
         measured => {
             let (read, copy) = measured.unwrap_or_default();

@@ -57,6 +57,13 @@ pub fn read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// [`read_and_copy_speed`] of 1 MiB, measured once per process: every
+/// group set up later reuses it instead of timing again.
+pub fn read_and_copy_speed_once() -> Option<(f64, f64)> {
+    static SPEED: std::sync::OnceLock<Option<(f64, f64)>> = std::sync::OnceLock::new();
+    *SPEED.get_or_init(|| read_and_copy_speed(1 << 20))
+}
+
 /// Bytes per second one thread moves (best of a few tries) reading `len`
 /// bytes of memory through the kernel as a peer would (this process's own,
 /// the same path), and copying them in user space; None when the read
