@@ -14,7 +14,9 @@ use crate::log_at;
 use crate::types::Rank;
 
 const HELLO_LEN: usize = 32;
-const VERSION: u16 = 1;
+/// Wire protocol between ranks: 2 since frame headers carry the roots of
+/// rooted operations (a version-1 peer would send 0 there).
+const VERSION: u16 = 2;
 
 pub struct Handshake {
     pub rank: Rank,

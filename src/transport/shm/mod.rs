@@ -337,14 +337,10 @@ fn host_attach_min(me: Rank, threads: usize) -> (usize, usize) {
     match remote::read_and_copy_speed_once() {
         Some((read, copy)) if read >= READ_VS_COPY * copy => (ATTACH_MIN, SINGLE_READER_MIN),
         measured => {
-            let (read, copy) = measured.unwrap_or_default();
-            log_at!(
-                LogLevel::Info,
-                "rank {me}: one thread per rank, which reads memory through the kernel (as from a peer) at {:.1} GB/s and copies it at {:.1} GB/s: single-copy reads only for transfers of one reader over {} bytes (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)",
-                read / 1e9,
-                copy / 1e9,
-                SLOW_SINGLE_READER_MIN
-            );
+            let speeds = measured.map_or("could not time reads through the kernel".to_string(), |(read, copy)| {
+                format!("reads memory through the kernel (as from a peer) at {:.1} GB/s and copies it at {:.1} GB/s", read / 1e9, copy / 1e9)
+            });
+            log_at!(LogLevel::Info, "rank {me}: one thread per rank, which {speeds}: no collective reads peers' tensors (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)");
             (usize::MAX, SLOW_SINGLE_READER_MIN)
         }
     }
@@ -517,6 +513,13 @@ pub fn connect(
     let largest = |f: fn(&Segment) -> &AtomicU64| all.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
     let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?
         .map(|pids| Attach { pids, min_bytes: largest(Segment::attach_min), single_min: largest(Segment::single_min), _canary: canary });
+    match &attach {
+        Some(a) => {
+            let from = if a.min_bytes == usize::MAX { "never".to_string() } else { format!("from {} bytes", a.min_bytes) };
+            log_at!(LogLevel::Info, "rank {me}: single-copy reads from peers' tensors: collectives {from}, single readers over {} bytes", a.single_min)
+        }
+        None => log_at!(LogLevel::Info, "rank {me}: no single-copy reads from peers' tensors"),
+    }
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.seg) };
     let workers = Workers::new(threads, me, min_piece)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
