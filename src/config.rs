@@ -470,8 +470,7 @@ impl Config {
 }
 
 /// Logs to stderr when `RUSTCCL_DEBUG` is at least `level`; the format
-/// arguments are not evaluated otherwise.
-#[macro_export]
+/// arguments are not evaluated otherwise. Used as `crate::config::log_at`.
 macro_rules! log_at {
     ($level:expr, $($arg:tt)*) => {
         if $crate::config::Config::get().debug >= $level {
@@ -479,6 +478,7 @@ macro_rules! log_at {
         }
     };
 }
+pub(crate) use log_at;
 
 /// Writes one log line with a single `write` call. `eprintln!` writes each
 /// formatted piece separately (stderr is unbuffered), so lines from ranks that

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::{PeerInfo, CHANNELS};
 use crate::config::LogLevel;
-use crate::log_at;
+use crate::config::log_at;
 use crate::types::Rank;
 
 const HELLO_LEN: usize = 32;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 pub use store::{MemStore, Store};
 
 use crate::error::{Error, Result};
-use crate::log_at;
+use crate::config::log_at;
 use crate::config::LogLevel;
 use crate::types::Rank;
 

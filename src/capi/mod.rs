@@ -18,7 +18,7 @@ use crate::error::{Code, Error};
 use crate::tensor::Tensor;
 use crate::types::OpKind;
 use crate::work::Work;
-use crate::Communicator;
+use crate::comm::Communicator;
 
 /// Opaque to C: stands for a leaked `Arc<Communicator>`.
 pub struct RustcclComm {
@@ -251,7 +251,7 @@ pub unsafe extern "C" fn rustccl_submit(
         let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
         let callback = done.map(|f| {
             let ctx = DoneCtx(ctx);
-            Box::new(move |r: &crate::Result<()>, source: Option<crate::types::Rank>| {
+            Box::new(move |r: &crate::error::Result<()>, source: Option<crate::types::Rank>| {
                 let ctx = ctx;
                 let (status, msg) = match r {
                     Ok(()) => (0, CString::default()),

@@ -31,7 +31,7 @@ use crate::collectives::codec::Request;
 use crate::collectives::{self, AlgoName, Compression, Op, Scratch};
 use crate::config::{AlgoConfig, FaultAction, FaultSpec, LogLevel};
 use crate::error::{Error, OpSite, Result};
-use crate::log_at;
+use crate::config::log_at;
 use crate::tensor::HostTensor;
 use crate::transport::{frame, Interrupter, OpCtx, Transport};
 use crate::work::{Progress, Work};

@@ -23,7 +23,7 @@ use crate::bootstrap::{self, BootstrapOpts, PeerInfo, Store, CHANNEL_COLLECTIVE,
 use crate::collectives::{into_host, Op, OpSpec};
 use crate::config::{AlgoConfig, Config, LogLevel};
 use crate::error::{Error, Result};
-use crate::log_at;
+use crate::config::log_at;
 use crate::tensor::{SharedBuf, Tensor};
 
 impl nccl::IdExchange for Communicator {

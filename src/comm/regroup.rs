@@ -23,7 +23,7 @@ use super::{nccl, CommOptions, Communicator};
 use crate::bootstrap::{self, BootstrapOpts, PeerInfo};
 use crate::config::LogLevel;
 use crate::error::{Error, Result};
-use crate::log_at;
+use crate::config::log_at;
 use crate::tensor::SharedBuf;
 use crate::types::{DType, Rank};
 

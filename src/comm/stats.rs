@@ -132,31 +132,31 @@ impl Stats {
     }
 }
 
-fn registry() -> &'static Mutex<HashMap<String, Weak<crate::Communicator>>> {
-    static R: OnceLock<Mutex<HashMap<String, Weak<crate::Communicator>>>> = OnceLock::new();
+fn registry() -> &'static Mutex<HashMap<String, Weak<super::Communicator>>> {
+    static R: OnceLock<Mutex<HashMap<String, Weak<super::Communicator>>>> = OnceLock::new();
     R.get_or_init(Default::default)
 }
 
 /// Makes `comm` findable by its group name (the newest group of a name wins).
-pub fn register(comm: &Arc<crate::Communicator>) {
+pub fn register(comm: &Arc<super::Communicator>) {
     register_as(comm, comm.group());
 }
 
 /// Makes `comm` findable as `name` (torch's name of the group, which torch
 /// gives split and shrunk groups after the engine made them).
-pub fn register_as(comm: &Arc<crate::Communicator>, name: &str) {
+pub fn register_as(comm: &Arc<super::Communicator>, name: &str) {
     let mut r = registry().lock().unwrap_or_else(|p| p.into_inner());
     r.retain(|_, w| w.strong_count() > 0);
     r.insert(name.to_string(), Arc::downgrade(comm));
 }
 
 /// The live communicator of group `name`.
-pub fn lookup(name: &str) -> Option<Arc<crate::Communicator>> {
+pub fn lookup(name: &str) -> Option<Arc<super::Communicator>> {
     registry().lock().unwrap_or_else(|p| p.into_inner()).get(name).and_then(Weak::upgrade)
 }
 
 /// Every live communicator.
-pub fn all() -> Vec<Arc<crate::Communicator>> {
+pub fn all() -> Vec<Arc<super::Communicator>> {
     registry().lock().unwrap_or_else(|p| p.into_inner()).values().filter_map(Weak::upgrade).collect()
 }
 

@@ -72,7 +72,7 @@ pub fn _cuda_report(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// One live group as this rank sees it.
-fn group_dict<'py>(py: Python<'py>, c: &crate::Communicator) -> PyResult<Bound<'py, PyDict>> {
+fn group_dict<'py>(py: Python<'py>, c: &crate::comm::Communicator) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("group", c.group())?;
     out.set_item("rank", c.rank())?;

@@ -66,7 +66,7 @@ impl Store for PyStore {
 /// A rustccl communicator: one process group.
 #[pyclass(name = "Communicator", module = "rustccl._rustccl", frozen)]
 struct PyCommunicator {
-    inner: Arc<crate::Communicator>,
+    inner: Arc<crate::comm::Communicator>,
 }
 
 fn tensor(py: Python<'_>, op: &'static str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
@@ -123,7 +123,7 @@ impl PyCommunicator {
         let opts = CommOptions::new(group, Duration::from_secs_f64(timeout_s.max(0.001)));
         let store = PyStore(store);
         let comm = py
-            .detach(|| crate::Communicator::bootstrap(&store, rank, size, opts, listen))
+            .detach(|| crate::comm::Communicator::bootstrap(&store, rank, size, opts, listen))
             .map_err(to_py)?;
         let inner = Arc::new(comm);
         crate::comm::stats::register(&inner);
@@ -313,7 +313,7 @@ fn config(py: Python<'_>) -> PyResult<Py<PyDict>> {
     Ok(out.unbind())
 }
 
-fn stats_dict<'py>(py: Python<'py>, c: &crate::Communicator) -> PyResult<Bound<'py, PyDict>> {
+fn stats_dict<'py>(py: Python<'py>, c: &crate::comm::Communicator) -> PyResult<Bound<'py, PyDict>> {
     use crate::comm::stats::bus_factor;
     let out = PyDict::new(py);
     out.set_item("group", c.group())?;

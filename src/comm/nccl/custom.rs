@@ -23,7 +23,7 @@ use crate::collectives::Op;
 use crate::config::LogLevel;
 use crate::cuda::{self, Context, DeviceAlloc, Function, HostFlag, IpcMapping, Module};
 use crate::error::Result;
-use crate::log_at;
+use crate::config::log_at;
 use crate::tensor::Tensor;
 use crate::types::{DType, Rank, ReduceOp};
 

@@ -45,7 +45,7 @@ use crate::comm::stats::Stats;
 use crate::config::LogLevel;
 use crate::cuda::{self, Context, DeviceBuffer, Event, Stream};
 use crate::error::{Error, OpSite, Result};
-use crate::log_at;
+use crate::config::log_at;
 use crate::tensor::Tensor;
 use crate::types::Rank;
 use crate::work::{DeviceMark, Work};

@@ -14,7 +14,7 @@ use crate::comm::stats::Sample;
 use crate::config::LogLevel;
 use crate::cuda;
 use crate::error::{Error, OpSite};
-use crate::log_at;
+use crate::config::log_at;
 
 /// Fails every pending work with `e`; with `abort`, aborts every NCCL
 /// communicator first (so kernels stuck waiting for peers return).

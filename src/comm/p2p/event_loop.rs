@@ -14,7 +14,7 @@ use super::link::Waiter;
 use super::{Incoming, Outgoing, Peer, Posted, Req, Sink, Unexpected};
 use crate::config::LogLevel;
 use crate::error::{Error, OpSite, Result};
-use crate::log_at;
+use crate::config::log_at;
 use crate::tensor::HostTensor;
 use crate::transport::frame::{self, P2pHeader, P2pKind, P2P_HEADER_LEN};
 use crate::transport::shm::ShmLocal;

@@ -29,7 +29,7 @@ use mio::net::TcpStream;
 use mio::{Events, Poll, Token, Waker};
 
 use crate::config::LogLevel;
-use crate::log_at;
+use crate::config::log_at;
 use crate::transport::shm::{Channel, RingRx, RingTx, ShmLocal};
 
 pub const WAKE: Token = Token(usize::MAX);

@@ -36,7 +36,7 @@ pub use window::{Area, Desc, PhaseWait, PullError, Window};
 pub use workers::Workers;
 
 use crate::config::{LogLevel, ATTACH_FROM_HOST};
-use crate::log_at;
+use crate::config::log_at;
 use crate::types::Rank;
 
 /// The ranks of this host and every one's segment.
