@@ -81,12 +81,15 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
     assert!(((16 << 10)..=(256 << 10)).contains(&v), "auto one-round limit {v}");
     assert_eq!(th(&auto[0], "shm_small_slot_bytes"), Some(256 << 10));
     // The worker threads' smallest piece: the segment here (under 256 KiB),
-    // or the setting; the reductions' is half of it.
+    // or the setting; the reducing algorithms' copies take half of it, their
+    // reductions 1/n (n local ranks).
     assert_eq!(th(&auto[0], "shm_min_piece_bytes"), Some(4096));
     assert_eq!(th(&auto[0], "shm_reduce_min_piece_bytes"), Some(2048));
+    assert_eq!(th(&auto[0], "shm_sum_min_piece_bytes"), Some(1024));
     let pieces = mesh_comms(2, algo, std::time::Duration::from_secs(30), TransportMode::Shm, ShmConfig { min_piece: 1000, ..shm(0) });
     assert_eq!(th(&pieces[0], "shm_min_piece_bytes"), Some(1000));
     assert_eq!(th(&pieces[0], "shm_reduce_min_piece_bytes"), Some(500));
+    assert_eq!(th(&pieces[0], "shm_sum_min_piece_bytes"), Some(500));
     let tcp = tcp_comms(2, algo, std::time::Duration::from_secs(30));
     assert_eq!(th(&tcp[0], "shm_one_round_max_bytes"), None);
     assert_eq!(th(&tcp[0], "segment_bytes"), Some(algo.segment_bytes as u64));

@@ -84,12 +84,13 @@ fn run(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: Re
                 }
                 Ok(())
             };
+            let sum = win.sum_workers();
             match tmp.as_deref_mut() {
                 // Nobody reads our own chunk of `buf`: reduce it in place.
-                None => wk.for_pieces_mut(&mut buf[r], reduced)?,
+                None => sum.for_pieces_mut(&mut buf[r], reduced)?,
                 Some(tmp) => {
                     let mine = &buf[r.clone()];
-                    wk.for_pieces_mut(&mut tmp[..r.len()], |off, piece| {
+                    sum.for_pieces_mut(&mut tmp[..r.len()], |off, piece| {
                         piece.copy_from_slice(&mine[off..off + piece.len()]);
                         reduced(off, piece)
                     })?

@@ -41,7 +41,7 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
         }
         if let Some(g) = parts[me].get(k) {
             let mine = &ins[me][g.clone()];
-            wk.for_pieces_mut(&mut out[g.clone()], |off, piece| {
+            win.sum_workers().for_pieces_mut(&mut out[g.clone()], |off, piece| {
                 piece.copy_from_slice(&mine[off..off + piece.len()]);
                 for i in (0..n).filter(|&i| i != me) {
                     // Rank i wrote its slot for us before its p+1 and

@@ -205,6 +205,7 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         v.push(("shm_threads", l.workers.threads() as u64));
         v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));
         v.push(("shm_reduce_min_piece_bytes", l.reduce_workers.min_piece() as u64));
+        v.push(("shm_sum_min_piece_bytes", l.sum_workers.min_piece() as u64));
         v.push(("local_ranks", l.ranks.len() as u64));
         // u64::MAX: never (reads off, impossible, or slow here: then single readers only).
         v.push(("shm_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.min_bytes as u64)));

@@ -53,11 +53,16 @@ pub struct ShmLocal {
     /// Threads that share this rank's copies and reductions in the direct
     /// algorithms (one on small machines).
     pub workers: Workers,
-    /// The same threads with half the smallest piece, for the reducing
-    /// slot algorithms: a reduced byte reads every peer's copy, so a piece
-    /// half as long is still worth waking a thread for (a copied 128 KiB
-    /// piece takes about what the wake-up costs).
+    /// The same threads with half the smallest piece, for the copies of
+    /// the reducing slot algorithms (pipelined all_reduce and reduce,
+    /// reduce_scatter's slot path; measured with these pieces).
     pub reduce_workers: Workers,
+    /// The same threads for the reductions of those algorithms: a piece
+    /// of a reduction reads every local rank's copy, so `min_piece / n`
+    /// of it moves about as much memory as a copied piece, which is what
+    /// waking a thread is worth (a copied 128 KiB piece takes about what
+    /// the wake-up costs).
+    pub sum_workers: Workers,
     /// Largest all-reduce done in one round (the setting, or from the host).
     pub one_round_max: usize,
     /// Cross-memory attach between every pair of local ranks, when all
@@ -523,7 +528,8 @@ pub fn connect(
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.seg) };
     let workers = Workers::new(threads, me, min_piece)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, one_round_max: one_round, attach });
+    let sum_workers = workers.with_min_piece(min_piece / n.max(2));
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, one_round_max: one_round, attach });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

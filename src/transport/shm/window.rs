@@ -117,9 +117,15 @@ impl Window {
         &self.local.workers
     }
 
-    /// The worker threads with the reductions' smaller pieces.
+    /// The worker threads with the smaller pieces of the reducing
+    /// algorithms' copies.
     pub fn reduce_workers(&self) -> &Workers {
         &self.local.reduce_workers
+    }
+
+    /// The worker threads with the pieces of a reduction (`ShmLocal::sum_workers`).
+    pub fn sum_workers(&self) -> &Workers {
+        &self.local.sum_workers
     }
 
     /// Bytes of each small slot (the one-step operations' limit).
