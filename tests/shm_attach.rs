@@ -134,6 +134,20 @@ fn the_threshold_picks_direct_reads_from_its_size_on() {
         });
         assert!(got.iter().all(|a| *a == want), "{len} floats: {got:?}");
     }
+    // all_gather compares each rank's part (3 x 4092 bytes in all: slots)
+    for (len, want) in [(1023usize, "shm_direct"), (1024, "shm_attach")] {
+        let got = on_ranks(&comms, |r, c| {
+            let input = buf(DType::F32, &(0..len).map(|i| (i + r * len) as f64).collect::<Vec<_>>());
+            let out = buf(DType::F32, &vec![0.0; 3 * len]);
+            let mut s = spec(OpKind::AllGather);
+            s.inputs = vec![t(&input)];
+            s.outputs = vec![t(&out)];
+            run(c, s);
+            assert_eq!(read(DType::F32, &out), (0..3 * len).map(|i| i as f64).collect::<Vec<_>>());
+            algorithm(c, "all_gather")
+        });
+        assert!(got.iter().all(|a| *a == want), "all_gather of {len} floats per rank: {got:?}");
+    }
     let off = attach_comms(2, usize::MAX);
     let th = off[0].thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
     assert_eq!(th, Some(u64::MAX), "off: not even probed");
