@@ -284,3 +284,110 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
         }
     }
 }
+
+/// Where reads are slow, ranks that pass gather / scatter blocks on both
+/// sides of the single-reader threshold pick different algorithms (read
+/// from the tensor, or sent as messages) and would wait for each other until
+/// the timeout: the waits find each other and every rank involved fails
+/// with the cause, either way round.
+#[test]
+fn slow_reads_different_algorithms_for_one_gather_or_scatter_fail_at_once() {
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10 };
+    // 128 Ki floats = 512 KiB (messages), 160 Ki over the threshold (read)
+    let (small, large) = (128usize << 10, 160 << 10);
+    let cause = "picked different algorithms";
+    for gather in [true, false] {
+        for (odd, rest) in [(large, small), (small, large)] {
+            // a fresh group each time: the failure poisons the ranks that see it
+            let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(300), TransportMode::Shm, shm);
+            let errs = on_ranks(&comms, |r, c| {
+                // rank 0 passes `odd` where the others pass `rest`
+                let mine = if r == 0 { odd } else { rest };
+                let s = if gather {
+                    let input = buf(DType::F32, &vec![r as f64; mine]);
+                    let outs: Vec<_> = if r == 1 { (0..3).map(|_| buf(DType::F32, &vec![0.0; rest])).collect() } else { vec![] };
+                    let mut s = spec(OpKind::Gather);
+                    s.root = 1;
+                    s.inputs = vec![t(&input)];
+                    s.outputs = outs.iter().map(t).collect();
+                    s
+                } else {
+                    let ins: Vec<_> = if r == 2 { (0..3).map(|p| buf(DType::F32, &vec![p as f64; rest])).collect() } else { vec![] };
+                    let out = buf(DType::F32, &vec![-1.0; mine]);
+                    let mut s = spec(OpKind::Scatter);
+                    s.root = 2;
+                    s.inputs = ins.iter().map(t).collect();
+                    s.outputs = vec![t(&out)];
+                    s
+                };
+                c.submit(vec![s], None, None).unwrap().wait(None).err().map(|e| e.to_string())
+            });
+            let what = format!("gather={gather} rank 0 {odd} floats, others {rest}: {errs:?}");
+            let root = if gather { 1 } else { 2 };
+            // the odd rank and the root wait for each other: both fail with the cause
+            for r in [0, root] {
+                let e = errs[r].as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
+                let op = if gather { "rustccl gather" } else { "rustccl scatter" };
+                assert!(e.contains(op) && e.contains(cause), "rank {r}: {what}");
+            }
+            // the third rank: failed with the cause if it waited in a step for
+            // the odd rank; with messages, done, or failed with the cause if
+            // the root gave up before its message was through
+            let third = 3 - root;
+            match (odd == large, &errs[third]) {
+                (true, None) => {}
+                (_, Some(e)) => assert!(e.contains(cause), "rank {third}: {what}"),
+                (false, None) => panic!("rank {third}: {what}"),
+            }
+        }
+    }
+}
+
+/// Coalesced batches that mix messages and shared-memory steps in one
+/// operation (all_to_all and small gathers by messages, all_reduce and a
+/// large gather in steps, where reads are slow), with rings too small for
+/// a message: every rank of a step may wait for a peer still taking its
+/// messages, which is not the deadlock the waits look for. All succeed,
+/// with the right data.
+#[test]
+fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10 };
+    let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
+    // large gather blocks over the 512 KiB threshold (read), the rest by messages
+    let (small, large, a2a) = (3000usize, 160_000usize, 2000usize);
+    on_ranks(&comms, |r, c| {
+        for it in 0..40usize {
+            // one rank late by turns: the others wait long enough to sleep
+            std::thread::sleep(Duration::from_micros(if (r + it) % 3 == 0 { 3000 } else { 0 }));
+            let ib = buf(DType::F32, &(0..3 * a2a).map(|i| ((r * 7 + i + it) % 251) as f64).collect::<Vec<_>>());
+            let ob = buf(DType::F32, &vec![0.0; 3 * a2a]);
+            let mut s1 = spec(OpKind::AllToAll);
+            s1.inputs = vec![t(&ib)];
+            s1.outputs = vec![t(&ob)];
+            let ar = buf(DType::F32, &vec![(r + it) as f64; 5000]);
+            let mut s2 = spec(OpKind::AllReduce);
+            s2.inputs = vec![t(&ar)];
+            let root = it % 3;
+            let gs = buf(DType::F32, &vec![r as f64; small]);
+            let gs_out: Vec<_> = if r == root { (0..3).map(|_| buf(DType::F32, &vec![-1.0; small])).collect() } else { vec![] };
+            let mut s3 = spec(OpKind::Gather);
+            s3.root = root as i64;
+            s3.inputs = vec![t(&gs)];
+            s3.outputs = gs_out.iter().map(t).collect();
+            let gl = buf(DType::F32, &vec![(r + 10) as f64; large]);
+            let gl_out: Vec<_> = if r == root { (0..3).map(|_| buf(DType::F32, &vec![-1.0; large])).collect() } else { vec![] };
+            let mut s4 = spec(OpKind::Gather);
+            s4.root = root as i64;
+            s4.inputs = vec![t(&gl)];
+            s4.outputs = gl_out.iter().map(t).collect();
+            c.submit(vec![s1, s2, s3, s4], None, None).unwrap().wait(None).unwrap_or_else(|e| panic!("rank {r} batch {it}: {e}"));
+            let want: Vec<f64> = (0..3).flat_map(|p| (0..a2a).map(move |i| ((p * 7 + r * a2a + i + it) % 251) as f64)).collect();
+            assert_eq!(read(DType::F32, &ob), want, "all_to_all {it}");
+            assert_eq!(read(DType::F32, &ar), vec![(3 + 3 * it) as f64; 5000], "all_reduce {it}");
+            for (p, (s, l)) in gs_out.iter().zip(&gl_out).enumerate() {
+                assert_eq!(read(DType::F32, s), vec![p as f64; small], "small gather {it}");
+                assert_eq!(read(DType::F32, l), vec![(p + 10) as f64; large], "large gather {it}");
+            }
+        }
+    });
+}

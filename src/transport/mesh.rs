@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Token};
 
 use super::frame::{Header, HEADER_LEN};
-use super::shm::{PhaseWait, ShmLink, ShmLocal, ShmSetup, Window};
+use super::shm::{self, Blocked, PhaseWait, ShmLink, ShmLocal, ShmSetup, Window};
 use super::tcp::TcpLink;
 use super::{check_peers, interrupted_error, timeout_error, Interrupter, OpCtx, Progress, Step, Transport, Xfer};
 use crate::bootstrap::Conn;
@@ -54,6 +54,8 @@ pub struct Mesh {
     hosts: Arc<Vec<Vec<Rank>>>,
     kind: &'static str,
     last_alive: Instant,
+    /// Our segment's `blocked` word is set (cleared when the wait ends).
+    blocked: bool,
 }
 
 impl Mesh {
@@ -115,6 +117,7 @@ impl Mesh {
             hosts: Arc::new(hosts),
             kind,
             last_alive: Instant::now(),
+            blocked: false,
         })
     }
 
@@ -259,6 +262,56 @@ impl Mesh {
         Ok(())
     }
 
+    /// Before sleeping: publishes that this rank waits, at this operation,
+    /// for `peers` (in a shared-memory step for phase `phase`, or for
+    /// messages when None), and fails if one of those waits for this rank
+    /// the other way, or gave this operation up for that reason ([`Blocked`]):
+    /// the two picked different algorithms and would wait until the
+    /// timeout. Then marks this rank's word `Failed`, so that its other
+    /// local peers of this operation stop waiting for it too.
+    fn publish_blocked(&mut self, phase: Option<u64>, peers: impl IntoIterator<Item = Rank>) -> Result<()> {
+        let Some(local) = self.local.clone() else { return Ok(()) };
+        let idx: Vec<usize> = peers.into_iter().filter_map(|r| local.local_index(r)).collect();
+        let (seq, me) = (self.ctx.wire_seq(), local.me);
+        let Some(on) = Blocked::mask(idx.iter().copied()).filter(|&m| m != 0 && me < shm::BLOCKED_RANKS) else { return Ok(()) };
+        let mine = match phase {
+            Some(target) => Blocked::phase(seq, target),
+            None => Blocked::Message { seq, on },
+        };
+        local.mine().blocked().store(mine.encode(), Ordering::Release);
+        self.blocked = true;
+        for i in idx {
+            let theirs = Blocked::decode(local.segs[i].blocked().load(Ordering::Acquire));
+            let my_phase = local.mine().phase().load(Ordering::Acquire);
+            // A peer that waits for our messages while some are still in the
+            // ring for it has not seen them yet (its word is older).
+            let unread = matches!(&self.links[local.ranks[i]], Some(Link::Shm(l)) if l.unread());
+            if theirs.is_some_and(|b| b.stuck_with(mine, me, my_phase, i) && !(unread && matches!(b, Blocked::Message { .. }))) {
+                local.mine().blocked().store(Blocked::Failed { seq }.encode(), Ordering::Release);
+                self.blocked = false; // left set: the peers of this operation read it
+                let detail = match theirs {
+                    Some(Blocked::Failed { .. }) => "peer gave this collective up: two of its ranks picked different algorithms for it".to_string(),
+                    _ => format!(
+                        "this rank waits for the peer's {} while the peer waits for this rank's {}: the ranks picked different algorithms for this collective (sizes on both sides of a threshold, e.g. gather / scatter blocks around RUSTCCL_SHM_SINGLE_READER_MIN_BYTES)",
+                        if phase.is_some() { "shared-memory step" } else { "messages" },
+                        if phase.is_some() { "messages" } else { "shared-memory step" }
+                    ),
+                };
+                return Err(self.mismatch(local.ranks[i], detail));
+            }
+        }
+        Ok(())
+    }
+
+    /// The wait that published [`Mesh::publish_blocked`] ended.
+    fn clear_blocked(&mut self) {
+        if std::mem::take(&mut self.blocked) {
+            if let Some(l) = &self.local {
+                l.mine().blocked().store(0, Ordering::Release);
+            }
+        }
+    }
+
     /// Waits for something to happen on the pending links (`sig0`: our
     /// futex word before the pass that made no progress).
     fn wait(&mut self, pending: Vec<Rank>, tcp_pending: bool, shm_pending: bool, sig0: u32) -> Result<()> {
@@ -284,14 +337,19 @@ impl Mesh {
             }
         }
         self.check_alive(&pending)?;
-        if tcp_pending {
-            return self.poll_for(Some(Duration::from_micros(100)));
-        }
-        let left = self.ctx.deadline.saturating_duration_since(Instant::now());
-        if let Some(l) = &self.local {
-            l.mine().sleep(sig0, left.min(Duration::from_millis(2)));
-        }
-        Ok(())
+        self.publish_blocked(None, pending)?;
+        let r = if tcp_pending {
+            self.poll_for(Some(Duration::from_micros(100)))
+        } else {
+            let left = self.ctx.deadline.saturating_duration_since(Instant::now());
+            if let Some(l) = &self.local {
+                l.mine().sleep(sig0, left.min(Duration::from_millis(2)));
+            }
+            Ok(())
+        };
+        // Awake: whatever we wait for may have come (the word would be stale).
+        self.clear_blocked();
+        r
     }
 
     fn poll_for(&mut self, timeout: Option<Duration>) -> Result<()> {
@@ -313,6 +371,14 @@ impl PhaseWait for Mesh {
     }
 
     fn wait_phase(&mut self, target: u64) -> Result<()> {
+        let r = self.wait_phase_for(target);
+        self.clear_blocked();
+        r
+    }
+}
+
+impl Mesh {
+    fn wait_phase_for(&mut self, target: u64) -> Result<()> {
         let Some(local) = self.local.clone() else { return Err(Error::Internal("no shared memory".into())) };
         let t0 = Instant::now();
         loop {
@@ -333,8 +399,10 @@ impl PhaseWait for Mesh {
                 std::thread::yield_now();
             } else {
                 self.check_alive(&behind())?;
+                self.publish_blocked(Some(target), behind())?;
                 let left = self.ctx.deadline.saturating_duration_since(Instant::now());
                 local.mine().sleep(sig0, left.min(Duration::from_millis(2)));
+                self.clear_blocked();
             }
         }
     }
@@ -385,6 +453,14 @@ impl Transport for Mesh {
     }
 
     fn exchange(&mut self, xfers: &mut [Xfer<'_>]) -> Result<()> {
+        let r = self.exchange_all(xfers);
+        self.clear_blocked();
+        r
+    }
+}
+
+impl Mesh {
+    fn exchange_all(&mut self, xfers: &mut [Xfer<'_>]) -> Result<()> {
         check_peers(self, xfers)?;
         if self.interrupt.is_set() {
             return Err(interrupted_error(self));

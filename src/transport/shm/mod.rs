@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use segment::{Channel, Layout, Segment};
+pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
 pub use window::{Area, Desc, PhaseWait, PullError, Window};
 pub use workers::Workers;
 
@@ -182,6 +182,12 @@ impl ShmLink {
     /// the link has one.
     pub fn split(self) -> (RingTx, RingRx) {
         (self.tx, self.rx)
+    }
+
+    /// Whether bytes this rank pushed are still in the ring for the peer
+    /// to take.
+    pub fn unread(&self) -> bool {
+        self.tx.free() < self.tx.mine.layout.ring
     }
 
     /// Closes the watched connection, so the peer sees this rank as gone.
