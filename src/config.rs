@@ -20,7 +20,8 @@ pub struct AlgoConfig {
     /// How long (microseconds) a blocking CPU collective (torch's
     /// `asyncOp=False`) waits in the queue for its caller's `wait()` to run
     /// it on the caller's thread before the engine's worker thread runs
-    /// it; 0: the worker runs everything.
+    /// it (a caller that sleeps in its wait hands it over at once); 0: the
+    /// worker runs everything.
     pub caller_runs_us: u64,
 }
 
@@ -30,7 +31,7 @@ impl Default for AlgoConfig {
             small_allreduce_bytes: 64 << 10,
             small_broadcast_bytes: 256 << 10,
             segment_bytes: 512 << 10,
-            caller_runs_us: 20,
+            caller_runs_us: 10_000,
         }
     }
 }
@@ -186,8 +187,8 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "RUSTCCL_CALLER_RUNS_US",
-        default: "20",
-        doc: "a blocking CPU collective (torch's async_op=False) waits this long in the queue for its caller's wait() to run it on the calling thread (no hand-off between threads) before rustccl's worker thread runs it (at most 10 s); 0: the worker runs every collective",
+        default: "10000",
+        doc: "a blocking CPU collective (torch's async_op=False) waits up to this long in the queue for its caller's wait() to run it on the calling thread (no hand-off between threads) before rustccl's worker thread runs it (at most 10 s); a wait that sleeps (the engine is busy with earlier work) or has a timeout hands it to the worker at once; 0: the worker runs every collective",
     },
     Setting {
         name: "RUSTCCL_TRANSPORT",

@@ -7,12 +7,17 @@
 //! caller-runs grace (`RUSTCCL_CALLER_RUNS_US`) for that `wait()`, which
 //! then runs it (and any queued before it) on the caller's thread: it needs
 //! no hand-off between threads (each a wake-up of several microseconds on a
-//! VM). Async work is the worker's at once (its caller may wait only
-//! through the future, which cannot run it), unless a `wait()` takes it
-//! first; a blocking call whose caller did not come within the grace is
-//! the worker's too. Whoever runs holds the engine's [`Exec`] lock; the
-//! queue has its own lock, so submitting never waits for a running
-//! collective.
+//! VM). A caller that would sleep in its wait (the engine busy with earlier
+//! work) or whose wait has a deadline hands the job to the worker at once
+//! ([`Progress::release`]), so the grace is only a safety net for callers
+//! that never wait, and long (10 ms): a worker that woke at each blocking
+//! call's grace took the cores of the callers (2 ranks on 2 cores: 27-35
+//! us per small broadcast against 7.5-13 us; benchmarks/results/
+//! 2026-11-24-devbox-worker-ab). Async work is the worker's at once
+//! (its caller may wait only through the future, which cannot run it),
+//! unless a `wait()` takes it first. Whoever runs holds the engine's
+//! [`Exec`] lock; the queue has its own lock, so submitting never waits for
+//! a running collective.
 //!
 //! Submission assigns the sequence number under the queue lock, so queue
 //! order, sequence order and execution order are the same. A transport
@@ -69,8 +74,18 @@ struct Queue {
     jobs: VecDeque<Job>,
     next_seq: u64,
     open: bool,
-    /// The worker sleeps on `Shared::ready` (a submit must wake it).
-    worker_asleep: bool,
+    worker: WorkerState,
+    /// When the last job due at once (async) was submitted: the worker
+    /// polls for more for a while after it.
+    last_async: Option<Instant>,
+}
+
+/// What the worker is doing, so that a submit wakes it only when needed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WorkerState {
+    Awake,
+    /// Sleeping on `Shared::ready` until this instant (None: until woken).
+    Asleep(Option<Instant>),
 }
 
 impl Queue {
@@ -109,8 +124,9 @@ pub struct HostEngine {
     group: String,
 }
 
-/// How long the worker polls for the next job before it sleeps, so
-/// back-to-back collectives do not pay a wake-up of the worker each.
+/// How long the worker polls for the next job, after an async submission or
+/// a job it ran, before it sleeps: back-to-back async collectives do not
+/// pay a wake-up of the worker each.
 const POLL_FOR: Duration = Duration::from_micros(50);
 
 /// Largest caller-runs grace (a larger setting is cut to it).
@@ -207,15 +223,18 @@ impl Exec {
 impl Shared {
     /// The worker's loop: runs each job once its caller had the grace to
     /// run it itself; returns once the queue is closed and empty.
+    ///
+    /// It polls (yielding the core) only while jobs come that are its own
+    /// at once (async ones, or the last it ran): a blocking call's job is
+    /// its caller's, so for those it sleeps until the job's grace ends
+    /// instead. Polling during a loop of blocking calls kept one core per
+    /// rank busy in sched_yield and contended for the queue lock with the
+    /// caller (2 ranks on 2 cores: 13-26 us per small broadcast against
+    /// 7.5-13 us).
     fn work(&self) {
         let mut q = lock(&self.queue);
-        let mut last_seen = Instant::now();
-        let mut seen_seq = q.next_seq;
+        let mut last_ran = Instant::now();
         loop {
-            if q.next_seq != seen_seq {
-                seen_seq = q.next_seq; // a new job: keep polling a while longer
-                last_seen = Instant::now();
-            }
             if q.jobs.is_empty() && !q.open {
                 // Shutting down: a caller may still be running one;
                 // `shutdown` waits for this thread, so wait for it.
@@ -227,21 +246,37 @@ impl Shared {
                 drop(q);
                 self.run_queued(Runner::Worker);
                 q = lock(&self.queue);
-                last_seen = Instant::now();
+                last_ran = Instant::now();
                 continue;
             }
-            if last_seen.elapsed() < POLL_FOR {
+            if last_ran.elapsed() < POLL_FOR || q.last_async.is_some_and(|t| t.elapsed() < POLL_FOR) {
                 drop(q);
                 std::thread::yield_now();
                 q = lock(&self.queue);
                 continue;
             }
-            q.worker_asleep = true;
-            q = match q.jobs.front().map(|j| j.due) {
+            let until = q.jobs.front().map(|j| j.due);
+            q.worker = WorkerState::Asleep(until);
+            q = match until {
                 None => self.ready.wait(q).unwrap_or_else(|p| p.into_inner()),
                 Some(d) => self.ready.wait_timeout(q, d.saturating_duration_since(Instant::now())).unwrap_or_else(|p| p.into_inner()).0,
             };
-            q.worker_asleep = false;
+            q.worker = WorkerState::Awake;
+        }
+    }
+
+    /// Makes the jobs up to number `upto` due now and wakes the worker: a
+    /// caller stops waiting to run its own (it sleeps, or must not run it).
+    fn release(&self, upto: u64) {
+        let mut q = lock(&self.queue);
+        let now = Instant::now();
+        let mut any = false;
+        for j in q.jobs.iter_mut().take_while(|j| j.work.seq() <= upto) {
+            j.due = j.due.min(now);
+            any = true;
+        }
+        if any && matches!(q.worker, WorkerState::Asleep(_)) {
+            self.ready.notify_one();
         }
     }
 
@@ -299,6 +334,12 @@ impl Progress for CallerRuns {
     fn blocks(&self) -> bool {
         true
     }
+
+    fn release(&self) {
+        if let Some(s) = self.shared.upgrade() {
+            s.release(self.seq);
+        }
+    }
 }
 
 impl HostEngine {
@@ -327,7 +368,7 @@ impl HostEngine {
             group: group.clone(),
         };
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue { jobs: VecDeque::new(), next_seq: 0, open: true, worker_asleep: false }),
+            queue: Mutex::new(Queue { jobs: VecDeque::new(), next_seq: 0, open: true, worker: WorkerState::Awake, last_async: None }),
             ready: Condvar::new(),
             exec: Mutex::new(exec),
             grace,
@@ -375,10 +416,20 @@ impl HostEngine {
             work.set_progress(Arc::new(CallerRuns { shared: Arc::downgrade(&self.shared), seq }));
         }
         prepare(&work);
-        let due = Instant::now() + if caller_waits { self.shared.grace } else { Duration::ZERO };
+        let now = Instant::now();
+        let due = now + if caller_waits { self.shared.grace } else { Duration::ZERO };
+        if !caller_waits {
+            q.last_async = Some(now);
+        }
         q.jobs.push_back(Job { ops, work: work.clone(), timeout, bytes, compress, due });
         q.next_seq += 1;
-        if q.worker_asleep {
+        // A worker asleep until an earlier job's due time sees this one then.
+        let wake = match q.worker {
+            WorkerState::Awake => false,
+            WorkerState::Asleep(None) => true,
+            WorkerState::Asleep(Some(until)) => due < until,
+        };
+        if wake {
             self.shared.ready.notify_one();
         }
         Ok(work)

@@ -46,6 +46,11 @@ pub trait Progress: Send + Sync {
     fn blocks(&self) -> bool {
         false
     }
+
+    /// The waiting thread stops driving (it is about to sleep, or its wait
+    /// has a deadline): whoever runs the operation without it (the host
+    /// engine's worker) takes it now instead of waiting for it.
+    fn release(&self) {}
 }
 
 /// How long `wait` drives a work's engine (`Progress`) before it sleeps.
@@ -230,9 +235,21 @@ impl Work {
         }
     }
 
-    /// Drives the work's engine for the usual time (see `wait`).
+    /// Drives the work's engine for the usual time (see `wait`), then, if
+    /// the work is not done, releases it ([`Progress::release`]): the
+    /// caller blocks next.
     pub fn drive_briefly(&self) -> bool {
-        self.drive(PROGRESS_FOR)
+        let done = self.drive(PROGRESS_FOR);
+        if !done {
+            self.release();
+        }
+        done
+    }
+
+    fn release(&self) {
+        if let Some(p) = self.0.progress.get() {
+            p.release();
+        }
     }
 
     /// Blocks until the work finishes, or `timeout` passes
@@ -248,8 +265,8 @@ impl Work {
         // 2-core machine: small all-reduces settled at ~60 us in half the
         // runs); a condition-variable wake-up costs a few microseconds.
         let skip = timeout.is_some() && self.0.progress.get().is_some_and(|p| p.blocks());
-        if !skip {
-            self.drive(timeout.map_or(PROGRESS_FOR, |t| t.min(PROGRESS_FOR)));
+        if skip || !self.drive(timeout.map_or(PROGRESS_FOR, |t| t.min(PROGRESS_FOR))) {
+            self.release();
         }
         let mut s = self.lock();
         loop {

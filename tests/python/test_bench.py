@@ -113,6 +113,15 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
         if method == "ab":
             assert math.isclose(r["busbw_frac"], r["busbw_GBps"] / head["copy_GBps"][head["host"]])
     assert sorted({r["size"] for r in results}) == [8, 64, 512, 4096]
+    floors = [r for r in recs if r["kind"] == "floor"]
+    if method == "ab":
+        # torch's own cost per call (its fake backend), every small point but all_gather's
+        assert {(r["op"], r["size"]) for r in floors} == {(op, s) for op in OPS if op != "all_gather"
+                                                         for s in (8, 64, 512, 4096)}
+        assert all(r["us"] > 0 and r["repeats"] == repeats for r in floors)
+        assert "torch floor us" in md and "gloo/floor" in md
+    else:
+        assert not floors
     ddp = {r["backend"]: r for r in recs if r["kind"] == "result" and r["op"] == "ddp_toy_step"}
     assert set(ddp) == {"rustccl", "gloo"} and all(r["ms"] > 0 and r["batch"] == 8 for r in ddp.values())
     pp = {r["backend"]: r for r in recs if r["kind"] == "result" and r["op"] == "pp_step"}

@@ -11,6 +11,13 @@ both backends alike, so the ratio of the two is what a single run can be
 trusted for (as ``/work/shared/anchors/ab_bench.py``). A backend that
 fails an op gets an error row and is left out of the rest of the sweep (its
 group may be broken); the others go on.
+
+On CPU, points up to ``metrics.SMALL_BYTES`` also time the same call on a
+group of torch's fake backend (which returns at once without moving a
+byte), in the same alternation: torch's own cost per call, the floor no
+backend goes below (``kind: floor`` rows; the reports show it beside the
+backends and what the ratio would be for a backend that took no time).
+Not for all_gather, which the fake backend runs as copies.
 """
 
 from __future__ import annotations
@@ -49,8 +56,27 @@ def groups(cfg, store, rank: int, world: int, device, errors: list) -> dict:
     return out
 
 
+FLOOR = "torch floor"
+# The fake backend's all_gather copies the input into every output chunk:
+# not a no-op, so no floor.
+NO_FLOOR = ("all_gather",)
+
+
+def floor_group(device):
+    """A group of torch's fake backend over every rank (CPU runs), or None
+    where this torch has none."""
+    if device.type != "cpu":
+        return None
+    try:
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401 - registers the "fake" backend
+
+        return dist.new_group(backend="fake")
+    except Exception:  # noqa: BLE001 - the floor is an extra, the sweep goes on without it
+        return None
+
+
 def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device, rows: list, errors: list,
-              mismatches: list) -> None:
+              mismatches: list, floor=None) -> None:
     dtype = ops.DTYPES[cfg.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
     count = metrics.element_count(size, itemsize, world)
@@ -68,22 +94,39 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
         except Exception as e:  # noqa: BLE001
             errors.append((b, e, op))
             del live[b]
+    # The floor joins the alternation as one more group (never a backend
+    # row, never in `live`: a failure there drops only the floor).
+    groups_ = dict(live)
+    if floor is not None and nbytes <= metrics.SMALL_BYTES and op not in NO_FLOOR:
+        try:
+            fns[FLOOR] = ops.timed_call(op, count, dtype, device, rank, world, floor)
+            for _ in range(warmup):
+                fns[FLOOR]()
+            loops[FLOOR], groups_[FLOOR] = [], floor
+        except Exception:  # noqa: BLE001
+            fns.pop(FLOOR, None)
     order = list(fns)
     # GPU hosts drift more than CPU ones: at least 5 rounds on CUDA.
     rounds = max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
     for k in range(rounds):
         for b in (order if k % 2 == 0 else order[::-1]):
-            if b not in live:
+            if b not in groups_:
                 continue
             try:
-                loops[b].append(time_loop(fns[b], iters, 0, device, live[b]))
+                loops[b].append(time_loop(fns[b], iters, 0, device, groups_[b]))
             except Exception as e:  # noqa: BLE001
-                errors.append((b, e, op))
-                del live[b]
+                del groups_[b]
+                if b != FLOOR:
+                    errors.append((b, e, op))
+                    del live[b]
     for b in order:
-        if b not in live or not loops[b]:
+        if b not in groups_ or not loops[b]:
             continue
         secs = statistics.median(loops[b]) / iters / ops.messages_per_iter(op)
+        if b == FLOOR:
+            rows.append({"kind": "floor", "device": device.type, "world": world, "op": op, "dtype": cfg.dtype,
+                         "size": size, "bytes": nbytes, "us": secs * 1e6, "iters": iters, "repeats": rounds})
+            continue
         algbw, busbw = metrics.bandwidths(op, nbytes, secs, world)
         rows.append({"kind": "result", "backend": b, "device": device.type, "world": world, "op": op,
                      "dtype": cfg.dtype, "size": size, "bytes": nbytes, "count": count, "us": secs * 1e6,
@@ -96,6 +139,7 @@ def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[d
     returns (rows, check mismatches, errors)."""
     rows, mismatches, raw = [], [], []
     live = groups(cfg, store, rank, world, device, raw)
+    floor = floor_group(device)
     failed = {b: e for b, e in raw}
     try:
         if device.type == "cpu":
@@ -105,7 +149,7 @@ def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[d
             for size in metrics.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor):
                 progress.update(f"{op} {metrics.human_bytes(size)}")
                 errs = []
-                run_point(cfg, op, size, live, rank, world, device, rows, errs, mismatches)
+                run_point(cfg, op, size, live, rank, world, device, rows, errs, mismatches, floor)
                 for b, e, o in errs:
                     failed[b] = e
                     rows.append(_error_row(b, o, device, world, cfg.dtype, e))

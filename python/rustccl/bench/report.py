@@ -10,6 +10,10 @@ JSONL layout (one object per line, field ``kind`` tells them apart):
   ``size`` (the swept per-rank size), ``count``, ``us_max`` (slowest rank),
   ``iters``, ``warmup`` and ``machine``; DDP rows have op ``ddp_toy_step``,
   ``ms``, ``ms_max``, ``batch``, ``model_size``, ``steps``.
+* ``floor`` (CPU, points up to 64 KiB, not all_gather): the same call on a group of torch's
+  fake backend, timed in the same alternation: ``op size bytes us``, torch's
+  own cost per call (Python, dispatch, work objects), below which no
+  backend's ``us`` can go.
 * ``error``: a (backend, op) block that raised, with the message.
 * ``ratio``: per (op, size) and other backend: ``ratio = t_other / t_ref``
   where ref is the first of ``--backends`` (rustccl): > 1 means rustccl is
@@ -78,11 +82,14 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
     sizes_ = sorted({r["size"] for r in res})
     cell = {(r["backend"], r["size"]): r for r in res}
     rat = {(q["vs"], q["size"]): q["ratio"] for q in ratio_rows if q["op"] == op}
+    floor = {r["size"]: r["us"] for r in rows if r.get("kind") == "floor" and r["op"] == op}
     head = ["bytes"]
     for b in backends:
         head += [f"{b} us", f"{b} busbw GB/s"]
     frac = any("busbw_frac" in r for r in res)
     head += [f"{ref}/{o}" for o in backends[1:]] + ([f"{ref} busbw / copy"] if frac else [])
+    if floor:
+        head += ["torch floor us"] + [f"{o}/floor" for o in backends[1:]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in sizes_:
         any_row = next(cell[(b, s)] for b in backends if (b, s) in cell)
@@ -94,6 +101,12 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
         if frac:
             f = (cell.get((ref, s)) or {}).get("busbw_frac")
             line.append("" if f is None else f"{f:.0%}")
+        if floor:
+            fl = floor.get(s)
+            line.append("" if fl is None else _fmt_us(fl))
+            for o in backends[1:]:
+                r = cell.get((o, s))
+                line.append(_ratio_cell(r["us"] / fl if r and fl else None))
         lines.append("| " + " | ".join(line) + " |")
     return lines
 
@@ -170,6 +183,10 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
            f"- {ref}/X = X time / {ref} time = {ref} busbw / X busbw: > 1 means {ref} is faster",
            "- method: " + ("A/B (every backend's group in one process, timed alternately, median of rounds)"
                            if h.get("method", "ab") == "ab" else "blocks (one backend's group at a time)")]
+    if any(r.get("kind") == "floor" for r in rows):
+        out.append("- torch floor us: the same call on torch's fake backend (returns at once, moves nothing), "
+                   "timed in the same alternation: torch's own cost per call; X/floor: the ratio to X of a "
+                   "backend that took no time")
     if h.get("copy_GBps"):
         out.append("- copy bandwidth (Tensor.copy_ of 64 MiB, one thread per rank, all ranks of a host at once), "
                    "GB/s per rank: " + ", ".join(f"{k} {v:g}" for k, v in h["copy_GBps"].items()))
