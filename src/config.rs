@@ -20,8 +20,8 @@ pub struct AlgoConfig {
     /// How long (microseconds) a blocking CPU collective (torch's
     /// `asyncOp=False`) waits in the queue for its caller's `wait()` to run
     /// it on the caller's thread before the engine's worker thread runs
-    /// it (a caller that sleeps in its wait hands it over at once); 0: the
-    /// worker runs everything.
+    /// it (a caller whose wait would sleep, or has a deadline, hands it over
+    /// at once); 0: the worker runs everything.
     pub caller_runs_us: u64,
 }
 
