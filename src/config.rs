@@ -65,13 +65,7 @@ pub struct ShmConfig {
     /// point-to-point messages) over this many bytes are read directly;
     /// 0: from the host (256 KiB, 4 MiB where reads are slow).
     pub single_min: usize,
-    /// Microseconds a rank's worker threads stay awake after a parallel
-    /// phase of a shared-memory algorithm (0: they go back to sleep).
-    pub spin_us: usize,
 }
-
-/// `ShmConfig::spin_us` when `RUSTCCL_SHM_SPIN_US` is unset.
-pub const SHM_SPIN_US: usize = 100;
 
 /// `ShmConfig::attach_min` when `RUSTCCL_SHM_ATTACH_MIN_BYTES` is unset or
 /// `auto`: the shared-memory setup decides from the host
@@ -237,11 +231,6 @@ pub const SETTINGS: &[Setting] = &[
         doc: "smallest piece of a shared-memory copy a rank's worker threads take (the threads are woken only for at least two such pieces); the reducing algorithms (pipelined all_reduce and reduce, reduce_scatter) take pieces half that size; 0: 262144, or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
     },
     Setting {
-        name: "RUSTCCL_SHM_SPIN_US",
-        default: "100",
-        doc: "microseconds a rank's shared-memory worker threads keep spinning after a parallel copy or reduction phase before they go to sleep, so that the next phase (or the next collective) need not wake them; 0: they go back to sleep at once (rayon's own short idling); only ranks with two or more threads have such workers",
-    },
-    Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
         default: "",
         doc: "network interface whose address rustccl listens on; default: the interface that reaches the torch store's host",
@@ -400,7 +389,6 @@ impl Config {
                 },
                 min_piece: env_usize("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
                 single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
-                spin_us: env_usize("RUSTCCL_SHM_SPIN_US", SHM_SPIN_US),
             },
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
@@ -463,7 +451,6 @@ impl Config {
             }),
             ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.to_string()),
             ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.to_string()),
-            ("RUSTCCL_SHM_SPIN_US", self.shm.spin_us.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

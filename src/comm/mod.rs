@@ -262,7 +262,6 @@ impl Communicator {
             attach_min: opts.shm.attach_min,
             min_piece: opts.shm.min_piece,
             single_min: opts.shm.single_min,
-            spin: std::time::Duration::from_micros(opts.shm.spin_us as u64),
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {

@@ -316,8 +316,6 @@ pub struct ShmSizes {
     pub min_piece: usize,
     /// `Attach::single_min` (0: from the host).
     pub single_min: usize,
-    /// How long the worker threads stay awake after a parallel phase.
-    pub spin: std::time::Duration,
 }
 
 /// Threads per rank: the setting, or the cores left per local rank (at
@@ -534,7 +532,7 @@ pub fn connect(
         None => log_at!(LogLevel::Info, "rank {me}: no single-copy reads from peers' tensors"),
     }
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.seg) };
-    let workers = Workers::new(threads, me, min_piece, sizes.spin)?;
+    let workers = Workers::new(threads, me, min_piece)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
     let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, one_round_max: one_round, attach });

@@ -5,9 +5,8 @@
 
 use std::io;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// Below this many bytes per thread the pool is not woken (unless the
 /// shared-memory segment setting is smaller, as in tests): waking sleeping
@@ -21,20 +20,13 @@ pub struct Workers {
     pool: Option<Arc<rayon::ThreadPool>>,
     threads: usize,
     min_piece: usize,
-    /// How long the pool's threads stay awake after a phase (see
-    /// [`Workers::keep_warm`]); zero: rayon's own idling alone.
-    spin: Duration,
-    /// Bumped at every parallel phase: it ends the threads' keep-warm jobs.
-    epoch: Arc<AtomicU64>,
 }
 
 impl Workers {
     /// `threads` <= 1: everything runs on the caller's thread; otherwise
     /// the caller and `threads - 1` pool threads (no more runnable threads
     /// than `threads`). Pieces are at least `min_piece` bytes.
-    /// After a parallel phase the pool's threads spin for `spin` before
-    /// going back to rayon, which puts them to sleep.
-    pub fn new(threads: usize, rank: usize, min_piece: usize, spin: Duration) -> io::Result<Workers> {
+    pub fn new(threads: usize, rank: usize, min_piece: usize) -> io::Result<Workers> {
         let pool = if threads > 1 {
             Some(Arc::new(
                 rayon::ThreadPoolBuilder::new()
@@ -46,7 +38,7 @@ impl Workers {
         } else {
             None
         };
-        Ok(Workers { pool, threads: threads.max(1), min_piece: min_piece.max(64), spin, epoch: Arc::new(AtomicU64::new(0)) })
+        Ok(Workers { pool, threads: threads.max(1), min_piece: min_piece.max(64) })
     }
 
     pub fn min_piece(&self) -> usize {
@@ -55,11 +47,7 @@ impl Workers {
 
     /// The same threads, splitting work into pieces of at least `min_piece`.
     pub fn with_min_piece(&self, min_piece: usize) -> Workers {
-        Workers { pool: self.pool.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin, epoch: self.epoch.clone() }
-    }
-
-    pub fn spin(&self) -> Duration {
-        self.spin
+        Workers { pool: self.pool.clone(), threads: self.threads, min_piece: min_piece.max(64) }
     }
 
     /// Consecutive pieces of `0..len` (one per thread, at most).
@@ -101,40 +89,13 @@ impl Workers {
             }
         };
         let helpers = (n - 1).min(pool.current_num_threads());
-        self.epoch.fetch_add(1, Ordering::Release);
         pool.in_place_scope(|s| {
             for _ in 0..helpers {
                 s.spawn(|_| work());
             }
             work();
         });
-        self.keep_warm(pool);
         failed.into_inner().unwrap_or_else(|p| p.into_inner()).map_or(Ok(()), Err)
-    }
-
-    /// Gives every pool thread a job that spins until the next parallel
-    /// phase starts or `spin` has passed. A sleeping thread takes tens of
-    /// microseconds to wake on these VMs, once per phase: more than a core
-    /// needs to copy 100-200 KiB, which is why pieces are >= 256 KiB. The
-    /// next phase bumps the epoch, the spinners return to rayon's loop and
-    /// find its jobs at once. Plain atomics: nothing the spinners touch is
-    /// borrowed, so the jobs are rayon's ordinary `'static` ones.
-    fn keep_warm(&self, pool: &rayon::ThreadPool) {
-        if self.spin.is_zero() {
-            return;
-        }
-        let e = self.epoch.load(Ordering::Acquire);
-        for _ in 0..pool.current_num_threads() {
-            let (epoch, spin) = (self.epoch.clone(), self.spin);
-            pool.spawn(move || {
-                let t0 = Instant::now();
-                while epoch.load(Ordering::Acquire) == e && t0.elapsed() < spin {
-                    for _ in 0..64 {
-                        std::hint::spin_loop();
-                    }
-                }
-            });
-        }
     }
 
     pub fn threads(&self) -> usize {
