@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import launch
-from rustccl.bench import metrics, ops
+from rustccl.bench import membw, metrics, ops
 
 OPS = list(metrics.OPS)
 TINY = ["--max-bytes", "4K", "--factor", "8", "--iters", "3", "--warmup", "1", "--check",
@@ -44,6 +44,37 @@ def test_busbw_factors_and_sizes():
     assert metrics.effective_iters("cpu", 1 << 30, None, 5) == (3, 1)
     assert metrics.effective_iters("cpu", 1 << 30, 20, 5) == (3, 1)
     assert metrics.effective_iters("cuda", 1 << 30, 20, 5) == (20, 5)
+
+
+def test_memory_floor():
+    """Bytes read + written in memory by a backend that copies each byte
+    once: 4 ranks, 1 MiB per rank, counted by hand per op."""
+    mib = 1 << 20
+    want = {
+        # each rank's quarter: read 4 inputs (4 x 1/4), write 1/4; then 3 ranks read + write it: 3 x 2 x 1/4
+        "all_reduce": 4 * (4 * mib // 4 + mib // 4 + 3 * 2 * mib // 4),
+        "reduce_scatter": 4 * mib + 4 * (mib // 4),  # 4 inputs of 1 MiB read, 4 outputs of 1/4 written
+        "reduce": 4 * mib + mib,  # 4 inputs read, the root's output written
+        "broadcast": 3 * 2 * mib,  # 3 ranks read the root's MiB and write it
+        "all_to_all": 4 * 3 * 2 * (mib // 4),  # every rank reads + writes 3 blocks of 1/4
+        "all_gather": 4 * 3 * 2 * (mib // 4),  # bytes = the 1 MiB output: 3 chunks of 1/4 each
+        "gather": 3 * 2 * (mib // 4),  # the root reads + writes 3 chunks of 1/4
+        "scatter": 3 * 2 * mib,  # 3 ranks read + write their 1 MiB block
+    }
+    for op, b in want.items():
+        assert metrics.memory_traffic(op, mib, 4) == b, op
+    assert metrics.memory_traffic("send_recv", mib, 4) is None and metrics.memory_traffic("broadcast", mib, 1) is None
+    # a floor only where the tensors are >= 2x the cache: 4 x 8 MiB all_reduce = 32 MiB
+    rows = [{"kind": "result", "op": "all_reduce", "bytes": b, "world": 4, "busbw_GBps": 1.0} for b in (4 * mib, 8 * mib)]
+    hc = {"h": {"GBps": 10.0, "threads": 2, "llc": 16 * mib}}
+    membw.annotate(rows, {"h": 5.0}, "h", hc)
+    assert "mem_floor_us" not in rows[0] and rows[0]["busbw_frac"] == 0.2
+    assert math.isclose(rows[1]["mem_floor_us"], 11 * 8 * mib / 20e9 * 1e6)
+    # several hosts (the floor is one host's) or an unknown cache: none
+    for copy, hc in (({"h": 5.0, "g": 5.0}, dict(hc, g=hc["h"])), ({"h": 5.0}, {"h": dict(hc["h"], llc=None)})):
+        rows = [{"kind": "result", "op": "all_reduce", "bytes": 8 * mib, "world": 4, "busbw_GBps": 1.0}]
+        membw.annotate(rows, copy, "h", hc)
+        assert "mem_floor_us" not in rows[0]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "uint8"])
@@ -94,6 +125,10 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
         # the host's copy bandwidth, measured in this run, and each row as a fraction of it
         assert list(head["copy_GBps"]) == [head["host"]] and head["copy_GBps"][head["host"]] > 0
         assert "copy bandwidth" in md and "rustccl busbw / copy" in md
+        # the host's memory with every rank's threads copying at once (the memory floor's speed)
+        hc = head["host_copy"][head["host"]]
+        assert list(head["host_copy"]) == [head["host"]] and hc["GBps"] > 0 and hc["threads"] >= 1
+        assert f"- memory ({head['host']}): all ranks copying at once" in md
     results = [r for r in recs if r["kind"] == "result" and r["op"] not in ("ddp_toy_step", "pp_step")]
     assert not [r for r in recs if r["kind"] == "error"]
     assert {(r["backend"], r["op"]) for r in results} == {(b, op) for b in ("rustccl", "gloo") for op in OPS}

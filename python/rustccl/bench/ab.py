@@ -144,7 +144,7 @@ def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[d
     try:
         if device.type == "cpu":
             progress.update("copy bandwidth")
-            rows.append({"kind": "copy", "copy_GBps": membw.measure(world)})
+            rows.append({"kind": "copy", "copy_GBps": membw.measure(world), "host_copy": membw.measure_host(world)})
         for op in cfg.ops:
             for size in metrics.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor):
                 progress.update(f"{op} {metrics.human_bytes(size)}")

@@ -65,6 +65,53 @@ def bandwidths(op: str, nbytes: int, seconds: float, world: int) -> tuple[float,
     return algbw, algbw * busbw_factor(op, world)
 
 
+def memory_traffic(op: str, nbytes: int, world: int) -> int | None:
+    """Bytes every rank of one host together must at least read and write
+    in memory for one call of ``op`` (``nbytes`` as in the rows), if each
+    byte that reaches another rank is copied once and each input of a
+    reduction read once (B = nbytes, n = world):
+
+    ==============  ==================================================
+    all_reduce      (3n-1)B: read all n inputs, write the reduced
+                    slices, then n-1 ranks read and write each slice
+    reduce_scatter  (n+1)B: read all n inputs, write n outputs of B/n
+    reduce          (n+1)B: read all n inputs, write the root's output
+    broadcast       2(n-1)B: n-1 ranks read the root's B and write it
+    all_to_all      2(n-1)B: n ranks read and write n-1 blocks of B/n
+    all_gather      2(n-1)B: n ranks read and write n-1 chunks of B/n
+    gather          2(n-1)B/n: the root reads and writes n-1 chunks
+    scatter         2(n-1)B: n-1 ranks read and write a block of B
+    ==============  ==================================================
+
+    None for send_recv (one pair of ranks, not the host's memory)."""
+    n, b = world, nbytes
+    if n < 2 or op == "send_recv":
+        return None
+    return {
+        "all_reduce": (3 * n - 1) * b,
+        "reduce_scatter": (n + 1) * b,
+        "reduce": (n + 1) * b,
+        "broadcast": 2 * (n - 1) * b,
+        "all_to_all": 2 * (n - 1) * b,
+        "all_gather": 2 * (n - 1) * b,
+        "gather": 2 * (n - 1) * b // n,
+        "scatter": 2 * (n - 1) * b,
+    }.get(op)
+
+
+def footprint(op: str, nbytes: int, world: int) -> int:
+    """Bytes of the tensors all ranks of the host pass to one call of
+    ``op`` (inputs and outputs, each counted once)."""
+    n, b = world, nbytes
+    if op in ("all_reduce", "broadcast", "reduce"):
+        return n * b
+    if op in ("all_gather", "reduce_scatter"):
+        return n * b + b  # n outputs (inputs) of B, n inputs (outputs) of B/n
+    if op == "gather":
+        return 2 * b
+    return 2 * n * b  # all_to_all, scatter (the root's n blocks + n outputs), send_recv
+
+
 def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
     """The swept sizes: min_bytes, min_bytes*factor, ... <= max_bytes."""
     if min_bytes < 1 or max_bytes < min_bytes:

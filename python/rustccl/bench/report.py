@@ -90,6 +90,9 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
     head += [f"{ref}/{o}" for o in backends[1:]] + ([f"{ref} busbw / copy"] if frac else [])
     if floor:
         head += ["torch floor us"] + [f"{o}/floor" for o in backends[1:]]
+    mem = {r["size"]: r["mem_floor_us"] for r in res if "mem_floor_us" in r}
+    if mem:
+        head += ["memory floor us"] + [f"{o}/memory floor" for o in backends[1:]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in sizes_:
         any_row = next(cell[(b, s)] for b in backends if (b, s) in cell)
@@ -103,6 +106,12 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
             line.append("" if f is None else f"{f:.0%}")
         if floor:
             fl = floor.get(s)
+            line.append("" if fl is None else _fmt_us(fl))
+            for o in backends[1:]:
+                r = cell.get((o, s))
+                line.append(_ratio_cell(r["us"] / fl if r and fl else None))
+        if mem:
+            fl = mem.get(s)
             line.append("" if fl is None else _fmt_us(fl))
             for o in backends[1:]:
                 r = cell.get((o, s))
@@ -190,6 +199,16 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
     if h.get("copy_GBps"):
         out.append("- copy bandwidth (Tensor.copy_ of 64 MiB, one thread per rank, all ranks of a host at once), "
                    "GB/s per rank: " + ", ".join(f"{k} {v:g}" for k, v in h["copy_GBps"].items()))
+    for host, hc in (h.get("host_copy") or {}).items():
+        llc = hc.get("llc")
+        out.append(f"- memory ({host}): all ranks copying at once with {hc['threads']} thread(s) each move "
+                   f"{hc['GBps']:g} GB/s (each byte read and written once); last-level cache "
+                   + (human_bytes(llc) if llc else "unknown"))
+    if any("mem_floor_us" in r for r in rows):
+        out.append("- memory floor us: the bytes any backend must read and write in memory for the call "
+                   "(each byte that reaches another rank copied once, each reduction input read once) at that "
+                   "speed; only where the tensors are at least twice the last-level cache. X/memory floor: "
+                   "the ratio to X of a backend that moved no byte more than it must")
     out.append("")
     summary = summary_table(rows, ratio_rows, ops_, backends)
     if summary:

@@ -139,10 +139,11 @@ def rank_main(cfg) -> int:
 
     run_all = ab.run_all if cfg.method == "ab" else sweep.run_all
     rows, mismatches, errors = run_all(cfg, store, rank, world, device, progress)
-    copy = next((r["copy_GBps"] for r in rows if r.get("kind") == "copy"), None)
+    copy_row = next((r for r in rows if r.get("kind") == "copy"), {})
+    copy, host_copy = copy_row.get("copy_GBps"), copy_row.get("host_copy")
     rows = [r for r in rows if r.get("kind") != "copy"]
     if copy:
-        membw.annotate(rows, copy, socket.gethostname())
+        membw.annotate(rows, copy, socket.gethostname(), host_copy)
     progress.close()
     for e in errors:
         print(f"rustccl.bench: {e}", file=sys.stderr, flush=True)
@@ -161,6 +162,8 @@ def rank_main(cfg) -> int:
     head["method"] = cfg.method
     if copy:
         head["copy_GBps"] = copy
+    if host_copy:
+        head["host_copy"] = host_copy
     write_outputs(cfg, head, rows, all_mismatches, all_errors)
     if all_mismatches:
         print(f"rustccl.bench: --check found {len(all_mismatches)} mismatches", file=sys.stderr)
