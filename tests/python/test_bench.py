@@ -59,7 +59,7 @@ def test_memory_floor():
         "all_to_all": 4 * 3 * 2 * (mib // 4),  # every rank reads + writes 3 blocks of 1/4
         "all_gather": 4 * 3 * 2 * (mib // 4),  # bytes = the 1 MiB output: 3 chunks of 1/4 each
         "gather": 3 * 2 * (mib // 4),  # the root reads + writes 3 chunks of 1/4
-        "scatter": 3 * 2 * mib,  # 3 ranks read + write their 1 MiB block
+        "scatter": 3 * 2 * (mib // 4),  # bytes = the root's 1 MiB input: 3 ranks read + write their 1/4
     }
     for op, b in want.items():
         assert metrics.memory_traffic(op, mib, 4) == b, op

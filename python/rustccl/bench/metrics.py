@@ -80,7 +80,7 @@ def memory_traffic(op: str, nbytes: int, world: int) -> int | None:
     all_to_all      2(n-1)B: n ranks read and write n-1 blocks of B/n
     all_gather      2(n-1)B: n ranks read and write n-1 chunks of B/n
     gather          2(n-1)B/n: the root reads and writes n-1 chunks
-    scatter         2(n-1)B: n-1 ranks read and write a block of B
+    scatter         2(n-1)B/n: n-1 ranks read and write their chunk
     ==============  ==================================================
 
     None for send_recv (one pair of ranks, not the host's memory)."""
@@ -95,7 +95,7 @@ def memory_traffic(op: str, nbytes: int, world: int) -> int | None:
         "all_to_all": 2 * (n - 1) * b,
         "all_gather": 2 * (n - 1) * b,
         "gather": 2 * (n - 1) * b // n,
-        "scatter": 2 * (n - 1) * b,
+        "scatter": 2 * (n - 1) * b // n,
     }.get(op)
 
 
@@ -107,9 +107,9 @@ def footprint(op: str, nbytes: int, world: int) -> int:
         return n * b
     if op in ("all_gather", "reduce_scatter"):
         return n * b + b  # n outputs (inputs) of B, n inputs (outputs) of B/n
-    if op == "gather":
-        return 2 * b
-    return 2 * n * b  # all_to_all, scatter (the root's n blocks + n outputs), send_recv
+    if op in ("gather", "scatter"):
+        return 2 * b  # the root's n chunks of B/n, and n inputs (outputs) of B/n
+    return 2 * n * b  # all_to_all, send_recv
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
