@@ -65,6 +65,8 @@ pub struct ShmConfig {
     /// point-to-point messages) over this many bytes are read directly;
     /// 0: from the host (256 KiB, 4 MiB where reads are slow).
     pub single_min: usize,
+    /// Threads of a root's phases that only it works in; 0: from the host.
+    pub root_threads: usize,
 }
 
 /// `ShmConfig::attach_min` when `RUSTCCL_SHM_ATTACH_MIN_BYTES` is unset or
@@ -231,6 +233,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "smallest piece of a shared-memory copy a rank's worker threads take (the threads are woken only for at least two such pieces); the reducing algorithms (pipelined all_reduce and reduce, reduce_scatter) take pieces half that size; 0: 262144, or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
     },
     Setting {
+        name: "RUSTCCL_SHM_ROOT_THREADS",
+        default: "0",
+        doc: "threads a root uses between ranks of one host in the phases only it works in (gather's and reduce's reads of the other ranks' blocks, scatter's and broadcast's copies into its shared memory), while the other ranks wait; 0: the cores not left to the other local ranks, at least RUSTCCL_SHM_THREADS' count and at most 8",
+    },
+    Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
         default: "",
         doc: "network interface whose address rustccl listens on; default: the interface that reaches the torch store's host",
@@ -389,6 +396,7 @@ impl Config {
                 },
                 min_piece: env_usize("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
                 single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
+                root_threads: env_usize("RUSTCCL_SHM_ROOT_THREADS", 0),
             },
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
@@ -451,6 +459,7 @@ impl Config {
             }),
             ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.to_string()),
             ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.to_string()),
+            ("RUSTCCL_SHM_ROOT_THREADS", self.shm.root_threads.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

@@ -22,7 +22,7 @@
 use std::convert::Infallible;
 
 use crate::error::Result;
-use crate::transport::shm::{Area, Desc, PhaseWait, PullError, Window};
+use crate::transport::shm::{Area, Desc, PhaseWait, PullError, Window, Workers};
 use crate::types::{DType, ReduceOp};
 
 /// One single-copy operation in progress: its first phase.
@@ -73,10 +73,9 @@ impl Step {
     }
 }
 
-/// Runs `pulls` (local peer, table entry, offset in it, destination) on the
-/// worker threads, each cut into pieces; the first failure names its peer.
-pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, pulls: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
-    let wk = win.workers();
+/// Runs `pulls` (local peer, table entry, offset in it, destination) on
+/// `wk`'s threads, each cut into pieces; the first failure names its peer.
+pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, wk: &Workers, pulls: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
     let bytes = pulls.iter().map(|p| p.3.len()).sum();
     let mut items = Vec::new();
     for (peer, entry, off, dst) in pulls {
@@ -140,7 +139,7 @@ impl Header {
 /// thread took ~350 us), and the large ones are read from our tensors.
 /// Every rank writes its header in every operation, with or without
 /// blocks. Returns whether the blocks are in the small slot.
-fn offer(win: &Window, slot: Area, blocks: &[(usize, &[u8])]) -> bool {
+fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[u8])]) -> bool {
     let n = win.ranks().len();
     let total: usize = blocks.iter().map(|(_, d)| d.len()).sum();
     let in_slot = blocks_at(n) + total <= win.small_capacity();
@@ -155,7 +154,7 @@ fn offer(win: &Window, slot: Area, blocks: &[(usize, &[u8])]) -> bool {
         }
     }
     if !in_slot {
-        win.put_inputs(win.workers(), blocks.iter().copied().filter(|(_, d)| eager(win, d.len())));
+        win.put_inputs(wk, blocks.iter().copied().filter(|(_, d)| eager(win, d.len())));
     }
     win.put(slot, 0, &header);
     in_slot
@@ -172,10 +171,10 @@ fn all_in_slots(headers: &[Header]) -> bool {
 /// Takes `blocks` (peer, table entry, input slot, destination): from the
 /// peer's small slot when its header says the blocks are there; else what
 /// the peer put in its input slot when small, or straight out of the
-/// tensor it posted as that entry; copies and reads on the worker
-/// threads. Sizes are checked against the sender's first, for every block:
-/// a mismatch moves nothing and names the peer.
-fn take(win: &Window, w: &dyn PhaseWait, op: &'static str, slot: Area, headers: &[Header], blocks: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
+/// tensor it posted as that entry; copies and reads on `wk`'s threads.
+/// Sizes are checked against the sender's first, for every block: a
+/// mismatch moves nothing and names the peer.
+fn take(win: &Window, w: &dyn PhaseWait, wk: &Workers, op: &'static str, slot: Area, headers: &[Header], blocks: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
     let me = win.me();
     let mut from = Vec::with_capacity(blocks.len());
     for (peer, entry, input, dst) in blocks {
@@ -188,7 +187,6 @@ fn take(win: &Window, w: &dyn PhaseWait, op: &'static str, slot: Area, headers: 
             from.push((peer, Area::Input(input), None, entry, dst));
         }
     }
-    let wk = win.workers();
     let (mut gets, mut pulls) = (Vec::new(), Vec::new());
     for (peer, input, small_at, entry, dst) in from {
         match small_at {
@@ -202,7 +200,7 @@ fn take(win: &Window, w: &dyn PhaseWait, op: &'static str, slot: Area, headers: 
         win.get(peer, input, off, piece);
         Ok::<(), Infallible>(())
     });
-    pull_all(win, w, pulls)
+    pull_all(win, w, wk, pulls)
 }
 
 fn desc(name: &'static str, len: usize, root: Option<usize>) -> Desc {
@@ -214,7 +212,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
     let me = win.me();
     let d = desc("broadcast", buf.len(), Some(root));
     let step = if me == root { Step::begin(win, w, &d, &[&*buf], || ())? } else { Step::begin(win, w, &d, &[], || ())? };
-    let r = if me != root { pull_all(win, w, vec![(root, 0, 0, buf)]) } else { Ok(()) };
+    let r = if me != root { pull_all(win, w, win.workers(), vec![(root, 0, 0, buf)]) } else { Ok(()) };
     step.end(win, w, 1, me == root, r)
 }
 
@@ -224,7 +222,7 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
     let total = outs.iter().map(|o| o.len()).sum();
     let step = Step::begin(win, w, &desc("all_gather", total, None), &[&*outs[me]], || ())?;
     let pulls = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, 0, &mut **o)).collect();
-    let r = pull_all(win, w, pulls);
+    let r = pull_all(win, w, win.workers(), pulls);
     step.end(win, w, 1, true, r)
 }
 
@@ -235,9 +233,9 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     let slot = Window::small_slot(win.phase());
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, slot, &blocks))?;
+    let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, win.workers(), slot, &blocks))?;
     let headers = Header::read_all(win, slot, mine);
-    let r = take(win, w, "all_to_all", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
+    let r = take(win, w, win.workers(), "all_to_all", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
     if all_in_slots(&headers) {
         return r;
     }
@@ -245,17 +243,18 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     step.end(win, w, 1, read_from_us, r)
 }
 
-/// The root reads every rank's input into `outs` (ours already copied).
+/// The root reads every rank's input into `outs` (ours already copied), on
+/// its solo-phase threads: the others only wait.
 pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&mut [&mut [u8]]>, root: usize) -> Result<()> {
     let me = win.me();
     debug_assert_eq!(outs.is_some(), me == root, "only the root has outputs");
     let slot = Window::small_slot(win.phase());
     let blocks = if me == root { vec![] } else { vec![(root, input)] };
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &[input], || mine = offer(win, slot, &blocks))?;
+    let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &[input], || mine = offer(win, win.workers(), slot, &blocks))?;
     let headers = Header::read_all(win, slot, mine);
     let r = match outs {
-        Some(outs) => take(win, w, "gather", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect()),
+        Some(outs) => take(win, w, win.root_workers(), "gather", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect()),
         None => Ok(()),
     };
     if all_in_slots(&headers) {
@@ -265,16 +264,17 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
 }
 
 /// Every rank reads its part of the root's `ins` (the root's own part is
-/// copied by the caller).
+/// copied by the caller). The root copies the blocks that go through its
+/// slots on its solo-phase threads: the others wait for them.
 pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, output: &mut [u8], root: usize) -> Result<()> {
     let me = win.me();
     let ins = ins.unwrap_or(&[]);
     let slot = Window::small_slot(win.phase());
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, slot, &blocks))?;
+    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, win.root_workers(), slot, &blocks))?;
     let headers = Header::read_all(win, slot, mine);
-    let r = if me != root { take(win, w, "scatter", slot, &headers, vec![(root, me, me, output)]) } else { Ok(()) };
+    let r = if me != root { take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)]) } else { Ok(()) };
     if all_in_slots(&headers) {
         return r;
     }

@@ -66,14 +66,15 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
         .filter(|(c, _)| *c != me)
         .map(|(c, part)| (c, 0, bytes(&chunks[c], e).start, part))
         .collect();
-    let r = pull_all(win, w, pulls);
+    let r = pull_all(win, w, win.workers(), pulls);
     step.end(win, w, 2, true, r)
 }
 
 /// Reduce to `root`: every rank reduces its own chunk as in `all_reduce`
 /// (the root in its buffer, the others into `part`, one chunk of scratch,
-/// posted as entry 1), then the root reads the other chunks. The caller's
-/// buffer changes only on the root.
+/// posted as entry 1), then the root reads the other chunks on its
+/// solo-phase threads (the others only wait). The caller's buffer changes
+/// only on the root.
 pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp, root: usize, part: &mut [u8]) -> Result<()> {
     let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
     let chunks = even_chunks(buf.len() / e, n);
@@ -99,7 +100,7 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
         .filter(|(c, _)| *c != me)
         .map(|(c, part)| (c, 1, 0, part))
         .collect();
-    let r = pull_all(win, w, pulls);
+    let r = pull_all(win, w, win.root_workers(), pulls);
     step.end(win, w, 2, false, r)
 }
 

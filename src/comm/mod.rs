@@ -262,6 +262,7 @@ impl Communicator {
             attach_min: opts.shm.attach_min,
             min_piece: opts.shm.min_piece,
             single_min: opts.shm.single_min,
+            root_threads: opts.shm.root_threads,
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {

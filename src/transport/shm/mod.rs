@@ -63,6 +63,12 @@ pub struct ShmLocal {
     /// waking a thread is worth (a copied 128 KiB piece takes about what
     /// the wake-up costs).
     pub sum_workers: Workers,
+    /// The same pool with more threads, for a root's phases in which the
+    /// other ranks only wait (gather's and reduce's reads of every
+    /// block, scatter's and broadcast's copies into the root's slots):
+    /// their cores are free, and one rank's threads alone read a 1 GiB
+    /// gather ~8x slower than the host's memory allows.
+    pub root_workers: Workers,
     /// Largest all-reduce done in one round (the setting, or from the host).
     pub one_round_max: usize,
     /// Cross-memory attach between every pair of local ranks, when all
@@ -316,6 +322,9 @@ pub struct ShmSizes {
     pub min_piece: usize,
     /// `Attach::single_min` (0: from the host).
     pub single_min: usize,
+    /// Threads of a root's phases that only it works in (0: from the
+    /// core count, [`root_threads_for`]).
+    pub root_threads: usize,
 }
 
 /// Threads per rank: the setting, or the cores left per local rank (at
@@ -326,6 +335,17 @@ fn threads_for(sizes: ShmSizes, local_ranks: usize) -> usize {
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cores / local_ranks.max(1)).clamp(1, 8)
+}
+
+/// Threads of a root's solo phases: the setting, or the cores not taken
+/// by the other local ranks' waiting threads (one each), at least the
+/// rank's own `threads` and at most 8.
+fn root_threads_for(sizes: ShmSizes, local_ranks: usize, threads: usize) -> usize {
+    if sizes.root_threads > 0 {
+        return sizes.root_threads;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.saturating_sub(local_ranks.saturating_sub(1)).clamp(threads, threads.max(8))
 }
 
 /// The single-copy thresholds (collectives, single readers) when the
@@ -532,10 +552,12 @@ pub fn connect(
         None => log_at!(LogLevel::Info, "rank {me}: no single-copy reads from peers' tensors"),
     }
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.seg) };
-    let workers = Workers::new(threads, me, min_piece)?;
+    let root_threads = root_threads_for(sizes, n, threads);
+    let pool = Workers::new(threads.max(root_threads), me, min_piece)?;
+    let (workers, root_workers) = (pool.with_threads(threads), pool.with_threads(root_threads));
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, one_round_max: one_round, attach });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_workers, one_round_max: one_round, attach });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

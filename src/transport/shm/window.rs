@@ -117,6 +117,11 @@ impl Window {
         &self.local.workers
     }
 
+    /// The worker threads of a root's solo phases (`ShmLocal::root_workers`).
+    pub fn root_workers(&self) -> &Workers {
+        &self.local.root_workers
+    }
+
     /// The worker threads with the smaller pieces of the reducing
     /// algorithms' copies.
     pub fn reduce_workers(&self) -> &Workers {
