@@ -28,7 +28,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
@@ -63,12 +63,16 @@ pub struct ShmLocal {
     /// waking a thread is worth (a copied 128 KiB piece takes about what
     /// the wake-up costs).
     pub sum_workers: Workers,
-    /// The same pool with more threads, for a root's phases in which the
-    /// other ranks only wait (gather's and reduce's reads of every
-    /// block, scatter's and broadcast's copies into the root's slots):
-    /// their cores are free, and one rank's threads alone read a 1 GiB
-    /// gather ~8x slower than the host's memory allows.
-    pub root_workers: Workers,
+    /// More threads for a root's phases in which the other ranks only
+    /// wait (gather's and reduce's reads of every block, scatter's and
+    /// broadcast's copies into the root's slots): their cores are free,
+    /// and one rank's threads alone read a 1 GiB gather ~8x slower than
+    /// the host's memory allows. A pool of their own, made at the first
+    /// such phase ([`ShmLocal::root_workers`]): with one pool of that
+    /// size for everything, the other phases lost up to 2x at 512 KiB -
+    /// 8 MiB (idle threads of the larger pool woke up and took cores).
+    pub root_threads: usize,
+    root_pool: OnceLock<Workers>,
     /// Largest all-reduce done in one round (the setting, or from the host).
     pub one_round_max: usize,
     /// Cross-memory attach between every pair of local ranks, when all
@@ -118,6 +122,22 @@ impl Attach {
 }
 
 impl ShmLocal {
+    /// The root's solo-phase threads (see `root_threads`); this rank's
+    /// own workers when there are no more of them, or the pool cannot be
+    /// made.
+    pub fn root_workers(&self) -> &Workers {
+        self.root_pool.get_or_init(|| {
+            let own = &self.workers;
+            if self.root_threads <= own.threads() {
+                return own.with_threads(own.threads());
+            }
+            Workers::new(self.root_threads, &format!("rustccl-shm-r{}-root", self.ranks[self.me]), own.min_piece()).unwrap_or_else(|e| {
+                log_at!(LogLevel::Info, "rank {}: no root threads ({e}); the rank's own do the work", self.ranks[self.me]);
+                own.with_threads(own.threads())
+            })
+        })
+    }
+
     pub fn mine(&self) -> &Segment {
         &self.segs[self.me]
     }
@@ -553,11 +573,10 @@ pub fn connect(
     }
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.seg) };
     let root_threads = root_threads_for(sizes, n, threads);
-    let pool = Workers::new(threads.max(root_threads), me, min_piece)?;
-    let (workers, root_workers) = (pool.with_threads(threads), pool.with_threads(root_threads));
+    let workers = Workers::new(threads, &format!("rustccl-shm-r{me}"), min_piece)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_workers, one_round_max: one_round, attach });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

@@ -119,7 +119,7 @@ impl Window {
 
     /// The worker threads of a root's solo phases (`ShmLocal::root_workers`).
     pub fn root_workers(&self) -> &Workers {
-        &self.local.root_workers
+        self.local.root_workers()
     }
 
     /// The worker threads with the smaller pieces of the reducing

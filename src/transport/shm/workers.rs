@@ -27,12 +27,16 @@ impl Workers {
     /// the caller and `threads - 1` pool threads (no more runnable threads
     /// than `threads`). Pieces are at least `min_piece` bytes.
     /// [`Workers::with_threads`] gives views that use fewer of them.
-    pub fn new(threads: usize, rank: usize, min_piece: usize) -> io::Result<Workers> {
+    /// Threads are named `{name}-{i}`.
+    pub fn new(threads: usize, name: &str, min_piece: usize) -> io::Result<Workers> {
         let pool = if threads > 1 {
             Some(Arc::new(
                 rayon::ThreadPoolBuilder::new()
                     .num_threads(threads - 1)
-                    .thread_name(move |i| format!("rustccl-shm-r{rank}-{i}"))
+                    .thread_name({
+                        let name = name.to_string();
+                        move |i| format!("{name}-{i}")
+                    })
                     .build()
                     .map_err(io::Error::other)?,
             ))
@@ -150,7 +154,7 @@ mod tests {
 
     #[test]
     fn a_view_uses_at_most_its_threads_of_the_pool() {
-        let pool = Workers::new(4, 0, 64).unwrap();
+        let pool = Workers::new(4, "test", 64).unwrap();
         assert_eq!(threads_used(&pool.with_threads(1), 8), 1);
         assert!(threads_used(&pool.with_threads(2), 8) <= 2);
         assert!(threads_used(&pool, 8) >= 2);
