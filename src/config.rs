@@ -235,7 +235,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_ROOT_THREADS",
         default: "0",
-        doc: "threads a root uses between ranks of one host in the phases only it works in (gather's and reduce's reads of the other ranks' blocks, scatter's and broadcast's copies into its shared memory), while the other ranks wait; 0: the cores not left to the other local ranks, at least RUSTCCL_SHM_THREADS' count and at most 8",
+        doc: "threads a root uses between ranks of one host in the phases only it works in (gather's and reduce's reads of the other ranks' blocks, scatter's copies into its shared memory) while the other ranks wait, when the phase has more pieces (RUSTCCL_SHM_MIN_PIECE_BYTES) than the rank's own threads; 0: the cores not left to the other local ranks, at least RUSTCCL_SHM_THREADS' count and at most 8",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",

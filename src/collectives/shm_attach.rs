@@ -254,7 +254,7 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &[input], || mine = offer(win, win.workers(), slot, &blocks))?;
     let headers = Header::read_all(win, slot, mine);
     let r = match outs {
-        Some(outs) => take(win, w, win.root_workers(), "gather", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect()),
+        Some(outs) => take(win, w, win.solo_workers(outs.iter().enumerate().filter(|(c, _)| *c != me).map(|(_, o)| o.len()).sum()), "gather", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect()),
         None => Ok(()),
     };
     if all_in_slots(&headers) {
@@ -272,7 +272,8 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let slot = Window::small_slot(win.phase());
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, win.root_workers(), slot, &blocks))?;
+    let solo = win.solo_workers(blocks.iter().map(|(_, d)| d.len()).sum());
+    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, solo, slot, &blocks))?;
     let headers = Header::read_all(win, slot, mine);
     let r = if me != root { take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)]) } else { Ok(()) };
     if all_in_slots(&headers) {

@@ -94,13 +94,14 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
         // The root reads our part until it publishes p+3.
         return step.end(win, w, 2, me != root, r);
     }
-    let pulls = split_chunks_mut(buf, &chunks, e)
+    let pulls: Vec<_> = split_chunks_mut(buf, &chunks, e)
         .into_iter()
         .enumerate()
         .filter(|(c, _)| *c != me)
         .map(|(c, part)| (c, 1, 0, part))
         .collect();
-    let r = pull_all(win, w, win.root_workers(), pulls);
+    let solo = win.solo_workers(pulls.iter().map(|p| p.3.len()).sum());
+    let r = pull_all(win, w, solo, pulls);
     step.end(win, w, 2, false, r)
 }
 

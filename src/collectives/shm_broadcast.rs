@@ -24,7 +24,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
         }
         if let (true, Some(g)) = (me == root, segs.get(k)) {
             let src = &buf[g.clone()];
-            win.root_workers().for_pieces(src.len(), |r| {
+            wk.for_pieces(src.len(), |r| {
                 win.put(Area::Inputs, r.start, &src[r]);
                 Ok::<(), Error>(())
             })?;

@@ -64,8 +64,8 @@ pub struct ShmLocal {
     /// the wake-up costs).
     pub sum_workers: Workers,
     /// More threads for a root's phases in which the other ranks only
-    /// wait (gather's and reduce's reads of every block, scatter's and
-    /// broadcast's copies into the root's slots): their cores are free,
+    /// wait (gather's and reduce's reads of every block, scatter's copies
+    /// into the root's slots; `Window::solo_workers`): their cores are free,
     /// and one rank's threads alone read a 1 GiB gather ~8x slower than
     /// the host's memory allows. A pool of their own, made at the first
     /// such phase ([`ShmLocal::root_workers`]): with one pool of that

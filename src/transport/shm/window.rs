@@ -117,9 +117,18 @@ impl Window {
         &self.local.workers
     }
 
-    /// The worker threads of a root's solo phases (`ShmLocal::root_workers`).
-    pub fn root_workers(&self) -> &Workers {
-        self.local.root_workers()
+    /// The threads for a root's solo phase of `bytes` (`ShmLocal::root_workers`)
+    /// when it has more pieces than this rank's own threads; else those:
+    /// a larger pool only adds wake-ups where each piece has a thread
+    /// already (16-core host, d5576b5 / 10a2988: 512 KiB - 1 MiB phases
+    /// ran up to 2x slower on the larger pool).
+    pub fn solo_workers(&self, bytes: usize) -> &Workers {
+        let own = &self.local.workers;
+        if bytes / own.min_piece() > own.threads() {
+            self.local.root_workers()
+        } else {
+            own
+        }
     }
 
     /// The worker threads with the smaller pieces of the reducing
