@@ -104,18 +104,10 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
         if frac:
             f = (cell.get((ref, s)) or {}).get("busbw_frac")
             line.append("" if f is None else f"{f:.0%}")
-        if floor:
-            fl = floor.get(s)
+        for fl in [floor.get(s)] * bool(floor) + [mem.get(s)] * bool(mem):
+            # a floor's time, then each other backend's time over it
             line.append("" if fl is None else _fmt_us(fl))
-            for o in backends[1:]:
-                r = cell.get((o, s))
-                line.append(_ratio_cell(r["us"] / fl if r and fl else None))
-        if mem:
-            fl = mem.get(s)
-            line.append("" if fl is None else _fmt_us(fl))
-            for o in backends[1:]:
-                r = cell.get((o, s))
-                line.append(_ratio_cell(r["us"] / fl if r and fl else None))
+            line += [_ratio_cell(cell[(o, s)]["us"] / fl if (o, s) in cell and fl else None) for o in backends[1:]]
         lines.append("| " + " | ".join(line) + " |")
     return lines
 
