@@ -254,7 +254,11 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &[input], || mine = offer(win, win.workers(), slot, &blocks))?;
     let headers = Header::read_all(win, slot, mine);
     let r = match outs {
-        Some(outs) => take(win, w, win.solo_workers(outs.iter().enumerate().filter(|(c, _)| *c != me).map(|(_, o)| o.len()).sum()), "gather", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect()),
+        Some(outs) => {
+            let blocks: Vec<_> = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect();
+            let solo = win.solo_workers(blocks.iter().map(|b| b.3.len()).sum());
+            take(win, w, solo, "gather", slot, &headers, blocks)
+        }
         None => Ok(()),
     };
     if all_in_slots(&headers) {
