@@ -27,7 +27,10 @@ def test_collectives(body, world, transport):
     env = dict(SMALL_PATHS, RUSTCCL_TRANSPORT=transport.removesuffix("-attach"), RUSTCCL_SHM_SMALL_BYTES="1024",
                RUSTCCL_SHM_SEGMENT_BYTES="4096", RUSTCCL_SHM_RING_BYTES="65536")
     if transport == "shm-attach":
-        env["RUSTCCL_SHM_ATTACH_MIN_BYTES"] = "0"
+        # a root's solo phases (gather's reads, scatter's slot copies) of
+        # more than one 1 KiB piece on a pool of 3 threads (the ranks' own: 1)
+        env.update(RUSTCCL_SHM_ATTACH_MIN_BYTES="0", RUSTCCL_SHM_THREADS="1", RUSTCCL_SHM_ROOT_THREADS="3",
+                   RUSTCCL_SHM_MIN_PIECE_BYTES="1024")
     launch.expect_ok(launch.run(f"w_collectives:{body}", world, env=env, timeout=240))
 
 
