@@ -9,9 +9,9 @@ median of the five; per host, the median over its ranks. Each result row
 then carries ``busbw_frac`` = busbw / the copy_GBps of rank 0's host.
 
 Then the same with as many threads per rank as rustccl's shared-memory
-algorithms use (cores / ranks of the host, 1-8): ``host_copy_GBps`` is the
-sum over a host's ranks, what the host's memory moves with every core
-copying. A row whose tensors are far larger than the last-level cache
+algorithms use (cores / ranks of the host, 1-8): the header's
+``host_copy`` gives per host ``GBps``, the sum over its ranks (what the
+host's memory moves with every core copying), ``threads`` and ``llc``. A row whose tensors are far larger than the last-level cache
 (``metrics.footprint`` >= 2x the cache, so they stream through memory)
 gets ``mem_floor_us``: ``metrics.memory_traffic`` at that speed (a copied
 byte is read once and written once), the time of a backend that moved
@@ -59,8 +59,10 @@ def measure(world: int) -> dict:
 
 
 def threads_per_rank(local_ranks: int) -> int:
-    """rustccl's own rule for its shared-memory worker threads."""
-    return max(1, min(8, (os.cpu_count() or 1) // max(1, local_ranks)))
+    """rustccl's own rule for its shared-memory worker threads (the cores
+    this process may run on / ranks of the host, 1-8)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, cores // max(1, local_ranks)))
 
 
 def measure_host(world: int) -> dict:
@@ -74,14 +76,14 @@ def measure_host(world: int) -> dict:
     torch.set_num_threads(threads)
     try:
         dist.barrier()
-        mine = (host, per_rank())
+        mine = (host, per_rank(), threads, last_level_cache())
     finally:
         torch.set_num_threads(before)
     got = [None] * world
     dist.all_gather_object(got, mine)
     out: dict[str, dict] = {}
-    for h, v in got:
-        e = out.setdefault(h, {"GBps": 0.0, "threads": threads, "llc": last_level_cache()})
+    for h, v, t, llc in got:
+        e = out.setdefault(h, {"GBps": 0.0, "threads": t, "llc": llc})
         e["GBps"] = round(e["GBps"] + v, 2)
     return out
 
