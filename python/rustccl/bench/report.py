@@ -104,7 +104,7 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
         if frac:
             f = (cell.get((ref, s)) or {}).get("busbw_frac")
             line.append("" if f is None else f"{f:.0%}")
-        for fl in [floor.get(s)] * bool(floor) + [mem.get(s)] * bool(mem):
+        for fl in (f.get(s) for f in (floor, mem) if f):
             # a floor's time, then each other backend's time over it
             line.append("" if fl is None else _fmt_us(fl))
             line += [_ratio_cell(cell[(o, s)]["us"] / fl if (o, s) in cell and fl else None) for o in backends[1:]]

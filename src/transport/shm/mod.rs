@@ -72,7 +72,7 @@ pub struct ShmLocal {
     /// size for everything, the other phases lost up to 2x at 512 KiB -
     /// 8 MiB (idle threads of the larger pool woke up and took cores).
     pub root_threads: usize,
-    root_pool: OnceLock<Workers>,
+    root_pool: OnceLock<Option<Workers>>,
     /// Largest all-reduce done in one round (the setting, or from the host).
     pub one_round_max: usize,
     /// Cross-memory attach between every pair of local ranks, when all
@@ -126,16 +126,14 @@ impl ShmLocal {
     /// own workers when there are no more of them, or the pool cannot be
     /// made.
     pub fn root_workers(&self) -> &Workers {
-        self.root_pool.get_or_init(|| {
-            let own = &self.workers;
-            if self.root_threads <= own.threads() {
-                return own.with_threads(own.threads());
-            }
-            Workers::new(self.root_threads, &format!("rustccl-shm-r{}-root", self.ranks[self.me]), own.min_piece()).unwrap_or_else(|e| {
-                log_at!(LogLevel::Info, "rank {}: no root threads ({e}); the rank's own do the work", self.ranks[self.me]);
-                own.with_threads(own.threads())
-            })
-        })
+        let pool = self.root_pool.get_or_init(|| {
+            let rank = self.ranks[self.me];
+            (self.root_threads > self.workers.threads())
+                .then(|| Workers::new(self.root_threads, &format!("rustccl-shm-r{rank}-root"), self.workers.min_piece()))?
+                .map_err(|e| log_at!(LogLevel::Info, "rank {rank}: no root threads ({e}); the rank's own do the work"))
+                .ok()
+        });
+        pool.as_ref().unwrap_or(&self.workers)
     }
 
     pub fn mine(&self) -> &Segment {
@@ -353,8 +351,12 @@ fn threads_for(sizes: ShmSizes, local_ranks: usize) -> usize {
     if sizes.threads > 0 {
         return sizes.threads;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cores / local_ranks.max(1)).clamp(1, 8)
+    (cores() / local_ranks.max(1)).clamp(1, 8)
+}
+
+/// The cores this process may run on.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Threads of a root's solo phases: the setting, or the cores not taken
@@ -364,8 +366,7 @@ fn root_threads_for(sizes: ShmSizes, local_ranks: usize, threads: usize) -> usiz
     if sizes.root_threads > 0 {
         return sizes.root_threads;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cores.saturating_sub(local_ranks.saturating_sub(1)).clamp(threads, threads.max(8))
+    cores().saturating_sub(local_ranks.saturating_sub(1)).clamp(threads, threads.max(8))
 }
 
 /// The single-copy thresholds (collectives, single readers) when the

@@ -26,7 +26,6 @@ impl Workers {
     /// `threads` <= 1: everything runs on the caller's thread; otherwise
     /// the caller and `threads - 1` pool threads (no more runnable threads
     /// than `threads`). Pieces are at least `min_piece` bytes.
-    /// [`Workers::with_threads`] gives views that use fewer of them.
     /// Threads are named `{name}-{i}`.
     pub fn new(threads: usize, name: &str, min_piece: usize) -> io::Result<Workers> {
         let pool = if threads > 1 {
@@ -48,12 +47,6 @@ impl Workers {
 
     pub fn min_piece(&self) -> usize {
         self.min_piece
-    }
-
-    /// The same pool, used by at most `threads` threads (the caller's
-    /// included; at most the pool's own).
-    pub fn with_threads(&self, threads: usize) -> Workers {
-        Workers { pool: self.pool.clone(), threads: threads.clamp(1, self.threads), min_piece: self.min_piece }
     }
 
     /// The same threads, splitting work into pieces of at least `min_piece`.
@@ -84,7 +77,7 @@ impl Workers {
     /// shared counter until none is left. The first error is returned.
     pub fn for_each<T: Send, E: Send>(&self, items: Vec<T>, bytes: usize, f: impl Fn(T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
         let pool = match &self.pool {
-            Some(p) if self.threads > 1 && items.len() > 1 && bytes >= 2 * self.min_piece => p,
+            Some(p) if items.len() > 1 && bytes >= 2 * self.min_piece => p,
             _ => return items.into_iter().try_for_each(f),
         };
         let n = items.len();
@@ -99,7 +92,7 @@ impl Workers {
                 failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
             }
         };
-        let helpers = (n - 1).min(self.threads - 1).min(pool.current_num_threads());
+        let helpers = (n - 1).min(pool.current_num_threads());
         pool.in_place_scope(|s| {
             for _ in 0..helpers {
                 s.spawn(|_| work());
@@ -153,11 +146,9 @@ mod tests {
     }
 
     #[test]
-    fn a_view_uses_at_most_its_threads_of_the_pool() {
-        let pool = Workers::new(4, "test", 64).unwrap();
-        assert_eq!(threads_used(&pool.with_threads(1), 8), 1);
-        assert!(threads_used(&pool.with_threads(2), 8) <= 2);
-        assert!(threads_used(&pool, 8) >= 2);
-        assert_eq!(pool.with_threads(9).threads(), 4, "no more threads than the pool has");
+    fn work_uses_at_most_the_workers_threads() {
+        assert_eq!(threads_used(&Workers::new(1, "test", 64).unwrap(), 8), 1);
+        assert!(threads_used(&Workers::new(2, "test", 64).unwrap(), 8) <= 2);
+        assert!(threads_used(&Workers::new(4, "test", 64).unwrap(), 8) >= 2);
     }
 }
