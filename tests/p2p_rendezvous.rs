@@ -25,7 +25,7 @@ enum Mode {
 const MODES: [Mode; 2] = [Mode::Rendezvous, Mode::Tcp];
 
 fn shm_cfg() -> ShmConfig {
-    ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: ATTACH_MIN, min_piece: 0, single_min: 0, root_threads: 0 }
+    ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: ATTACH_MIN, min_piece: 0, single_min: 0, root_threads: 0, broadcast_min: usize::MAX }
 }
 
 fn comms_on(mode: Mode, hosts: &[usize], timeout: Duration) -> Vec<Communicator> {

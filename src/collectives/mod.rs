@@ -8,9 +8,10 @@
 //! | all_reduce, several hosts with shm | within hosts (shm), across leaders (tcp), broadcast within hosts | same |
 //! | broadcast       | binomial tree                 | pipelined chain             |
 //! | broadcast, all_gather, barrier; one host (shm) | one step over peers' small slots (<= 256 KiB) | |
-//! | broadcast, all_gather, reduce_scatter; one host (shm) | direct: every rank copies straight from the others' areas | same, in rounds |
+//! | all_gather, reduce_scatter; one host (shm) | direct: every rank copies straight from the others' areas | same, in rounds |
+//! | broadcast; one host (shm) | | pipelined: the root copies a quarter in while the others copy the last one out |
 //! | reduce, one host (shm) | the shared-memory all-reduce (on a copy on non-roots) | same |
-//! | all_reduce, reduce_scatter, all_gather, broadcast; one host, >= 16 MiB | | single copy: read the peers' tensors (cross-memory attach) |
+//! | all_reduce, reduce_scatter, all_gather, reduce; one host, >= 16 MiB (broadcast: only with its own setting) | | single copy: read the peers' tensors (cross-memory attach) |
 //! | all_to_all, gather, scatter; one host with attach | one step when every rank's blocks fit its small slot; else blocks <= 256 KiB through the sender's slot | larger blocks read from the sender's tensor |
 //! | reduce          | binomial tree                 | ring reduce-scatter + gather to root |
 //! | all_gather      | ring                          | ring                        |
@@ -313,7 +314,7 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
             if n == 1 {
                 Ok("local")
             } else if let Some((win, wait)) = whole_host(t) {
-                if attach(&win, buf.nbytes()) {
+                if win.broadcast_attach_min().is_some_and(|m| buf.nbytes() >= m) {
                     shm_attach::broadcast(&win, wait, buf.bytes_mut(), *root)?;
                     return Ok("shm_attach");
                 }

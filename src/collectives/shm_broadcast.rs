@@ -1,8 +1,11 @@
-//! Broadcast among the ranks of one host through their shared segments:
-//! the root copies one segment of the buffer into its input area and
-//! publishes; every other rank copies it straight into its buffer and
-//! publishes that it is done reading; repeat. One copy in, one copy out per
-//! byte. Phases as in `transport::shm::window`.
+//! Broadcast among the ranks of one host through their shared segments,
+//! pipelined: the buffer goes in steps, each at most half the root's input
+//! area. In step k the root copies piece k into half k % 2 of its area
+//! while every other rank copies piece k - 1 out of the other half
+//! straight into its buffer; then all publish and wait. One copy in, one
+//! copy out per byte, the two side by side: a buffer of s steps takes
+//! about (s + 1) / s of one copy where copying in and then out took two.
+//! Phases as in `transport::shm::window`.
 #![forbid(unsafe_code)]
 
 use super::plan::segments;
@@ -10,39 +13,59 @@ use crate::error::{Error, Result};
 use crate::transport::shm::{Area, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
 
+/// Steps a buffer is cut into, when each still gives every worker thread
+/// a piece and two fit the root's area. On the 16-core host (8 ranks,
+/// 2 MiB - 8 MiB, `results/2026-11-24-h100host-cpu-experiments/broadcast-pipelined/`)
+/// 4 steps took 0.70-0.76x the time of one copy in and one out; 2 and 8
+/// steps were no better than 4.
+const STEPS: usize = 4;
+
+/// Bytes of one step for a buffer of `len` bytes.
+fn step_bytes(win: &Window, len: usize) -> usize {
+    let wk = win.workers();
+    let half = (win.inputs_capacity() / 2).max(1);
+    let floor = wk.threads() * wk.min_piece();
+    len.div_ceil(STEPS).div_ceil(64).saturating_mul(64).max(floor).min(half)
+}
+
 /// `root`: local index of the root.
 pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usize) -> Result<()> {
     let me = win.me();
     let desc = Desc { name: "broadcast", dtype: DType::U8, op: ReduceOp::Sum, len: buf.len(), root: Some(root) };
-    let segs: Vec<_> = segments(0..buf.len(), win.inputs_capacity()).collect();
+    let step = step_bytes(win, buf.len());
+    let half = |k: usize| (k % 2) * step;
+    let segs: Vec<_> = segments(0..buf.len(), step).collect();
     let wk = win.workers();
-    for k in 0..segs.len().max(1) {
-        let p = win.phase();
-        w.wait_phase(p)?; // every rank finished reading the root's area of the last round
-        if k == 0 {
-            win.announce(w, &desc);
-        }
+    let p = win.phase();
+    w.wait_phase(p)?; // every rank finished reading the root's area of the last operation
+    win.announce(w, &desc);
+    for k in 0..=segs.len() {
         if let (true, Some(g)) = (me == root, segs.get(k)) {
+            // The others read this half last in step k - 1 (piece k - 2)
+            // and published that before our wait at its end.
             let src = &buf[g.clone()];
             wk.for_pieces(src.len(), |r| {
-                win.put(Area::Inputs, r.start, &src[r]);
+                win.put(Area::Inputs, half(k) + r.start, &src[r]);
                 Ok::<(), Error>(())
             })?;
         }
-        win.publish(p + 1);
-        w.wait_phase(p + 1)?;
+        if let (false, Some(g)) = (me == root, k.checked_sub(1).and_then(|j| segs.get(j))) {
+            // The root wrote piece k - 1 in step k - 1, before its publish
+            // we waited for; it rewrites that half only after our next one.
+            wk.for_pieces_mut(&mut buf[g.clone()], |off, piece| {
+                win.get(root, Area::Inputs, half(k - 1) + off, piece);
+                Ok::<(), Error>(())
+            })?;
+        }
+        win.publish(p + 1 + k as u64);
+        // The last step's reads end the operation: the next one's first
+        // wait covers them.
+        if k < segs.len() || k == 0 {
+            w.wait_phase(p + 1 + k as u64)?;
+        }
         if k == 0 {
             win.verify(w, &desc)?;
         }
-        if let (false, Some(g)) = (me == root, segs.get(k)) {
-            // The root wrote this segment before its p+1 and rewrites its
-            // area only after we publish p+2.
-            wk.for_pieces_mut(&mut buf[g.clone()], |off, piece| {
-                win.get(root, Area::Inputs, off, piece);
-                Ok::<(), Error>(())
-            })?;
-        }
-        win.publish(p + 2);
     }
     Ok(())
 }

@@ -263,6 +263,7 @@ impl Communicator {
             min_piece: opts.shm.min_piece,
             single_min: opts.shm.single_min,
             root_threads: opts.shm.root_threads,
+            broadcast_min: opts.shm.broadcast_min,
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {

@@ -28,9 +28,10 @@ def test_collectives(body, world, transport):
                RUSTCCL_SHM_SEGMENT_BYTES="4096", RUSTCCL_SHM_RING_BYTES="65536")
     if transport == "shm-attach":
         # a root's solo phases (gather's reads, scatter's slot copies) of
-        # more than one 1 KiB piece on a pool of 3 threads (the ranks' own: 1)
+        # more than one 1 KiB piece on a pool of 3 threads (the ranks' own: 1);
+        # broadcast reads the root's tensor only with its own setting
         env.update(RUSTCCL_SHM_ATTACH_MIN_BYTES="0", RUSTCCL_SHM_THREADS="1", RUSTCCL_SHM_ROOT_THREADS="3",
-                   RUSTCCL_SHM_MIN_PIECE_BYTES="1024")
+                   RUSTCCL_SHM_MIN_PIECE_BYTES="1024", RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES="0")
     launch.expect_ok(launch.run(f"w_collectives:{body}", world, env=env, timeout=240))
 
 

@@ -122,6 +122,7 @@ def rooted_and_gathers(rank: int, world: int) -> tuple[int, list[str]]:
         st = rustccl.stats()
         c.true(f"single-copy threshold in force: {st['thresholds']}", st["thresholds"].get("shm_attach_min_bytes") == 0)
         c.true(f"root threads in force: {st['thresholds']}", st["thresholds"].get("shm_root_threads") == 3)
+        c.true(f"broadcast reads in force: {st['thresholds']}", st["thresholds"].get("shm_broadcast_attach_min_bytes") == 0)
         for op in ("broadcast", "reduce", "gather", "scatter"):
             c.true(f"{op} read the peers directly: {st['ops'][op]['algorithm']}", st["ops"][op]["algorithm"] == "shm_attach")
     # all_gather (list and into_tensor), sizes not divisible by the world

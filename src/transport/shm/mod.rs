@@ -93,6 +93,10 @@ pub struct Attach {
     /// [`SINGLE_READER_MIN`], or [`SLOW_SINGLE_READER_MIN`] where reads are
     /// slow (`host_attach_min`).
     pub single_min: usize,
+    /// Smallest broadcast that reads the root's tensor (`usize::MAX`:
+    /// never, the default: the pipelined copies through the root's shared
+    /// memory were as fast or faster at every size measured).
+    pub broadcast_min: usize,
     /// The value peers read through our pid at setup (kept alive with us).
     _canary: Box<u64>,
 }
@@ -343,6 +347,8 @@ pub struct ShmSizes {
     /// Threads of a root's phases that only it works in (0: from the
     /// core count, [`root_threads_for`]).
     pub root_threads: usize,
+    /// `Attach::broadcast_min`.
+    pub broadcast_min: usize,
 }
 
 /// Threads per rank: the setting, or the cores left per local rank (at
@@ -520,6 +526,7 @@ pub fn connect(
         addr.store(&*canary as *const u64 as u64, Ordering::Relaxed);
         m.attach_min().store(attach_min as u64, Ordering::Relaxed);
         m.single_min().store(single_min as u64, Ordering::Relaxed);
+        m.broadcast_min().store(sizes.broadcast_min as u64, Ordering::Relaxed);
         value.store(*canary, Ordering::Release);
     }
     // 1. everyone says whether its segment exists
@@ -564,7 +571,7 @@ pub fn connect(
     // local rank was given (or measured) apply to all.
     let largest = |f: fn(&Segment) -> &AtomicU64| all.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
     let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?
-        .map(|pids| Attach { pids, min_bytes: largest(Segment::attach_min), single_min: largest(Segment::single_min), _canary: canary });
+        .map(|pids| Attach { pids, min_bytes: largest(Segment::attach_min), single_min: largest(Segment::single_min), broadcast_min: largest(Segment::broadcast_min), _canary: canary });
     match &attach {
         Some(a) => {
             let from = if a.min_bytes == usize::MAX { "never".to_string() } else { format!("from {} bytes", a.min_bytes) };

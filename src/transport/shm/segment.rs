@@ -291,6 +291,11 @@ impl Segment {
         self.u64_at(80)
     }
 
+    /// The owner's smallest broadcast that reads the root's tensor.
+    pub fn broadcast_min(&self) -> &AtomicU64 {
+        self.u64_at(88)
+    }
+
     /// Descriptor of the direct collective this rank is in: (seq, dtype,
     /// op); `slot`: the parity of the phase it started at.
     pub fn desc(&self, slot: usize) -> &AtomicU64 {

@@ -224,6 +224,12 @@ impl Window {
         self.local.attach.as_ref().map(|a| a.min_bytes)
     }
 
+    /// Smallest broadcast that reads the root's tensor directly; None:
+    /// never (the default, or attach is off).
+    pub fn broadcast_attach_min(&self) -> Option<usize> {
+        self.local.attach.as_ref().map(|a| a.broadcast_min).filter(|&m| m != usize::MAX)
+    }
+
     /// Whether all_to_all, gather and scatter run the single-copy
     /// algorithms (`collectives::shm_attach`) for blocks of `block` bytes
     /// (None: all_to_all, whose blocks differ between ranks): always where
