@@ -243,7 +243,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",
         default: "off",
-        doc: "broadcast between ranks of one host on buffers of at least this many bytes: every rank reads the root's tensor directly (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); off: never, the root's copies into its shared memory and the others' copies out of it run side by side, a quarter of the buffer at a time (on a 16-core host 1.4-1.8x faster than the direct reads with 8 ranks at 8-64 MiB, as fast with 4)",
+        doc: "broadcast between ranks of one host on buffers of at least this many bytes: every rank reads the root's tensor directly (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); off: never, the root's copies into its shared memory and the others' copies out of it run side by side, a quarter of the buffer at a time (on a 16-core host 1.3-2.1x faster than the direct reads with 8 ranks at 16-64 MiB, as fast with 4)",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
