@@ -406,7 +406,7 @@ impl Config {
                 single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
                 root_threads: env_usize("RUSTCCL_SHM_ROOT_THREADS", 0),
                 broadcast_min: match std::env::var("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES").as_deref() {
-                    Ok("off") | Err(_) => usize::MAX,
+                    Ok("off") => usize::MAX,
                     _ => env_usize("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", usize::MAX),
                 },
             },
