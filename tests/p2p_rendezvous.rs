@@ -2,7 +2,10 @@
 //! cross-memory attach on go by rendezvous (the receiver reads the
 //! sender's tensor): the same results, matching, ordering and errors as
 //! over TCP (eager), which every test also runs. The threshold is 4 KiB
-//! here, so test sizes take both paths.
+//! here, so test sizes take both paths. With a staging area (`Staged`,
+//! 64 KiB here) sends up to its size are copied through the sender's
+//! shared memory instead, one at a time: the same tests, plus the
+//! staged sends' own rules.
 
 mod common;
 
@@ -19,21 +22,29 @@ const ATTACH_MIN: usize = 4096;
 enum Mode {
     /// Shared memory with cross-memory attach from `ATTACH_MIN` bytes.
     Rendezvous,
+    /// The same with a staging area of `STAGE` bytes.
+    Staged,
     Tcp,
 }
 
-const MODES: [Mode; 2] = [Mode::Rendezvous, Mode::Tcp];
+const MODES: [Mode; 3] = [Mode::Rendezvous, Mode::Staged, Mode::Tcp];
+const STAGE: usize = 64 << 10;
 
-fn shm_cfg() -> ShmConfig {
-    ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: ATTACH_MIN, min_piece: 0, single_min: 0, root_threads: 0, broadcast_min: usize::MAX }
+fn shm_cfg(staged_max: usize) -> ShmConfig {
+    ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: ATTACH_MIN, min_piece: 0, single_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max }
 }
 
 fn comms_on(mode: Mode, hosts: &[usize], timeout: Duration) -> Vec<Communicator> {
-    let t = match mode {
-        Mode::Rendezvous => TransportMode::Auto,
-        Mode::Tcp => TransportMode::Tcp,
+    let (t, stage) = match mode {
+        Mode::Rendezvous => (TransportMode::Auto, 0),
+        Mode::Staged => (TransportMode::Auto, STAGE),
+        Mode::Tcp => (TransportMode::Tcp, 0),
     };
-    hosts_comms(hosts, AlgoConfig::default(), timeout, t, shm_cfg())
+    hosts_comms(hosts, AlgoConfig::default(), timeout, t, shm_cfg(stage))
+}
+
+fn threshold(c: &Communicator, key: &str) -> Option<u64> {
+    c.thresholds().iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
 }
 
 fn comms(mode: Mode, n: usize) -> Vec<Communicator> {
@@ -46,10 +57,12 @@ fn pattern(seed: usize, n: usize) -> Vec<f64> {
 
 #[test]
 fn the_rendezvous_config_really_uses_shared_memory_links() {
-    let c = comms(Mode::Rendezvous, 2);
-    assert_eq!(c[0].link_kinds(), &["", "shm"]);
-    let th = c[0].thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
-    assert_eq!(th, Some(ATTACH_MIN as u64), "cross-memory attach must be on for these tests to mean anything");
+    for (mode, stage) in [(Mode::Rendezvous, 0), (Mode::Staged, STAGE as u64)] {
+        let c = comms(mode, 2);
+        assert_eq!(c[0].link_kinds(), &["", "shm"]);
+        assert_eq!(threshold(&c[0], "shm_attach_min_bytes"), Some(ATTACH_MIN as u64), "cross-memory attach must be on for these tests to mean anything");
+        assert_eq!(threshold(&c[0], "shm_staged_send_max_bytes"), Some(stage), "{mode:?}");
+    }
 }
 
 #[test]
@@ -176,15 +189,16 @@ fn a_receive_smaller_than_the_message_fails_and_the_pair_keeps_working() {
             if r == 0 {
                 let res = send(c, &buf(DType::F32, &[1.0; 8000]), 1, 4).wait(None);
                 match mode {
-                    // the sender learns it from the receiver's ack
+                    // the sender learns it from the receiver's ack (32000
+                    // bytes: staged, with a staging area)
                     Mode::Rendezvous => {
                         let e = res.unwrap_err();
                         assert!(matches!(e, Error::Protocol { peer: 1, .. }), "{e}");
                         let s = e.to_string();
                         assert!(s.starts_with("rustccl send") && s.contains("matching receive has 16000 bytes but this send has 32000 bytes"), "{s}");
                     }
-                    // eager: the bytes left, the send is done
-                    Mode::Tcp => res.unwrap(),
+                    // eager, or staged: the bytes left, the send is done
+                    Mode::Staged | Mode::Tcp => res.unwrap(),
                 }
                 send(c, &buf(DType::F32, &pattern(1, 8000)), 1, 4).wait(None).unwrap();
             } else {
@@ -220,4 +234,70 @@ fn a_rendezvous_send_nobody_receives_times_out_and_a_dead_receiver_fails_it() {
     send(&c[0], &buf(DType::F32, &pattern(2, 4096)), 1, 6).wait(None).unwrap();
     r.wait(None).unwrap();
     assert_eq!(read(DType::F32, &got), pattern(2, 4096));
+}
+
+#[test]
+fn a_staged_send_completes_before_its_receive_and_one_at_a_time() {
+    let c = comms(Mode::Staged, 2);
+    let posted = Barrier::new(2);
+    let soon = Some(Duration::from_secs(5));
+    on_ranks(&c, |r, c| {
+        if r == 0 {
+            // 32000 bytes: staged, so done with no receive posted and the
+            // tensor given back (read panics otherwise), then freed: the
+            // receiver must take the bytes from the staging area. (Asserts
+            // after the barrier: a panic before it would leave rank 1 there.)
+            let a = buf(DType::F64, &pattern(5, 4000));
+            let w1 = send(c, &a, 1, 3);
+            let staged = w1.wait(soon).is_ok() && read(DType::F64, &a) == pattern(5, 4000);
+            drop(a);
+            // The area is the first send's until its ack: this one is read
+            // from its tensor, so it waits for its receive.
+            let b = buf(DType::F64, &pattern(6, 4000));
+            let w2 = send(c, &b, 1, 3);
+            std::thread::sleep(Duration::from_millis(30));
+            let early = w2.is_completed();
+            posted.wait();
+            w1.wait(None).unwrap();
+            w2.wait(None).unwrap();
+            assert!(staged, "the first send waited for its receive");
+            assert!(!early, "the second send completed before its receive was posted");
+            // acked: staged again
+            let d = buf(DType::F64, &pattern(7, 4000));
+            let again = send(c, &d, 1, 4).wait(soon).is_ok();
+            posted.wait();
+            assert!(again, "the staging area was not freed by the ack");
+        } else {
+            posted.wait();
+            for seed in [5, 6] {
+                let got = buf(DType::F64, &vec![0.0; 4000]);
+                recv(c, &got, Some(0), 3).wait(None).unwrap();
+                assert_eq!(read(DType::F64, &got), pattern(seed, 4000), "message {seed}");
+            }
+            posted.wait();
+            let got = buf(DType::F64, &vec![0.0; 4000]);
+            recv(c, &got, Some(0), 4).wait(None).unwrap();
+            assert_eq!(read(DType::F64, &got), pattern(7, 4000));
+        }
+    });
+}
+
+#[test]
+fn a_lost_receiver_frees_the_staging_area() {
+    let mut c = comms_on(Mode::Staged, &[0, 0, 0], Duration::from_secs(60));
+    let soon = Some(Duration::from_secs(5));
+    let dead = c.pop().unwrap();
+    // staged towards rank 2, which never receives it and dies
+    send(&c[0], &buf(DType::F32, &[3.0; 4096]), 2, 1).wait(soon).expect("staged: done without its receive");
+    let noticed = recv(&c[0], &buf(DType::F32, &[0.0; 4]), Some(2), 9);
+    dead.shutdown(true);
+    drop(dead);
+    let e = noticed.wait(None).unwrap_err();
+    assert!(matches!(e, Error::PeerLost { peer: 2, .. }), "{e}");
+    // rank 0's area is free again: a send to rank 1 is staged, done
+    // before rank 1 posts its receive
+    send(&c[0], &buf(DType::F32, &pattern(8, 4096)), 1, 6).wait(soon).expect("staged again after the receiver's loss");
+    let got = buf(DType::F32, &[0.0; 4096]);
+    recv(&c[1], &got, Some(0), 6).wait(None).unwrap();
+    assert_eq!(read(DType::F32, &got), pattern(8, 4096));
 }

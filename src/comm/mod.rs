@@ -264,6 +264,8 @@ impl Communicator {
             single_min: opts.shm.single_min,
             root_threads: opts.shm.root_threads,
             broadcast_min: opts.shm.broadcast_min,
+            stage: opts.shm.staged_max,
+            stage_min: opts.shm.staged_min,
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {

@@ -141,6 +141,9 @@ pub enum P2pKind {
     /// length; the body is 16 bytes, the sender's address and its id for
     /// the ack.
     Rendezvous,
+    /// As `Rendezvous`, but the bytes wait in the sender's staging area
+    /// in shared memory (`transport::shm::stage`); the body's address is 0.
+    Staged,
     /// The receiver of rendezvous message `tag` (its id) took it: `len`
     /// bytes of error text follow (none: it went well).
     Ack,
@@ -161,6 +164,7 @@ impl P2pHeader {
             P2pKind::Data => 0,
             P2pKind::Rendezvous => 1,
             P2pKind::Ack => 2,
+            P2pKind::Staged => 3,
         };
         b[2..4].copy_from_slice(&kind.to_le_bytes());
         b[8..16].copy_from_slice(&self.tag.to_le_bytes());
@@ -177,6 +181,7 @@ impl P2pHeader {
             0 => P2pKind::Data,
             1 => P2pKind::Rendezvous,
             2 => P2pKind::Ack,
+            3 => P2pKind::Staged,
             k => return Err(format!("bad point-to-point header (kind {k})")),
         };
         Ok(P2pHeader {
@@ -222,7 +227,7 @@ mod tests {
 
     #[test]
     fn p2p_round_trip() {
-        for kind in [P2pKind::Data, P2pKind::Rendezvous, P2pKind::Ack] {
+        for kind in [P2pKind::Data, P2pKind::Rendezvous, P2pKind::Staged, P2pKind::Ack] {
             let h = P2pHeader { kind, tag: -5, len: 12345 };
             assert_eq!(P2pHeader::decode(&h.encode()).unwrap(), h);
         }

@@ -4,6 +4,7 @@ a backend, on CPU tensors, against references computed locally."""
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -378,5 +379,27 @@ def p2p(rank: int, world: int) -> tuple[int, list[str]]:
         c.true(f"any-source recv saw every rank once: {sorted(seen)}", sorted(seen) == list(range(1, world)))
     else:
         dist.send(torch.tensor([rank * 3.0]), 0, tag=5)
+    if os.environ.get("RUSTCCL_SHM_ATTACH_MIN_BYTES") == "0" and rank < 2:
+        # A 2 MiB send goes through rank 0's staging area: complete before
+        # its receive is posted, its tensor free to change at once.
+        st = rustccl.stats()["thresholds"]
+        c.true(f"staged sends in force: {st}", st.get("shm_staged_send_min_bytes") == 1 << 20 and st.get("shm_staged_send_max_bytes") == 4 << 20)
+        if rank == 0:
+            x = torch.arange(1 << 19, dtype=torch.float32)
+            w = dist.isend(x, 1, tag=11)
+            t0 = time.monotonic()
+            while not w.is_completed() and time.monotonic() - t0 < 10:
+                time.sleep(0.001)
+            c.true("a staged send completes before its receive is posted", w.is_completed())
+            x.fill_(-1.0)
+            dist.barrier()
+            w.wait()
+        else:
+            dist.barrier()
+            y = torch.empty(1 << 19)
+            dist.recv(y, 0, tag=11)
+            c.eq("staged message", y, torch.arange(1 << 19, dtype=torch.float32))
+    else:
+        dist.barrier()
     dist.barrier()
     return c.count, c.failures

@@ -30,6 +30,9 @@ pub(super) struct EventLoop {
     rx: mpsc::Receiver<Req>,
     /// This host's ranks, when cross-memory attach is on (rendezvous).
     pub(super) attach: Option<Arc<ShmLocal>>,
+    /// Our staged send (peer, id) whose receiver has not acked yet: our
+    /// staging area is theirs to read until then.
+    pub(super) staged: Option<(Rank, u64)>,
     /// Peers to read from / write to on the next pass (besides every
     /// shared-memory peer), and those whose connection to look at.
     pump_in: Vec<bool>,
@@ -117,6 +120,7 @@ impl EventLoop {
             unexpected: VecDeque::new(),
             rx,
             attach,
+            staged: None,
             pump_in: vec![true; n],
             pump_out: vec![true; n],
             watch: vec![false; n],
@@ -210,6 +214,9 @@ impl EventLoop {
                 }
                 let rdv = self.rendezvous_to(peer, buf.nbytes());
                 let now = Instant::now();
+                if rdv && self.stage(peer, &buf, tag, &work, deadline) {
+                    return;
+                }
                 if let Some(p) = self.peers[peer].as_mut() {
                     let len = buf.nbytes() as u64;
                     let o = if rdv {
@@ -351,7 +358,7 @@ impl EventLoop {
                 let len = h.len as usize;
                 let found = self.posted.iter().position(|r| r.tag == h.tag && r.peer.is_none_or(|q| q == p));
                 let sink = match h.kind {
-                    P2pKind::Rendezvous => Sink::Control { kind: h.kind, len: h.len, data: vec![0; frame::RENDEZVOUS_BODY_LEN] },
+                    P2pKind::Rendezvous | P2pKind::Staged => Sink::Control { kind: h.kind, len: h.len, data: vec![0; frame::RENDEZVOUS_BODY_LEN] },
                     P2pKind::Ack if len <= frame::ACK_MAX => Sink::Control { kind: h.kind, len: h.len, data: vec![0; len] },
                     P2pKind::Ack => return Err(format!("bad point-to-point ack ({len} bytes of text)")),
                     P2pKind::Data => match found {
@@ -413,7 +420,7 @@ impl EventLoop {
                 }
             }
             Sink::Discard(_) => {}
-            Sink::Control { kind: P2pKind::Rendezvous, len, data } => self.on_rendezvous(p, tag, len, &data),
+            Sink::Control { kind: k @ (P2pKind::Rendezvous | P2pKind::Staged), len, data } => self.on_rendezvous(p, tag, len, &data, k == P2pKind::Staged),
             Sink::Control { data, .. } => self.on_ack(p, tag as u64, data),
         }
     }
@@ -424,6 +431,10 @@ impl EventLoop {
         let Some(peer) = self.peers[p].as_mut() else { return true };
         peer.dead = Some(why.clone());
         peer.link.close();
+        if self.staged.is_some_and(|(q, _)| q == p) {
+            // It will never read (or ack) our staged send.
+            self.staged = None;
+        }
         let outs: Vec<Outgoing> = peer.out.drain(..).collect();
         let awaiting = std::mem::take(&mut peer.awaiting);
         let inc = std::mem::replace(&mut peer.inc, Incoming::Header { hdr: [0; P2P_HEADER_LEN], done: 0 });

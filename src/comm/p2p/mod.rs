@@ -18,7 +18,13 @@
 //! through the ring; the receiver, once a receive matches it (the same
 //! rules; unmatched, only the header waits), reads the bytes straight from
 //! the sender's tensor and acks; the send completes on the ack, so it
-//! waits for its receive, as gloo's sends do.
+//! waits for its receive, as gloo's sends do. Between the staging bounds
+//! (`ShmLocal::stage_min`, `stage_capacity`) such a send is *staged* instead when the
+//! sender's staging area is free: the sender's threads copy the bytes
+//! there, the send completes, and the receiver's threads copy them out
+//! before the ack frees the area (user-space copies by several threads
+//! beat several threads reading another process through the kernel at
+//! these sizes).
 //!
 //! A send to a rank of this host that goes by value (not rendezvous) is
 //! written into the ring by the calling thread itself when nothing is
@@ -102,6 +108,8 @@ struct Rdv {
     len: usize,
     addr: u64,
     id: u64,
+    /// The bytes are in the sender's staging area, not at `addr`.
+    staged: bool,
 }
 
 /// A message no receive matched yet.

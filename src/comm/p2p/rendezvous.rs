@@ -19,7 +19,9 @@ use std::time::Instant;
 use super::event_loop::{site, size_mismatch, EventLoop};
 use super::{Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
-use crate::transport::frame::{rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
+use crate::tensor::HostTensor;
+use crate::transport::frame::{self, rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
+use crate::work::Work;
 use crate::transport::shm::{remote, ShmLocal, Workers};
 use crate::types::Rank;
 
@@ -45,9 +47,10 @@ impl EventLoop {
 
     /// A rendezvous message from `p` arrived: taken at once by a matching
     /// receive, or kept (its header only) until one is posted.
-    pub(super) fn on_rendezvous(&mut self, p: Rank, tag: i64, len: u64, data: &[u8]) {
+    /// `staged`: the bytes wait in `p`'s staging area.
+    pub(super) fn on_rendezvous(&mut self, p: Rank, tag: i64, len: u64, data: &[u8], staged: bool) {
         let (addr, id) = parse(data);
-        let rdv = Rdv { len: len as usize, addr, id };
+        let rdv = Rdv { len: len as usize, addr, id, staged };
         match self.posted.iter().position(|r| r.tag == tag && r.peer.is_none_or(|q| q == p)) {
             Some(i) => {
                 let posted = self.posted.remove(i);
@@ -68,6 +71,7 @@ impl EventLoop {
         } else {
             let attach = self.attach.as_ref().and_then(|l| Some((l, l.attach.as_ref()?, l.local_index(p)?)));
             let read = match attach {
+                Some((local, _, i)) if rdv.staged => local.stage_out(i, buf.bytes_mut()).ok_or_else(|| format!("its staging area holds less than {} bytes", rdv.len)),
                 Some((local, a, i)) => pull(&local.workers, a.pids[i], rdv.addr, buf.bytes_mut()).map_err(|e| e.to_string()),
                 None => Err(format!("rank {p} is not a rank of this host with cross-memory attach")),
             };
@@ -75,7 +79,8 @@ impl EventLoop {
                 Ok(()) => (Ok(()), None),
                 Err(e) => {
                     let dead = self.peers[p].as_ref().and_then(|x| x.dead.clone());
-                    let detail = format!("reading the message ({} bytes, tag {tag}) from rank {p}'s memory (cross-memory attach) failed: {e}", rdv.len);
+                    let how = if rdv.staged { "shared memory" } else { "memory (cross-memory attach)" };
+                    let detail = format!("reading the message ({} bytes, tag {tag}) from rank {p}'s {how} failed: {e}", rdv.len);
                     let err = match dead {
                         Some(why) => self.lost(p, &work, &why),
                         None => Error::Protocol {
@@ -86,7 +91,7 @@ impl EventLoop {
                             detail,
                         },
                     };
-                    (Err(err), Some(format!("rank {} could not read this send's tensor (cross-memory attach): {e}", self.rank)))
+                    (Err(err), Some(format!("rank {} could not read this send's bytes: {e}", self.rank)))
                 }
             }
         };
@@ -95,6 +100,30 @@ impl EventLoop {
         work.finish(res);
         let ack_deadline = Instant::now() + deadline.saturating_duration_since(posted_at);
         self.queue_ack(p, rdv.id, nack.unwrap_or_default(), ack_deadline);
+    }
+
+    /// Stages a rendezvous send (see the module `p2p`) of more than
+    /// `ShmLocal::stage_min` bytes when our staging area is free and holds
+    /// it: copies the bytes there and queues the message, which completes
+    /// the send once written. False: not staged, the caller sends it by
+    /// rendezvous.
+    pub(super) fn stage(&mut self, peer: Rank, buf: &HostTensor, tag: i64, work: &Work, deadline: Instant) -> bool {
+        let Some(local) = self.attach.as_ref() else { return false };
+        let n = buf.nbytes();
+        if self.staged.is_some() || n <= local.stage_min || n > local.stage_capacity() || local.local_index(peer).is_none() {
+            return false;
+        }
+        let Some(p) = self.peers[peer].as_mut() else { return false };
+        if local.stage_in(buf.bytes()).is_none() {
+            return false;
+        }
+        let id = p.next_id;
+        p.next_id += 1;
+        let hdr = P2pHeader { kind: P2pKind::Staged, tag, len: buf.nbytes() as u64 }.encode();
+        let ctl = frame::rendezvous_body(0, id);
+        p.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: None, work: Some(work.clone()), rdv: None, posted_at: Instant::now(), deadline });
+        self.staged = Some((peer, id));
+        true
     }
 
     fn queue_ack(&mut self, p: Rank, id: u64, text: String, deadline: Instant) {
@@ -109,6 +138,13 @@ impl EventLoop {
 
     /// `p` took (or refused) our rendezvous send `id`.
     pub(super) fn on_ack(&mut self, p: Rank, id: u64, text: Vec<u8>) {
+        if self.staged == Some((p, id)) {
+            // Our staging area is free again. The send completed when it
+            // was staged: a receive that refused it (other size) failed on
+            // the receiver's side, as for a send by value.
+            self.staged = None;
+            return;
+        }
         let Some(peer) = self.peers[p].as_mut() else { return };
         let Some(i) = peer.awaiting.iter().position(|a| a.id == id) else { return };
         let a = peer.awaiting.swap_remove(i);
@@ -161,7 +197,7 @@ mod tests {
         pull(&workers, pid, src.as_ptr() as u64, &mut dst).unwrap();
         assert_eq!(src, dst);
         assert!(pull(&workers, pid, 8, &mut dst).is_err());
-        let (addr, id) = parse(&crate::transport::frame::rendezvous_body(0xdead_beef, 7));
+        let (addr, id) = parse(&frame::rendezvous_body(0xdead_beef, 7));
         assert_eq!((addr, id), (0xdead_beef, 7));
     }
 }

@@ -14,6 +14,7 @@
 //!                            the parity of the phase it started at, so a peer still verifying
 //!                            the previous operation never sees the next one's
 //! 128    signal   AtomicU32  futex word of the collective channel: bumped by whoever changes state this rank waits on
+//! 144    stage    u64        size of the staging area (written once, checked by mappers)
 //! 160    signal   AtomicU32  futex word of the point-to-point channel (its own thread waits on it)
 //! 192    sleepers AtomicU32  > 0 while this rank sleeps on the collective `signal`
 //! 200    blocked  AtomicU64  what the collective thread sleeps waiting for ([`Blocked`]), 0 otherwise
@@ -21,7 +22,8 @@
 //! 256+(c*n+i)*128            ring of channel c to local rank i: head (producer) at +0, tail (consumer) at +64
 //! ctrl   2n rings of `ring` bytes (ring c*n+i carries this rank's bytes of channel c to local rank i)
 //!        two small slots (`small` bytes each, by phase parity), input area (n x `seg`), output area (`seg`),
-//!        table (2n x (address, length): the buffers a rank lets peers read)
+//!        table (2n x (address, length): the buffers a rank lets peers read),
+//!        staging area (`stage` bytes: the owner's staged point-to-point send, `stage.rs`)
 //!
 //! Channels: 0 carries the collectives' framed messages (worker thread),
 //! 1 the point-to-point messages (the p2p engine's thread), so the two
@@ -62,6 +64,8 @@ pub struct Layout {
     pub in_off: usize,
     pub out_off: usize,
     pub table_off: usize,
+    pub stage: usize,
+    pub stage_off: usize,
     pub total: usize,
 }
 
@@ -76,8 +80,15 @@ impl Layout {
         let in_off = small_off + 2 * small;
         let out_off = in_off + n * seg;
         let table_off = out_off + seg;
-        let total = round_up(table_off + Layout::table_entries(n) * 16, 4096);
-        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, table_off, total }
+        let stage_off = round_up(table_off + Layout::table_entries(n) * 16, 4096);
+        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, table_off, stage: 0, stage_off, total: stage_off }
+    }
+
+    /// The same layout with a staging area of `stage` bytes (rounded up to
+    /// whole cache lines) at its end.
+    pub fn with_stage(self, stage: usize) -> Layout {
+        let stage = round_up(stage, 64);
+        Layout { stage, total: round_up(self.stage_off + stage, 4096), ..self }
     }
 
     /// Entries of the table: an input and an output span per local rank.
@@ -231,6 +242,7 @@ impl Segment {
         if s.u64_at(0).load(Ordering::Acquire) != MAGIC
             || s.u64_at(8).load(Ordering::Relaxed) != layout.n as u64
             || s.u64_at(32).load(Ordering::Relaxed) != layout.seg as u64
+            || s.u64_at(144).load(Ordering::Relaxed) != layout.stage as u64
         {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "segment header mismatch"));
         }
@@ -243,6 +255,7 @@ impl Segment {
         self.u64_at(16).store(l.ring as u64, Ordering::Relaxed);
         self.u64_at(24).store(l.small as u64, Ordering::Relaxed);
         self.u64_at(32).store(l.seg as u64, Ordering::Relaxed);
+        self.u64_at(144).store(l.stage as u64, Ordering::Relaxed);
         self.u64_at(0).store(MAGIC, Ordering::Release);
     }
 
