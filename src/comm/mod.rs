@@ -279,7 +279,7 @@ impl Communicator {
                 Err(Error::Bootstrap { rank, detail: format!("RUSTCCL_TRANSPORT=shm, but shared memory failed: {e}") })
             }
             Err(e) => {
-                log_at!(LogLevel::Info, "rank {rank}: shared memory unavailable ({e}); using TCP");
+                log_at!(LogLevel::Warn, "rank {rank}: shared memory unavailable ({e}); using TCP between the ranks of this host");
                 Ok(None)
             }
         }

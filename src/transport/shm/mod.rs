@@ -438,6 +438,7 @@ pub fn connect(
     let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
     let mine = Segment::create(&path(me), layout);
     let created = mine.is_ok() as u8;
+    let why_not = mine.as_ref().err().map(|e| e.to_string());
     let canary = Box::new(u64::from(std::process::id()) << 32 ^ getrandom::u64().unwrap_or(0x9e37_79b9_7f4a_7c15) >> 32 | 1);
     if let (Ok(m), false) = (&mine, attach_off) {
         remote::allow_attach();
@@ -482,7 +483,14 @@ pub fn connect(
         m.unlink();
     }
     let Some(mine) = segs[my_idx].clone() else {
-        return Err(io::Error::other("could not create this rank's shared-memory segment"));
+        // The peers that made theirs still vote on attach (`agree_attach`)
+        // with every local rank: vote no, so the connections stay in step.
+        for (_, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
+            let (s, _) = conns[r].as_mut().expect("local peer has a connection");
+            exchange_byte(s, 0, deadline)?;
+        }
+        let why = why_not.unwrap_or_default();
+        return Err(io::Error::other(format!("could not create this rank's shared-memory segment: {why}")));
     };
     let complete = agreed.iter().enumerate().all(|(i, &a)| a || i == my_idx);
     let all: Vec<Arc<Segment>> = segs.iter().map(|s| s.clone().unwrap_or_else(|| mine.clone())).collect();

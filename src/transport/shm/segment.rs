@@ -209,6 +209,7 @@ impl Segment {
         let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path)?;
         let seg = (|| {
             file.set_len(layout.total as u64)?;
+            reserve(&file, layout.total)?;
             let map = MmapRaw::map_raw(&file)?;
             Ok::<_, io::Error>(Segment {
                 map,
@@ -409,6 +410,27 @@ impl Segment {
 impl Drop for Segment {
     fn drop(&mut self) {
         self.unlink();
+    }
+}
+
+/// Allocates the file's pages now: /dev/shm (tmpfs) otherwise allocates
+/// them when first touched, and a touch beyond its size (Docker's default
+/// is 64 MiB) kills the process with SIGBUS instead of failing here, where
+/// the group falls back to TCP.
+fn reserve(file: &File, len: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: posix_fallocate on a file descriptor we own, for a range
+    // within the length just set; it touches no memory of ours.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    match rc {
+        0 => Ok(()),
+        // a file system that cannot reserve: keep the lazy allocation
+        libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        libc::ENOSPC => Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!("/dev/shm has no room for this rank's {len}-byte segment (mount it larger, e.g. docker run --shm-size=1g, or make RUSTCCL_SHM_RING_BYTES / RUSTCCL_SHM_STAGED_SEND_MAX_BYTES smaller)"),
+        )),
+        e => Err(io::Error::from_raw_os_error(e)),
     }
 }
 
