@@ -245,3 +245,30 @@ fn different_roots_over_tcp_are_named_where_they_meet() {
         }
     }
 }
+
+#[test]
+fn a_message_that_arrived_before_its_sender_left_is_still_received() {
+    // A script's last send followed by destroy_process_group: the bytes
+    // were all written, so the receive posted afterwards gets them (it
+    // used to fail with "connection closed by peer" once the receiver's
+    // engine had read the message and then the peer's departure).
+    for mut comms in both(2, Duration::from_secs(30)) {
+        let gone = comms.pop().unwrap();
+        let c = &comms[0];
+        // rank 0's engine runs from here on, reading whatever arrives
+        let first = recv(c, &buf(DType::F32, &[0.0]), Some(1), 1);
+        send(&gone, &buf(DType::F32, &[5.0]), 0, 1).wait(None).unwrap();
+        first.wait(None).unwrap();
+        let want: Vec<f64> = (0..500).map(|i| i as f64).collect();
+        send(&gone, &buf(DType::F32, &want), 0, 2).wait(None).unwrap();
+        gone.shutdown(false);
+        drop(gone);
+        std::thread::sleep(Duration::from_millis(300));
+        let b = buf(DType::F32, &[0.0; 500]);
+        recv(c, &b, Some(1), 2).wait(None).unwrap();
+        assert_eq!(read(DType::F32, &b), want);
+        // nothing else is coming from the lost peer
+        let e = recv(c, &buf(DType::F32, &[0.0]), Some(1), 3).wait(None).unwrap_err();
+        assert!(matches!(e, Error::PeerLost { peer: 1, .. }), "{e}");
+    }
+}

@@ -233,7 +233,11 @@ impl EventLoop {
                 }
             }
             Req::Recv { peer, tag, mut buf, work, deadline } => {
-                if let Some(q) = peer {
+                // What a peer sent before it left is still received (a
+                // script's last send, then its exit); only then does a
+                // receive from it fail.
+                let found = self.unexpected.iter().position(|(p, t, _)| *t == tag && peer.is_none_or(|q| q == *p));
+                if let (None, Some(q)) = (found, peer) {
                     let dead = self.peers[q].as_ref().and_then(|p| p.dead.clone());
                     if let Some(why) = dead {
                         let e = self.lost(q, &work, &why);
@@ -242,7 +246,6 @@ impl EventLoop {
                         return;
                     }
                 }
-                let found = self.unexpected.iter().position(|(p, t, _)| *t == tag && peer.is_none_or(|q| q == *p));
                 let now = Instant::now();
                 match found {
                     Some(i) => match self.unexpected.remove(i).expect("index from position") {
