@@ -187,6 +187,9 @@ impl EventLoop {
                 _ => None,
             };
             if let Some(why) = why {
+                // What the peer wrote into its ring before it left may
+                // have landed after this pass read the ring: read it first.
+                self.pump_in(p);
                 self.kill(p, why);
             }
         }
