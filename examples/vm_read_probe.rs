@@ -1,7 +1,9 @@
 //! Probe: how fast this rank's shared-memory worker threads read another
 //! process's memory through the kernel (the rendezvous send's path), by
 //! size, threads and piece size, against the same threads copying within
-//! the process. Usage: `cargo run --release --example vm_read_probe`.
+//! the process. Usage: `cargo run --release --example vm_read_probe`
+//! (results and what they decided:
+//! `benchmarks/results/2026-11-26-h100host-p2p-staged/`).
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
 use std::time::Instant;
