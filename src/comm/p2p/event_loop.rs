@@ -190,7 +190,9 @@ impl EventLoop {
                 // What the peer wrote into its ring before it left may
                 // have landed after this pass read the ring: read it first.
                 self.pump_in(p);
-                self.kill(p, why);
+                if self.peers[p].as_ref().is_some_and(|x| x.dead.is_none()) {
+                    self.kill(p, why);
+                }
             }
         }
     }
@@ -216,18 +218,26 @@ impl EventLoop {
                     return;
                 }
                 let rdv = self.rendezvous_to(peer, buf.nbytes());
+                let staged = rdv && self.stage(peer, &buf);
                 let now = Instant::now();
-                if rdv && self.stage(peer, &buf, tag, &work, deadline) {
-                    return;
-                }
                 if let Some(p) = self.peers[peer].as_mut() {
                     let len = buf.nbytes() as u64;
                     let o = if rdv {
                         let id = p.next_id;
                         p.next_id += 1;
-                        let hdr = P2pHeader { kind: P2pKind::Rendezvous, tag, len }.encode();
-                        let ctl = frame::rendezvous_body(buf.bytes().as_ptr() as u64, id);
-                        Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: Some(buf), work: Some(work), rdv: Some(id), posted_at: now, deadline }
+                        if staged {
+                            // The bytes wait in our staging area (ours
+                            // again on the ack): the send completes once
+                            // this message is written.
+                            self.staged = Some((peer, id));
+                            let hdr = P2pHeader { kind: P2pKind::Staged, tag, len }.encode();
+                            let ctl = frame::rendezvous_body(0, id);
+                            Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: None, work: Some(work), rdv: None, posted_at: now, deadline }
+                        } else {
+                            let hdr = P2pHeader { kind: P2pKind::Rendezvous, tag, len }.encode();
+                            let ctl = frame::rendezvous_body(buf.bytes().as_ptr() as u64, id);
+                            Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: Some(buf), work: Some(work), rdv: Some(id), posted_at: now, deadline }
+                        }
                     } else {
                         let hdr = P2pHeader { kind: P2pKind::Data, tag, len }.encode();
                         Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: None, buf: Some(buf), work: Some(work), rdv: None, posted_at: now, deadline }

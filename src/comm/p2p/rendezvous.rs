@@ -20,8 +20,7 @@ use super::event_loop::{site, size_mismatch, EventLoop};
 use super::{Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
 use crate::tensor::HostTensor;
-use crate::transport::frame::{self, rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
-use crate::work::Work;
+use crate::transport::frame::{rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
 use crate::transport::shm::{remote, ShmLocal, Workers};
 use crate::types::Rank;
 
@@ -102,28 +101,17 @@ impl EventLoop {
         self.queue_ack(p, rdv.id, nack.unwrap_or_default(), ack_deadline);
     }
 
-    /// Stages a rendezvous send (see the module `p2p`) of more than
-    /// `ShmLocal::stage_min` bytes when our staging area is free and holds
-    /// it: copies the bytes there and queues the message, which completes
-    /// the send once written. False: not staged, the caller sends it by
-    /// rendezvous.
-    pub(super) fn stage(&mut self, peer: Rank, buf: &HostTensor, tag: i64, work: &Work, deadline: Instant) -> bool {
+    /// Copies a rendezvous send's bytes into our staging area when it is
+    /// free, holds them, and the send is over `ShmLocal::stage_min` bytes
+    /// (see the module `p2p`); the caller then sends it as `Staged`.
+    /// False: not staged, it goes by rendezvous.
+    pub(super) fn stage(&mut self, peer: Rank, buf: &HostTensor) -> bool {
         let Some(local) = self.attach.as_ref() else { return false };
         let n = buf.nbytes();
-        if self.staged.is_some() || n <= local.stage_min || n > local.stage_capacity() || local.local_index(peer).is_none() {
+        if self.staged.is_some() || n <= local.stage_min || local.local_index(peer).is_none() {
             return false;
         }
-        let Some(p) = self.peers[peer].as_mut() else { return false };
-        if local.stage_in(buf.bytes()).is_none() {
-            return false;
-        }
-        let id = p.next_id;
-        p.next_id += 1;
-        let hdr = P2pHeader { kind: P2pKind::Staged, tag, len: buf.nbytes() as u64 }.encode();
-        let ctl = frame::rendezvous_body(0, id);
-        p.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: None, work: Some(work.clone()), rdv: None, posted_at: Instant::now(), deadline });
-        self.staged = Some((peer, id));
-        true
+        local.stage_in(buf.bytes()).is_some()
     }
 
     fn queue_ack(&mut self, p: Rank, id: u64, text: String, deadline: Instant) {
@@ -197,7 +185,7 @@ mod tests {
         pull(&workers, pid, src.as_ptr() as u64, &mut dst).unwrap();
         assert_eq!(src, dst);
         assert!(pull(&workers, pid, 8, &mut dst).is_err());
-        let (addr, id) = parse(&frame::rendezvous_body(0xdead_beef, 7));
+        let (addr, id) = parse(&crate::transport::frame::rendezvous_body(0xdead_beef, 7));
         assert_eq!((addr, id), (0xdead_beef, 7));
     }
 }

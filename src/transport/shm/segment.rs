@@ -426,10 +426,10 @@ fn reserve(file: &File, len: usize) -> io::Result<()> {
         0 => Ok(()),
         // a file system that cannot reserve: keep the lazy allocation
         libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
-        libc::ENOSPC => Err(io::Error::new(
-            io::ErrorKind::StorageFull,
-            format!("/dev/shm has no room for this rank's {len}-byte segment (mount it larger, e.g. docker run --shm-size=1g, or make RUSTCCL_SHM_RING_BYTES / RUSTCCL_SHM_STAGED_SEND_MAX_BYTES smaller)"),
-        )),
+        // (io::ErrorKind::StorageFull needs Rust 1.83; the MSRV is 1.82)
+        libc::ENOSPC => Err(io::Error::other(format!(
+            "/dev/shm has no room for this rank's {len}-byte segment (mount it larger, e.g. docker run --shm-size=1g, or make RUSTCCL_SHM_RING_BYTES / RUSTCCL_SHM_STAGED_SEND_MAX_BYTES smaller)"
+        ))),
         e => Err(io::Error::from_raw_os_error(e)),
     }
 }
