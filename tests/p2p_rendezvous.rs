@@ -301,3 +301,37 @@ fn a_lost_receiver_frees_the_staging_area() {
     recv(&c[1], &got, Some(0), 6).wait(None).unwrap();
     assert_eq!(read(DType::F32, &got), pattern(8, 4096));
 }
+
+#[test]
+fn staged_sends_whose_receive_is_posted_are_copied_out_chunk_by_chunk_as_they_land() {
+    // An 8 MiB staging area: 128 ready flags of 64 KiB, sends of 8 MB
+    // (123 chunks, the last one short) split among 3 threads on each side.
+    // The receives are posted first, so each receiver copies while its
+    // sender is still writing: reading a chunk before its flag, or taking
+    // an earlier message's flag for this one's, would give the wrong bytes.
+    let shm = ShmConfig { staged_max: 8 << 20, ..shm_cfg(0) };
+    let c = hosts_comms(&[0, 0], AlgoConfig::default(), Duration::from_secs(30), rustccl::config::TransportMode::Auto, shm);
+    assert_eq!(threshold(&c[0], "shm_staged_send_max_bytes"), Some(8 << 20));
+    let posted = Barrier::new(2);
+    let n = 1_000_000;
+    let wrong = on_ranks(&c, |r, c| {
+        let mut wrong = Vec::new();
+        for round in 0..12 {
+            if r == 0 {
+                posted.wait();
+                send(c, &buf(DType::F64, &pattern(round, n)), 1, round as i64).wait(None).unwrap();
+            } else {
+                let got = buf(DType::F64, &vec![-1.0; n]);
+                let w = recv(c, &got, Some(0), round as i64);
+                posted.wait();
+                w.wait(None).unwrap();
+                let bad = read(DType::F64, &got).iter().zip(pattern(round, n)).filter(|(a, b)| *a != b).count();
+                if bad > 0 {
+                    wrong.push((round, bad));
+                }
+            }
+        }
+        wrong
+    });
+    assert_eq!(wrong[1], vec![], "(round, elements received wrong)");
+}

@@ -33,6 +33,8 @@ pub(super) struct EventLoop {
     /// Our staged send (peer, id) whose receiver has not acked yet: our
     /// staging area is theirs to read until then.
     pub(super) staged: Option<(Rank, u64)>,
+    /// The number of our last staged send (`ShmLocal::stage_in`).
+    pub(super) stage_seq: u64,
     /// Peers to read from / write to on the next pass (besides every
     /// shared-memory peer), and those whose connection to look at.
     pump_in: Vec<bool>,
@@ -121,6 +123,7 @@ impl EventLoop {
             rx,
             attach,
             staged: None,
+            stage_seq: 0,
             pump_in: vec![true; n],
             pump_out: vec![true; n],
             watch: vec![false; n],
@@ -218,31 +221,36 @@ impl EventLoop {
                     return;
                 }
                 let rdv = self.rendezvous_to(peer, buf.nbytes());
-                let staged = rdv && self.stage(peer, &buf);
+                let seq = if rdv { self.next_stage(peer, buf.nbytes()) } else { None };
                 let now = Instant::now();
+                let mut to_stage = None;
                 if let Some(p) = self.peers[peer].as_mut() {
                     let len = buf.nbytes() as u64;
                     let o = if rdv {
                         let id = p.next_id;
                         p.next_id += 1;
-                        if staged {
-                            // The bytes wait in our staging area (ours
-                            // again on the ack): the send completes once
-                            // this message is written.
+                        if let Some(seq) = seq {
+                            // The bytes go to our staging area (ours again
+                            // on the ack) right after this message: the
+                            // send completes once both are done.
                             self.staged = Some((peer, id));
                             let hdr = P2pHeader { kind: P2pKind::Staged, tag, len }.encode();
-                            let ctl = frame::rendezvous_body(0, id);
-                            Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: None, work: Some(work), rdv: None, posted_at: now, deadline }
+                            let ctl = frame::rendezvous_body(seq, id);
+                            to_stage = Some((seq, buf, work));
+                            Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: None, work: None, rdv: None, staged: true, posted_at: now, deadline }
                         } else {
                             let hdr = P2pHeader { kind: P2pKind::Rendezvous, tag, len }.encode();
                             let ctl = frame::rendezvous_body(buf.bytes().as_ptr() as u64, id);
-                            Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: Some(buf), work: Some(work), rdv: Some(id), posted_at: now, deadline }
+                            Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: Some(buf), work: Some(work), rdv: Some(id), staged: false, posted_at: now, deadline }
                         }
                     } else {
                         let hdr = P2pHeader { kind: P2pKind::Data, tag, len }.encode();
-                        Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: None, buf: Some(buf), work: Some(work), rdv: None, posted_at: now, deadline }
+                        Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: None, buf: Some(buf), work: Some(work), rdv: None, staged: false, posted_at: now, deadline }
                     };
                     p.out.push_back(o);
+                }
+                if let Some((seq, buf, work)) = to_stage {
+                    self.stage_send(peer, seq, buf, work);
                 }
             }
             Req::Recv { peer, tag, mut buf, work, deadline } => {
@@ -279,7 +287,7 @@ impl EventLoop {
         }
     }
 
-    fn pump_out(&mut self, p: Rank) -> bool {
+    pub(super) fn pump_out(&mut self, p: Rank) -> bool {
         let mut moved = false;
         loop {
             let Some(peer) = self.peers[p].as_mut() else { return moved };

@@ -167,14 +167,27 @@ impl PeerLink {
 
     /// For a shared-memory peer: Err when its watched connection closed.
     pub fn alive(&self) -> Result<(), String> {
-        let PeerLink::Shm { watch, .. } = self else { return Ok(()) };
-        let mut b = [0u8; 1];
-        match watch.peek(&mut b) {
-            Ok(0) => Err("connection closed by peer (process exited?)".into()),
-            Ok(_) => Err("unexpected bytes on the idle connection of a shared-memory peer".into()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(()),
-            Err(e) => Err(format!("connection to peer lost: {e}")),
+        self.watch().map_or(Ok(()), watch_alive)
+    }
+
+    /// A shared-memory peer's watched connection.
+    pub fn watch(&self) -> Option<&TcpStream> {
+        match self {
+            PeerLink::Shm { watch, .. } => Some(watch),
+            PeerLink::Tcp(_) => None,
         }
+    }
+}
+
+/// Err when a shared-memory peer's watched (otherwise idle) connection
+/// closed: the peer is gone.
+pub fn watch_alive(watch: &TcpStream) -> Result<(), String> {
+    let mut b = [0u8; 1];
+    match watch.peek(&mut b) {
+        Ok(0) => Err("connection closed by peer (process exited?)".into()),
+        Ok(_) => Err("unexpected bytes on the idle connection of a shared-memory peer".into()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => Ok(()),
+        Err(e) => Err(format!("connection to peer lost: {e}")),
     }
 }
 

@@ -20,11 +20,12 @@
 //! the sender's tensor and acks; the send completes on the ack, so it
 //! waits for its receive, as gloo's sends do. Between the staging bounds
 //! (`ShmLocal::stage_min`, `stage_capacity`) such a send is *staged* instead when the
-//! sender's staging area is free: the sender's threads copy the bytes
-//! there, the send completes, and the receiver's threads copy them out
-//! before the ack frees the area (user-space copies by several threads
-//! beat several threads reading another process through the kernel at
-//! these sizes).
+//! sender's staging area is free: the sender writes its message, then its
+//! threads copy the bytes there chunk by chunk and the send completes; the
+//! receiver's threads copy each chunk out as soon as it is in (the two
+//! copies overlap when the receive is already posted), and the ack frees
+//! the area (user-space copies by several threads beat several threads
+//! reading another process through the kernel at these sizes).
 //!
 //! A send to a rank of this host that goes by value (not rendezvous) is
 //! written into the ring by the calling thread itself when nothing is
@@ -88,6 +89,8 @@ struct Outgoing {
     work: Option<Work>,
     /// Rendezvous: once written, the send waits for the ack with this id.
     rdv: Option<u64>,
+    /// Our staged message (at most one is outstanding).
+    staged: bool,
     posted_at: Instant,
     deadline: Instant,
 }
@@ -106,6 +109,7 @@ struct Awaiting {
 /// A rendezvous message's header: where the sender's bytes are.
 struct Rdv {
     len: usize,
+    /// The sender's tensor; for a staged send, its number (`ShmLocal::stage_in`).
     addr: u64,
     id: u64,
     /// The bytes are in the sender's staging area, not at `addr`.

@@ -17,12 +17,14 @@
 use std::time::Instant;
 
 use super::event_loop::{site, size_mismatch, EventLoop};
+use super::link::watch_alive;
 use super::{Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
 use crate::tensor::HostTensor;
 use crate::transport::frame::{rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
 use crate::transport::shm::{remote, ShmLocal, Workers};
 use crate::types::Rank;
+use crate::work::Work;
 
 /// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`, in
 /// pieces over `workers`' threads.
@@ -70,14 +72,25 @@ impl EventLoop {
         } else {
             let attach = self.attach.as_ref().and_then(|l| Some((l, l.attach.as_ref()?, l.local_index(p)?)));
             let read = match attach {
-                Some((local, _, i)) if rdv.staged => local.stage_out(i, buf.bytes_mut()).ok_or_else(|| format!("its staging area holds less than {} bytes", rdv.len)),
+                Some((local, _, i)) if rdv.staged => {
+                    // The sender may still be copying in: wait for its
+                    // chunks while it lives and the receive has time.
+                    let watch = self.peers[p].as_ref().and_then(|x| x.link.watch());
+                    let coming = || match watch.map_or(Ok(()), watch_alive) {
+                        Ok(()) if Instant::now() >= deadline => Err(format!("timed out waiting for the sender's staged bytes ({} bytes)", rdv.len)),
+                        r => r,
+                    };
+                    local.stage_out(i, buf.bytes_mut(), rdv.addr, &coming)
+                }
                 Some((local, a, i)) => pull(&local.workers, a.pids[i], rdv.addr, buf.bytes_mut()).map_err(|e| e.to_string()),
                 None => Err(format!("rank {p} is not a rank of this host with cross-memory attach")),
             };
             match read {
                 Ok(()) => (Ok(()), None),
                 Err(e) => {
-                    let dead = self.peers[p].as_ref().and_then(|x| x.dead.clone());
+                    // Dead already, or found gone while we waited for its
+                    // staged bytes (its death is handled on the next pass).
+                    let dead = self.peers[p].as_ref().and_then(|x| x.dead.clone().or_else(|| x.link.alive().err()));
                     let how = if rdv.staged { "shared memory" } else { "memory (cross-memory attach)" };
                     let detail = format!("reading the message ({} bytes, tag {tag}) from rank {p}'s {how} failed: {e}", rdv.len);
                     let err = match dead {
@@ -101,17 +114,44 @@ impl EventLoop {
         self.queue_ack(p, rdv.id, nack.unwrap_or_default(), ack_deadline);
     }
 
-    /// Copies a rendezvous send's bytes into our staging area when it is
-    /// free, holds them, and the send is over `ShmLocal::stage_min` bytes
-    /// (see the module `p2p`); the caller then sends it as `Staged`.
-    /// False: not staged, it goes by rendezvous.
-    pub(super) fn stage(&mut self, peer: Rank, buf: &HostTensor) -> bool {
-        let Some(local) = self.attach.as_ref() else { return false };
-        let n = buf.nbytes();
-        if self.staged.is_some() || n <= local.stage_min || local.local_index(peer).is_none() {
-            return false;
+    /// The number of a new staged send of `n` bytes to `peer` when it can
+    /// be staged: our staging area is free and holds it, and it is over
+    /// `ShmLocal::stage_min` bytes (see the module `p2p`); the caller then
+    /// sends it as `Staged` and hands it to [`EventLoop::stage_send`].
+    /// None: it goes by rendezvous.
+    pub(super) fn next_stage(&mut self, peer: Rank, n: usize) -> Option<u64> {
+        let local = self.attach.as_ref()?;
+        if self.staged.is_some() || n <= local.stage_min || n > local.stage_capacity() || local.local_index(peer).is_none() {
+            return None;
         }
-        local.stage_in(buf.bytes()).is_some()
+        self.stage_seq += 1;
+        Some(self.stage_seq)
+    }
+
+    /// Our staged message `seq` to `peer` is queued: writes it now when the
+    /// ring has room (so a receiver that matches it copies behind us), then
+    /// copies `buf` into our staging area. The send completes then, or with
+    /// its message when that is still queued.
+    pub(super) fn stage_send(&mut self, peer: Rank, seq: u64, buf: HostTensor, work: Work) {
+        self.pump_out(peer);
+        let n = buf.nbytes();
+        let staged = self.attach.as_ref().and_then(|l| l.stage_in(buf.bytes(), seq));
+        drop(buf);
+        let dead = self.peers[peer].as_ref().and_then(|p| p.dead.clone());
+        if let Some(why) = dead {
+            let e = self.lost(peer, &work, &why);
+            work.finish(Err(e));
+            return;
+        }
+        if staged.is_none() {
+            // `next_stage` checked that it fits.
+            work.finish(Err(Error::Internal(format!("staging a send of {n} bytes failed"))));
+            return;
+        }
+        match self.peers[peer].as_mut().and_then(|p| p.out.back_mut()).filter(|o| o.staged) {
+            Some(o) => o.work = Some(work),
+            None => work.finish(Ok(())),
+        }
     }
 
     fn queue_ack(&mut self, p: Rank, id: u64, text: String, deadline: Instant) {
@@ -121,7 +161,7 @@ impl EventLoop {
         let hdr = P2pHeader { kind: P2pKind::Ack, tag: id as i64, len: text.len() as u64 }.encode();
         let now = Instant::now();
         peer.link.queue();
-        peer.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(text), buf: None, work: None, rdv: None, posted_at: now, deadline });
+        peer.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(text), buf: None, work: None, rdv: None, staged: false, posted_at: now, deadline });
     }
 
     /// `p` took (or refused) our rendezvous send `id`.

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
 pub use window::{Area, Desc, PhaseWait, PullError, Window};
+pub use stage::StillComing;
 pub use workers::Workers;
 
 use host::{host_attach_min, root_threads_for, threads_for, SMALL_SLOT};
@@ -118,6 +119,10 @@ pub const SINGLE_READER_MIN: usize = 256 << 10;
 /// gathers and scatters from 4-8 MiB on were 15-60% faster read directly.
 pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 
+/// A collective threshold this large (1 TiB) means that no collective
+/// reads peers' tensors: where reads are slow, the host's rule.
+pub const NO_COLLECTIVE_READS: usize = 1 << 40;
+
 impl Attach {
     /// Whether a single-reader transfer of `len` bytes is read directly.
     pub fn single_reader(&self, len: usize) -> bool {
@@ -125,10 +130,14 @@ impl Attach {
     }
 
     /// Whether every all_to_all, gather and scatter runs the single-copy
-    /// algorithms (`collectives::shm_attach`); where reads are slow, only
-    /// gathers and scatters of blocks read directly.
+    /// algorithms (`collectives::shm_attach`, whose blocks up to
+    /// `single_min` go through the senders' slots): unless no collective
+    /// reads (`min_bytes` from [`NO_COLLECTIVE_READS`]: where reads are
+    /// slow, `host_attach_min`), where only gathers and scatters of blocks
+    /// read directly do. (It once followed `single_min`, so raising that
+    /// setting sent every all_to_all through the rings instead.)
     pub fn all_blocks(&self) -> bool {
-        self.single_min <= SINGLE_READER_MIN
+        self.min_bytes < NO_COLLECTIVE_READS
     }
 }
 

@@ -23,7 +23,8 @@
 //! ctrl   2n rings of `ring` bytes (ring c*n+i carries this rank's bytes of channel c to local rank i)
 //!        two small slots (`small` bytes each, by phase parity), input area (n x `seg`), output area (`seg`),
 //!        table (2n x (address, length): the buffers a rank lets peers read),
-//!        staging area (`stage` bytes: the owner's staged point-to-point send, `stage.rs`)
+//!        staging area: a ready flag per `STAGE_CHUNK` (one cache line each), then `stage` bytes
+//!        (the owner's staged point-to-point send, `stage.rs`)
 //!
 //! Channels: 0 carries the collectives' framed messages (worker thread),
 //! 1 the point-to-point messages (the p2p engine's thread), so the two
@@ -39,7 +40,7 @@ use std::time::Duration;
 
 use memmap2::MmapRaw;
 
-const MAGIC: u64 = 0x354d_4853_4c43_4352; // "RCCLSHM5"
+const MAGIC: u64 = 0x364d_4853_4c43_4352; // "RCCLSHM6"
 
 /// Which pair of rings and futex word: collectives or point-to-point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,9 +66,16 @@ pub struct Layout {
     pub out_off: usize,
     pub table_off: usize,
     pub stage: usize,
+    /// The staging area's ready flags (`stage_data_off - stage_off` bytes).
     pub stage_off: usize,
+    pub stage_data_off: usize,
     pub total: usize,
 }
+
+/// Bytes of the staging area covered by one ready flag: the receiver of a
+/// staged send copies a chunk out as soon as the sender's flag says it is
+/// in (`stage.rs`).
+pub const STAGE_CHUNK: usize = 64 << 10;
 
 impl Layout {
     /// `ring` is rounded up to a power of two.
@@ -81,14 +89,15 @@ impl Layout {
         let out_off = in_off + n * seg;
         let table_off = out_off + seg;
         let stage_off = round_up(table_off + Layout::table_entries(n) * 16, 4096);
-        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, table_off, stage: 0, stage_off, total: stage_off }
+        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, table_off, stage: 0, stage_off, stage_data_off: stage_off, total: stage_off }
     }
 
     /// The same layout with a staging area of `stage` bytes (rounded up to
-    /// whole cache lines) at its end.
+    /// whole cache lines) at its end, after its ready flags.
     pub fn with_stage(self, stage: usize) -> Layout {
         let stage = round_up(stage, 64);
-        Layout { stage, total: round_up(self.stage_off + stage, 4096), ..self }
+        let stage_data_off = self.stage_off + stage.div_ceil(STAGE_CHUNK) * 64;
+        Layout { stage, stage_data_off, total: round_up(stage_data_off + stage, 4096), ..self }
     }
 
     /// Entries of the table: an input and an output span per local rank.
@@ -287,6 +296,17 @@ impl Segment {
 
     pub fn phase(&self) -> &AtomicU64 {
         self.u64_at(64)
+    }
+
+    /// Ready flag `k` of the staging area: the sequence number of the last
+    /// staged send whose chunk `k` is written (`stage.rs`).
+    pub fn stage_flag(&self, k: usize) -> &AtomicU64 {
+        let off = self.layout.stage_off + 64 * k;
+        assert!(off + 8 <= self.layout.stage_data_off, "stage_flag({k}) beyond the staging area's flags");
+        // SAFETY: in bounds (asserted), 64-aligned (the flags start on a
+        // page), valid for the life of `self`; every access to the flags
+        // is atomic.
+        unsafe { &*(self.base().add(off) as *const AtomicU64) }
     }
 
     /// The owner's process id, and the address and value of a canary in

@@ -60,6 +60,12 @@ impl Workers {
         (0..len).step_by(piece.max(1)).map(|s| s..(s + piece).min(len)).collect()
     }
 
+    /// As [`Workers::ranges`], with every boundary a multiple of `align`.
+    pub fn ranges_aligned(&self, len: usize, align: usize) -> Vec<Range<usize>> {
+        let piece = self.piece(len).div_ceil(align.max(1)) * align.max(1);
+        (0..len).step_by(piece).map(|s| s..(s + piece).min(len)).collect()
+    }
+
     /// `buf` cut into the pieces of [`Workers::ranges`]: (offset, piece),
     /// for gathering several buffers' pieces into one parallel phase.
     pub fn pieces_mut<'a>(&self, buf: &'a mut [u8]) -> impl Iterator<Item = (usize, &'a mut [u8])> {
@@ -150,5 +156,19 @@ mod tests {
         assert_eq!(threads_used(&Workers::new(1, "test", 64).unwrap(), 8), 1);
         assert!(threads_used(&Workers::new(2, "test", 64).unwrap(), 8) <= 2);
         assert!(threads_used(&Workers::new(4, "test", 64).unwrap(), 8) >= 2);
+    }
+
+    #[test]
+    fn aligned_ranges_cover_everything_once_on_aligned_boundaries() {
+        let wk = Workers::new(3, "test", 64).unwrap();
+        for len in [0usize, 1, 4096, 65536, 600_000, 8_000_000] {
+            let rs = wk.ranges_aligned(len, 65536);
+            assert!(rs.len() <= 3, "{len}: {rs:?}");
+            assert_eq!(rs.iter().map(|r| r.len()).sum::<usize>(), len);
+            for (a, b) in rs.iter().zip(rs.iter().skip(1)) {
+                assert_eq!(a.end, b.start);
+                assert_eq!(b.start % 65536, 0, "{len}: {rs:?}");
+            }
+        }
     }
 }
