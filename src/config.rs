@@ -65,6 +65,11 @@ pub struct ShmConfig {
     /// point-to-point messages) over this many bytes are read directly;
     /// 0: from the host (256 KiB, 4 MiB where reads are slow).
     pub single_min: usize,
+    /// all_to_all / gather / scatter blocks over this many bytes are read
+    /// from the sender's tensor; smaller ones that fit the sender's slots
+    /// are copied through them. 0: from the host (1 MiB, and at least
+    /// `single_min`, where reads are fast; `single_min` where slow).
+    pub block_min: usize,
     /// Threads of a root's phases that only it works in; 0: from the host.
     pub root_threads: usize,
     /// Smallest broadcast that reads the root's tensor (cross-memory
@@ -73,10 +78,15 @@ pub struct ShmConfig {
     /// Point-to-point sends to a rank of this host of more than
     /// `staged_min` and at most `staged_max` bytes that would be read from
     /// the sender's tensor go through its staging area instead (of
-    /// `staged_max` bytes; 0: none).
+    /// `staged_max` bytes; 0: none; [`STAGE_FROM_HOST`]: from the threads
+    /// per rank, `transport::shm::host`).
     pub staged_min: usize,
     pub staged_max: usize,
 }
+
+/// `ShmConfig::staged_max` when `RUSTCCL_SHM_STAGED_SEND_MAX_BYTES` is unset
+/// or `auto`.
+pub const STAGE_FROM_HOST: usize = usize::MAX - 1;
 
 /// `ShmConfig::attach_min` when `RUSTCCL_SHM_ATTACH_MIN_BYTES` is unset or
 /// `auto`: the shared-memory setup decides from the host
@@ -237,6 +247,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "all_to_all, gather and scatter blocks and point-to-point messages to a rank of the host of more than this many bytes are read from the sender's tensor (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); 0: 262144, or 4194304 where the host's reads are slow (see RUSTCCL_SHM_ATTACH_MIN_BYTES=auto); above 262144 (set or chosen) all_to_all, and gathers and scatters of blocks up to this size, copy through shared memory instead",
     },
     Setting {
+        name: "RUSTCCL_SHM_BLOCK_READ_MIN_BYTES",
+        default: "0",
+        doc: "all_to_all, gather and scatter blocks between ranks of one host of more than this many bytes are read from the sender's tensor (cross-memory attach); smaller ones that fit the sender's shared-memory slots (RUSTCCL_SHM_SEGMENT_BYTES x threads) are copied through them; 0: 1048576 (or RUSTCCL_SHM_SINGLE_READER_MIN_BYTES if larger) where reads are fast, else RUSTCCL_SHM_SINGLE_READER_MIN_BYTES. On a 16-core host with 4 ranks, 1-4 MiB all_to_all took 1.3-1.5x less time with 256 KiB - 1 MiB blocks copied through the slots than read (the kernel's reads of a few MiB do not get faster with more threads)",
+    },
+    Setting {
         name: "RUSTCCL_SHM_MIN_PIECE_BYTES",
         default: "0",
         doc: "smallest piece of a shared-memory copy a rank's worker threads take (the threads are woken only for at least two such pieces); the reducing algorithms (pipelined all_reduce and reduce, reduce_scatter) take pieces half that size; 0: 262144, or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
@@ -253,13 +268,13 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "RUSTCCL_SHM_STAGED_SEND_MIN_BYTES",
-        default: "1048576",
-        doc: "see RUSTCCL_SHM_STAGED_SEND_MAX_BYTES: sends of at most this many bytes are read from the sender's tensor (on a 16-core host two user-space copies of 1 MiB messages made a 4-stage pipeline 15-45% slower)",
+        default: "0",
+        doc: "see RUSTCCL_SHM_STAGED_SEND_MAX_BYTES: sends of at most this many bytes are read from the sender's tensor; 0: every send that would be read is staged when it fits (on a 16-core host, 512 KiB - 1 MiB messages one way took 41-92 us staged and 62-183 us read)",
     },
     Setting {
         name: "RUSTCCL_SHM_STAGED_SEND_MAX_BYTES",
-        default: "4194304",
-        doc: "point-to-point sends to a rank of this host that would be read from the sender's tensor (see RUSTCCL_SHM_SINGLE_READER_MIN_BYTES), of more than RUSTCCL_SHM_STAGED_SEND_MIN_BYTES and at most this many bytes, are copied by the sender's threads into a staging area of this size in its shared memory and by the receiver's out of it (the send completes once copied in; one such send at a time per rank, the others are read directly); 0: none (and no staging area). On a 16-core host 8 threads read 2-8 MiB through the kernel in ~250 us but copied 2 MiB in ~50 us",
+        default: "auto",
+        doc: "point-to-point sends to a rank of this host that would be read from the sender's tensor (see RUSTCCL_SHM_SINGLE_READER_MIN_BYTES), of more than RUSTCCL_SHM_STAGED_SEND_MIN_BYTES and at most this many bytes, are copied by the sender's threads into a staging area of this size in its shared memory and by the receiver's out of it, chunk by chunk as they land (the send completes once copied in; one such send at a time per rank, the others are read directly); 0: none (and no staging area); auto: 2 MiB per thread of the rank (RUSTCCL_SHM_THREADS), 4 to 8 MiB; where /dev/shm cannot hold the staging area, a rank goes without one. On a 16-core host 8 threads read 2-8 MiB through the kernel in ~250 us but copied 2 MiB in ~50 us; staged 8 MiB messages took 234-318 us one way between 2 ranks and 417-461 us with 2 pairs at once (read: 448-532 / 481-509 us), but 796-836 us with 4 pairs (read: 650-720 us)",
     },
     Setting {
         name: "RUSTCCL_SOCKET_IFNAME",
@@ -420,13 +435,17 @@ impl Config {
                 },
                 min_piece: env_usize("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
                 single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
+                block_min: env_usize("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", 0),
                 root_threads: env_usize("RUSTCCL_SHM_ROOT_THREADS", 0),
                 broadcast_min: match std::env::var("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES").as_deref() {
                     Ok("off") => usize::MAX,
                     _ => env_usize("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", usize::MAX),
                 },
-                staged_min: env_usize("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", 1 << 20),
-                staged_max: env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", 4 << 20),
+                staged_min: env_usize("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", 0),
+                staged_max: match std::env::var("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES").as_deref() {
+                    Ok("auto") => STAGE_FROM_HOST,
+                    _ => env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST),
+                },
             },
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
@@ -489,13 +508,17 @@ impl Config {
             }),
             ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.to_string()),
             ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.to_string()),
+            ("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", self.shm.block_min.to_string()),
             ("RUSTCCL_SHM_ROOT_THREADS", self.shm.root_threads.to_string()),
             ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", match self.shm.broadcast_min {
                 usize::MAX => "off".into(),
                 v => v.to_string(),
             }),
             ("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", self.shm.staged_min.to_string()),
-            ("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", self.shm.staged_max.to_string()),
+            ("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", match self.shm.staged_max {
+                STAGE_FROM_HOST => "auto".into(),
+                v => v.to_string(),
+            }),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

@@ -17,7 +17,7 @@ use rustccl::{Communicator, DType, OpKind, ReduceOp};
 /// Shared memory with attach from 0 bytes: every collective reads directly.
 /// Tiny slots and 3 threads, so the pieces of one read run in parallel.
 fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min, min_piece: 0, single_min: 0, root_threads: 5, broadcast_min: attach_min, staged_min: 0, staged_max: 0 };
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min, min_piece: 0, single_min: 0, block_min: 0, root_threads: 5, broadcast_min: attach_min, staged_min: 0, staged_max: 0 };
     mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
 }
 
@@ -160,7 +160,7 @@ fn the_threshold_picks_direct_reads_from_its_size_on() {
 #[test]
 fn broadcast_reads_the_root_only_from_its_own_setting() {
     for (broadcast_min, want) in [(usize::MAX, "shm_direct"), (1024, "shm_attach")] {
-        let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: 0, min_piece: 0, single_min: 0, root_threads: 0, broadcast_min, staged_min: 0, staged_max: 0 };
+        let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: 0, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, broadcast_min, staged_min: 0, staged_max: 0 };
         let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         let th = comms[0].thresholds().iter().find(|(k, _)| *k == "shm_broadcast_attach_min_bytes").map(|(_, v)| *v);
         assert_eq!(th, Some(broadcast_min as u64));
@@ -202,7 +202,7 @@ fn ranks_with_different_settings_agree() {
                     s.spawn(move || {
                         let mut o = opts(Duration::from_secs(30), tiny_algo());
                         o.transport = TransportMode::Shm;
-                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r], min_piece: 0, single_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
+                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r], min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
                         Communicator::bootstrap(store.as_ref(), r, 3, o, "127.0.0.1".parse().unwrap()).unwrap()
                     })
                 })
@@ -233,7 +233,7 @@ fn ranks_with_different_settings_agree() {
 /// tensor, sends of either size arrive, and the thresholds say so.
 #[test]
 fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10, block_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
     let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
     let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
     for c in &comms {
@@ -290,7 +290,7 @@ fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
 fn the_host_rule_gives_every_rank_the_same_thresholds() {
     use rustccl::config::ATTACH_FROM_HOST;
     for threads in [1, 2] {
-        let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads, attach_min: ATTACH_FROM_HOST, min_piece: 0, single_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
+        let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads, attach_min: ATTACH_FROM_HOST, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
         let comms = mesh_comms(2, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         let th = |c: &Communicator| -> (Option<u64>, Option<u64>) {
             let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
@@ -315,7 +315,7 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
 /// with the cause, either way round.
 #[test]
 fn slow_reads_different_algorithms_for_one_gather_or_scatter_fail_at_once() {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10, block_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
     // 128 Ki floats = 512 KiB (messages), 160 Ki over the threshold (read)
     let (small, large) = (128usize << 10, 160 << 10);
     let cause = "picked different algorithms";
@@ -374,7 +374,7 @@ fn slow_reads_different_algorithms_for_one_gather_or_scatter_fail_at_once() {
 /// with the right data.
 #[test]
 fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10, block_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
     let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
     // large gather blocks over the 512 KiB threshold (read), the rest by messages
     let (small, large, a2a) = (3000usize, 160_000usize, 2000usize);
@@ -413,4 +413,54 @@ fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
             }
         }
     });
+}
+
+/// all_to_all blocks that fit the sender's slot go through it up to the
+/// block-read threshold (default 1 MiB where collectives read) and are
+/// read from its tensor above: ranks given different settings take the
+/// largest, so a block one rank would read is not looked for in a slot
+/// its sender left empty. Blocks of 0, 400, 700 and 1400 bytes around a
+/// 500-byte threshold and the 768-byte slots, in one call.
+#[test]
+fn all_to_all_blocks_around_the_block_read_threshold_arrive_with_settings_that_differ() {
+    use std::sync::Arc;
+    let with = |blocks: [usize; 3]| -> Vec<Communicator> {
+        let store = Arc::new(rustccl::bootstrap::MemStore::new());
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|r| {
+                    let store = store.clone();
+                    s.spawn(move || {
+                        let mut o = opts(Duration::from_secs(30), tiny_algo());
+                        o.transport = TransportMode::Shm;
+                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: 1 << 20, min_piece: 0, single_min: 0, block_min: blocks[r], root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
+                        Communicator::bootstrap(store.as_ref(), r, 3, o, "127.0.0.1".parse().unwrap()).unwrap()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    let th = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_block_read_min_bytes").map(|(_, v)| *v);
+    for (blocks, want) in [([0, 0, 0], 1u64 << 20), ([500, 0, 0], 500), ([0, 0, 500], 500), ([0, 200, 500], 500)] {
+        let comms = with(blocks);
+        assert!(comms.iter().all(|c| th(c) == Some(want)), "{blocks:?}: {:?}", comms.iter().map(th).collect::<Vec<_>>());
+        // rank r sends rank p (r + 2p) % 4 x 100 floats... in bytes 0 / 400 / 700 / 1400
+        let count = |r: usize, p: usize| [0usize, 100, 175, 350][(r + 2 * p) % 4];
+        on_ranks(&comms, |r, c| {
+            for round in 0..3usize {
+                let ins: Vec<f64> = (0..3).flat_map(|p| (0..count(r, p)).map(move |i| (r * 1000 + p * 100 + i + round) as f64)).collect();
+                let want: Vec<f64> = (0..3).flat_map(|p| (0..count(p, r)).map(move |i| (p * 1000 + r * 100 + i + round) as f64)).collect();
+                let (ib, ob) = (buf(DType::F32, &ins), buf(DType::F32, &vec![-1.0; want.len()]));
+                let mut s = spec(OpKind::AllToAll);
+                s.inputs = vec![t(&ib)];
+                s.outputs = vec![t(&ob)];
+                s.in_splits = (0..3).map(|p| count(r, p) as i64).collect();
+                s.out_splits = (0..3).map(|p| count(p, r) as i64).collect();
+                run(c, s);
+                assert_eq!(read(DType::F32, &ob), want, "{blocks:?} rank {r} round {round}");
+                assert_eq!(algorithm(c, "all_to_all"), "shm_attach");
+            }
+        });
+    }
 }

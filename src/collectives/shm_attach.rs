@@ -87,11 +87,11 @@ pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, wk: &Workers, pulls: Vec
 
 /// Whether a block of `len` bytes of all_to_all, gather or scatter goes
 /// through the sender's slot (copied in and out) rather than being read
-/// from its tensor (`transport::shm::Attach::single_min`). Both sides
+/// from its tensor (`transport::shm::Attach::block_min`). Both sides
 /// decide from the length alone. With the attach threshold at 0 (tests)
 /// every block is read directly.
 fn eager(win: &Window, len: usize) -> bool {
-    !win.single_reader(len) && len <= win.slot_capacity()
+    !win.block_read(len) && len <= win.slot_capacity()
 }
 
 /// Where the blocks of all_to_all, gather and scatter start in a small

@@ -262,6 +262,7 @@ impl Communicator {
             attach_min: opts.shm.attach_min,
             min_piece: opts.shm.min_piece,
             single_min: opts.shm.single_min,
+            block_min: opts.shm.block_min,
             root_threads: opts.shm.root_threads,
             broadcast_min: opts.shm.broadcast_min,
             stage: opts.shm.staged_max,

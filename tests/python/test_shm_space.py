@@ -42,6 +42,20 @@ def test_small_dev_shm_falls_back_to_tcp(size):
     assert "SIGBUS" not in out and "Signal 7" not in out, out[-4000:]
 
 
+def test_dev_shm_without_room_for_staging_areas_keeps_shared_memory():
+    """50 MiB: room for the four segments (~9.8 MiB each here), not for
+    their 4 MiB staging areas too: a rank that finds too little room goes
+    without one (its large sends are read directly), and every rank keeps
+    shared memory with every other."""
+    _skip_unless_possible()
+    p = _run("50M", {})
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert out.count("PASS rank") == 4 and out.count("local_ranks=4") == 4, out[-4000:]
+    assert "no room for a 4194304-byte staging area" in out, out[-4000:]
+    assert "using TCP" not in out, out[-4000:]
+
+
 def test_small_dev_shm_with_shm_required_fails_clearly():
     _skip_unless_possible()
     p = _run("6M", {"RUSTCCL_TRANSPORT": "shm"})

@@ -62,6 +62,17 @@ pub(super) fn host_attach_min(me: Rank, threads: usize) -> (usize, usize) {
     }
 }
 
+/// The staging area's size when left to the host: 2 MiB per thread of the
+/// rank, 4 to 8 MiB. On the 16-core host (ping-pong one way, sends staged
+/// up to 8 MiB against up to 4 MiB): 8 MiB messages took 234-318 us
+/// instead of 448-532 with 2 ranks (8 threads each) and 417-461 instead of
+/// 481-509 with 4 (4 threads), but 796-836 us instead of 650-720 with 8
+/// ranks (2 threads), where 4 MiB still gained
+/// (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`).
+pub(super) fn stage_for(threads: usize) -> usize {
+    (threads.saturating_mul(2 << 20)).clamp(4 << 20, 8 << 20)
+}
+
 /// The default single-copy threshold where reads pay.
 const ATTACH_MIN: usize = 16 << 20;
 /// How fast a read through the kernel must be, as a fraction of a copy,

@@ -28,7 +28,7 @@ pub mod workers;
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -38,10 +38,10 @@ pub use window::{Area, Desc, PhaseWait, PullError, Window};
 pub use stage::StillComing;
 pub use workers::Workers;
 
-use host::{host_attach_min, root_threads_for, threads_for, SMALL_SLOT};
+use host::{host_attach_min, root_threads_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
 
-use crate::config::{LogLevel, ATTACH_FROM_HOST};
+use crate::config::{LogLevel, ATTACH_FROM_HOST, STAGE_FROM_HOST};
 use crate::config::log_at;
 use crate::types::Rank;
 
@@ -101,6 +101,12 @@ pub struct Attach {
     /// [`SINGLE_READER_MIN`], or [`SLOW_SINGLE_READER_MIN`] where reads are
     /// slow (`host_attach_min`).
     pub single_min: usize,
+    /// all_to_all / gather / scatter blocks over this many bytes are read
+    /// from the sender's tensor, smaller ones that fit its slots copied
+    /// through them: the largest setting of the local ranks, else
+    /// [`BLOCK_READ_MIN`] (at least `single_min`) where collectives read,
+    /// `single_min` where they do not.
+    pub block_min: usize,
     /// Smallest broadcast that reads the root's tensor (`usize::MAX`:
     /// never, the default: the pipelined copies through the root's shared
     /// memory were as fast or faster at every size measured).
@@ -119,6 +125,13 @@ pub const SINGLE_READER_MIN: usize = 256 << 10;
 /// gathers and scatters from 4-8 MiB on were 15-60% faster read directly.
 pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 
+/// all_to_all / gather / scatter blocks up to this size go through the
+/// senders' slots where reads are fast (when they fit): on the 16-core host
+/// with 4 ranks, 1-4 MiB all_to_all took 1.3-1.5x less time so and 4 MiB
+/// scatter 1.5-1.8x (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`);
+/// blocks of 2-4 MiB through slots made 8-16 MiB ones slower.
+pub const BLOCK_READ_MIN: usize = 1 << 20;
+
 /// A collective threshold this large (1 TiB) means that no collective
 /// reads peers' tensors: where reads are slow, the host's rule.
 pub const NO_COLLECTIVE_READS: usize = 1 << 40;
@@ -127,6 +140,12 @@ impl Attach {
     /// Whether a single-reader transfer of `len` bytes is read directly.
     pub fn single_reader(&self, len: usize) -> bool {
         len >= self.min_bytes || len > self.single_min
+    }
+
+    /// Whether an all_to_all / gather / scatter block of `len` bytes is
+    /// read from the sender's tensor (else through its slot, when it fits).
+    pub fn block_read(&self, len: usize) -> bool {
+        len >= self.min_bytes || len > self.block_min
     }
 
     /// Whether every all_to_all, gather and scatter runs the single-copy
@@ -360,12 +379,15 @@ pub struct ShmSizes {
     pub min_piece: usize,
     /// `Attach::single_min` (0: from the host).
     pub single_min: usize,
+    /// `Attach::block_min` (0: from the host).
+    pub block_min: usize,
     /// Threads of a root's phases that only it works in (0: from the
     /// core count, [`root_threads_for`]).
     pub root_threads: usize,
     /// `Attach::broadcast_min`.
     pub broadcast_min: usize,
-    /// Size of the staging area for point-to-point sends (`stage.rs`).
+    /// Size of the staging area for point-to-point sends (`stage.rs`;
+    /// `config::STAGE_FROM_HOST`: from the threads, `host::stage_for`).
     pub stage: usize,
     /// `ShmLocal::stage_min`.
     pub stage_min: usize,
@@ -443,9 +465,32 @@ pub fn connect(
     // Each round of the pipelined all_reduce moves `seg` per thread.
     // The small slots: the setting (tests use tiny ones), else 256 KiB.
     let small = if sizes.small > 0 { sizes.small } else { one_round.max(SMALL_SLOT) };
-    let layout = Layout::new(n, sizes.ring, small, sizes.seg * threads).with_stage(sizes.stage);
+    let layout = Layout::new(n, sizes.ring, small, sizes.seg * threads);
+    let stage = if sizes.stage == STAGE_FROM_HOST { stage_for(threads) } else { sizes.stage };
     let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
-    let mine = Segment::create(&path(me), layout);
+    // The staging area is an extra (without it sends are read directly):
+    // only where every other local rank's segment still fits beside ours
+    // (they may be allocating theirs right now), and not where ours does
+    // not fit with it.
+    let full = layout.with_stage(stage);
+    let room = segment::free_bytes(Path::new("/dev/shm"));
+    let need = (full.total + (n - 1) * layout.total) as u64;
+    let no_room = |why: &dyn std::fmt::Display| log_at!(LogLevel::Warn, "rank {me}: no room for a {stage}-byte staging area in /dev/shm ({why}); point-to-point sends are read from the sender's tensor");
+    let mine = if stage > 0 && room.is_some_and(|free| free < need) {
+        no_room(&format_args!("{} bytes free, {need} wanted with the other local ranks' segments", room.unwrap_or(0)));
+        Segment::create(&path(me), layout)
+    } else {
+        match Segment::create(&path(me), full) {
+            Err(e) if stage > 0 => {
+                no_room(&e);
+                Segment::create(&path(me), layout)
+            }
+            made => made,
+        }
+    };
+    if let Ok(m) = &mine {
+        log_at!(LogLevel::Info, "rank {me}: shared-memory segment of {} bytes ({}-byte staging area)", m.layout.total, m.layout.stage);
+    }
     let created = mine.is_ok() as u8;
     let why_not = mine.as_ref().err().map(|e| e.to_string());
     let canary = Box::new(u64::from(std::process::id()) << 32 ^ getrandom::u64().unwrap_or(0x9e37_79b9_7f4a_7c15) >> 32 | 1);
@@ -457,6 +502,7 @@ pub fn connect(
         m.attach_min().store(attach_min as u64, Ordering::Relaxed);
         m.single_min().store(single_min as u64, Ordering::Relaxed);
         m.broadcast_min().store(sizes.broadcast_min as u64, Ordering::Relaxed);
+        m.block_min().store(sizes.block_min as u64, Ordering::Relaxed);
         value.store(*canary, Ordering::Release);
     }
     // 1. everyone says whether its segment exists
@@ -507,12 +553,19 @@ pub fn connect(
     // Every rank must pick the same algorithms: the largest thresholds any
     // local rank was given (or measured) apply to all.
     let largest = |f: fn(&Segment) -> &AtomicU64| all.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
-    let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?
-        .map(|pids| Attach { pids, min_bytes: largest(Segment::attach_min), single_min: largest(Segment::single_min), broadcast_min: largest(Segment::broadcast_min), _canary: canary });
+    let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?.map(|pids| {
+        let (min_bytes, single_min) = (largest(Segment::attach_min), largest(Segment::single_min));
+        let block_min = match largest(Segment::block_min) {
+            0 if min_bytes < NO_COLLECTIVE_READS => BLOCK_READ_MIN.max(single_min),
+            0 => single_min,
+            set => set,
+        };
+        Attach { pids, min_bytes, single_min, block_min, broadcast_min: largest(Segment::broadcast_min), _canary: canary }
+    });
     match &attach {
         Some(a) => {
             let from = if a.min_bytes == usize::MAX { "never".to_string() } else { format!("from {} bytes", a.min_bytes) };
-            log_at!(LogLevel::Info, "rank {me}: single-copy reads from peers' tensors: collectives {from}, single readers over {} bytes", a.single_min)
+            log_at!(LogLevel::Info, "rank {me}: single-copy reads from peers' tensors: collectives {from}, single readers over {} bytes, collective blocks over {}", a.single_min, a.block_min)
         }
         None => log_at!(LogLevel::Info, "rank {me}: no single-copy reads from peers' tensors"),
     }

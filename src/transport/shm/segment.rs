@@ -14,7 +14,8 @@
 //!                            the parity of the phase it started at, so a peer still verifying
 //!                            the previous operation never sees the next one's
 //! 128    signal   AtomicU32  futex word of the collective channel: bumped by whoever changes state this rank waits on
-//! 144    stage    u64        size of the staging area (written once, checked by mappers)
+//! 144    stage    u64        size of the staging area (written once; mappers take it from here)
+//! 152    block    AtomicU64  this rank's block-read threshold setting (0: from the host; the group takes the largest)
 //! 160    signal   AtomicU32  futex word of the point-to-point channel (its own thread waits on it)
 //! 192    sleepers AtomicU32  > 0 while this rank sleeps on the collective `signal`
 //! 200    blocked  AtomicU64  what the collective thread sleeps waiting for ([`Blocked`]), 0 otherwise
@@ -241,20 +242,32 @@ impl Segment {
         }
     }
 
-    /// Maps a peer's segment and checks it was made for the same layout.
+    /// Maps a peer's segment and checks it was made for the same layout,
+    /// but for its staging area, whose size the owner chose (it may have
+    /// had no room for one): that is read from the header.
     pub fn open(path: &Path, layout: Layout) -> io::Result<Segment> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
-        if file.metadata()?.len() < layout.total as u64 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "segment too small"));
+        let len = file.metadata()?.len();
+        let too_small = || io::Error::new(io::ErrorKind::InvalidData, "segment too small");
+        let base = layout.with_stage(0);
+        if len < base.total as u64 {
+            return Err(too_small());
         }
         let map = MmapRaw::map_raw(&file)?;
-        let s = Segment { map, _file: file, path: path.to_path_buf(), owner: false, unlinked: AtomicBool::new(true), layout };
+        let mut s = Segment { map, _file: file, path: path.to_path_buf(), owner: false, unlinked: AtomicBool::new(true), layout: base };
         if s.u64_at(0).load(Ordering::Acquire) != MAGIC
             || s.u64_at(8).load(Ordering::Relaxed) != layout.n as u64
             || s.u64_at(32).load(Ordering::Relaxed) != layout.seg as u64
-            || s.u64_at(144).load(Ordering::Relaxed) != layout.stage as u64
         {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "segment header mismatch"));
+        }
+        let stage = s.u64_at(144).load(Ordering::Relaxed);
+        if stage > len {
+            return Err(too_small());
+        }
+        s.layout = base.with_stage(stage as usize);
+        if len < s.layout.total as u64 {
+            return Err(too_small());
         }
         Ok(s)
     }
@@ -328,6 +341,11 @@ impl Segment {
     /// The owner's smallest broadcast that reads the root's tensor.
     pub fn broadcast_min(&self) -> &AtomicU64 {
         self.u64_at(88)
+    }
+
+    /// The owner's block-read threshold setting (`Attach::block_min`).
+    pub fn block_min(&self) -> &AtomicU64 {
+        self.u64_at(152)
     }
 
     /// Descriptor of the direct collective this rank is in: (seq, dtype,
@@ -437,6 +455,23 @@ impl Drop for Segment {
 /// them when first touched, and a touch beyond its size (Docker's default
 /// is 64 MiB) kills the process with SIGBUS instead of failing here, where
 /// the group falls back to TCP.
+/// Bytes that unprivileged users may still allocate in the file system of
+/// `dir` (None when it cannot be asked).
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: a NUL-terminated path and a statvfs struct of ours to fill;
+    // read only when the call succeeded.
+    let st = unsafe {
+        if libc::statvfs(path.as_ptr(), st.as_mut_ptr()) != 0 {
+            return None;
+        }
+        st.assume_init()
+    };
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
 fn reserve(file: &File, len: usize) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: posix_fallocate on a file descriptor we own, for a range

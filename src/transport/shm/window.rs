@@ -235,13 +235,14 @@ impl Window {
     /// (None: all_to_all, whose blocks differ between ranks): always where
     /// reads are fast, else only for blocks read directly.
     pub fn attach_blocks(&self, block: Option<usize>) -> bool {
-        self.local.attach.as_ref().is_some_and(|a| a.all_blocks() || block.is_some_and(|b| a.single_reader(b)))
+        self.local.attach.as_ref().is_some_and(|a| a.all_blocks() || block.is_some_and(|b| a.block_read(b)))
     }
 
-    /// Whether a transfer of `len` bytes with one reader is read from the
-    /// sender's tensor (false when attach is off).
-    pub fn single_reader(&self, len: usize) -> bool {
-        self.local.attach.as_ref().is_some_and(|a| a.single_reader(len))
+    /// Whether an all_to_all / gather / scatter block of `len` bytes is read
+    /// from the sender's tensor rather than copied through its slot
+    /// (`Attach::block_min`; true when attach is off).
+    pub fn block_read(&self, len: usize) -> bool {
+        self.local.attach.as_ref().is_none_or(|a| a.block_read(len))
     }
 
     /// Entries in this rank's table of posted buffers.
