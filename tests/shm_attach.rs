@@ -308,6 +308,33 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
     }
 }
 
+/// `auto` with two threads per rank and 5 ranks: all_reduce reads its
+/// peers only from 4 MiB per rank (20 MiB; it reads every peer twice),
+/// the collectives that read once from 16 MiB, and all_to_all / gather /
+/// scatter blocks over 1 MiB; at 16 MiB all_reduce keeps two copies
+/// while reduce_scatter reads, and both give the reference result.
+#[test]
+fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
+    use rustccl::config::ATTACH_FROM_HOST;
+    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: ATTACH_FROM_HOST, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
+    let comms = mesh_comms(5, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
+    for c in &comms {
+        let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        assert_eq!(get("shm_attach_min_bytes"), Some(16 << 20));
+        assert_eq!(get("shm_all_reduce_attach_min_bytes"), Some(20 << 20));
+        assert_eq!(get("shm_block_read_min_bytes"), Some(1 << 20));
+    }
+    let len = 4 << 20; // floats: 16 MiB
+    on_ranks(&comms, |r, c| {
+        let b = buf(DType::F32, &vec![(r + 1) as f64; len]);
+        all_reduce(c, &b, ReduceOp::Sum);
+        assert!(read(DType::F32, &b).iter().all(|&v| v == 15.0), "all_reduce");
+        assert_eq!(algorithm(c, "all_reduce"), "shm_pipelined");
+        check_reduce_scatter_flat(c, r, 5, DType::F32, ReduceOp::Sum, len / 5 + 1, "16 MiB reduce_scatter");
+        assert_eq!(algorithm(c, "reduce_scatter"), "shm_attach");
+    });
+}
+
 /// Where reads are slow, ranks that pass gather / scatter blocks on both
 /// sides of the single-reader threshold pick different algorithms (read
 /// from the tensor, or sent as messages) and would wait for each other until

@@ -11,7 +11,7 @@
 //! | all_gather, reduce_scatter; one host (shm) | direct: every rank copies straight from the others' areas | same, in rounds |
 //! | broadcast; one host (shm) | | pipelined: the root copies a quarter in while the others copy the last one out |
 //! | reduce, one host (shm) | the shared-memory all-reduce (on a copy on non-roots) | same |
-//! | all_reduce, reduce_scatter, all_gather, reduce; one host, >= 16 MiB (broadcast: only with its own setting) | | single copy: read the peers' tensors (cross-memory attach) |
+//! | all_reduce, reduce_scatter, all_gather, reduce; one host, >= 16 MiB (all_reduce: 4 MiB per local rank; broadcast: only with its own setting) | | single copy: read the peers' tensors (cross-memory attach) |
 //! | all_to_all, gather, scatter; one host with attach | one step when every rank's blocks fit its small slot; else blocks <= 256 KiB through the sender's slot | larger blocks read from the sender's tensor |
 //! | reduce          | binomial tree                 | ring reduce-scatter + gather to root |
 //! | all_gather      | ring                          | ring                        |
@@ -103,7 +103,7 @@ fn all_reduce_bytes_with(
 /// the peers' buffers directly from the attach size on, one round up to
 /// the small slot's size, pipelined between.
 pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<AlgoName> {
-    if attach(win, buf.len()) {
+    if win.all_reduce_attach_min().is_some_and(|m| buf.len() >= m) {
         shm_attach_reduce::all_reduce(win, w, buf, dtype, op)?;
         Ok("shm_attach")
     } else if buf.len() <= win.one_round_max() {

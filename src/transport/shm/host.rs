@@ -73,6 +73,20 @@ pub(super) fn stage_for(threads: usize) -> usize {
     (threads.saturating_mul(2 << 20)).clamp(4 << 20, 8 << 20)
 }
 
+/// The all_reduce's single-copy threshold when left to the host: from
+/// 4 MiB per local rank (each rank then reads slices of at least 4 MiB
+/// from each peer, twice), at least the collectives' `attach_min`. The
+/// single-copy all_reduce reads every peer twice (its reduce-scatter and
+/// its all-gather), and the kernel's reads of a few MiB from one process
+/// do not get faster with more readers: on the 16-core host with 8 ranks,
+/// 16 MiB all_reduce took 4480-5237 us with two copies and 6596-6794 us
+/// reading (32 MiB: even), while reduce and reduce_scatter (one read
+/// phase) were 1.1-1.3x faster reading from 16 MiB; on the 64-core host
+/// with 8 ranks the same (2308-2672 against 3696-3959 us at 16 MiB).
+pub(super) fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
+    attach_min.max(local_ranks.saturating_mul(4 << 20))
+}
+
 /// The default single-copy threshold where reads pay.
 const ATTACH_MIN: usize = 16 << 20;
 /// How fast a read through the kernel must be, as a fraction of a copy,

@@ -38,7 +38,7 @@ pub use window::{Area, Desc, PhaseWait, PullError, Window};
 pub use stage::StillComing;
 pub use workers::Workers;
 
-use host::{host_attach_min, root_threads_for, stage_for, threads_for, SMALL_SLOT};
+use host::{all_reduce_attach_min, host_attach_min, root_threads_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
 
 use crate::config::{LogLevel, ATTACH_FROM_HOST, STAGE_FROM_HOST};
@@ -101,6 +101,10 @@ pub struct Attach {
     /// [`SINGLE_READER_MIN`], or [`SLOW_SINGLE_READER_MIN`] where reads are
     /// slow (`host_attach_min`).
     pub single_min: usize,
+    /// Smallest all_reduce that reads peers' buffers directly: `min_bytes`
+    /// where it was set, else from the host (`host::all_reduce_attach_min`);
+    /// the largest of the local ranks'.
+    pub all_reduce_min: usize,
     /// all_to_all / gather / scatter blocks over this many bytes are read
     /// from the sender's tensor, smaller ones that fit its slots copied
     /// through them: the largest setting of the local ranks, else
@@ -460,6 +464,10 @@ pub fn connect(
         ATTACH_FROM_HOST => host_attach_min(me, threads),
         set => (set, SINGLE_READER_MIN),
     };
+    let all_reduce_min = match sizes.attach_min {
+        ATTACH_FROM_HOST => all_reduce_attach_min(attach_min, n),
+        set => set,
+    };
     let single_min = if sizes.single_min > 0 { sizes.single_min } else { host_single };
     let one_round = one_round_max(sizes.small, n);
     // Each round of the pipelined all_reduce moves `seg` per thread.
@@ -503,6 +511,7 @@ pub fn connect(
         m.single_min().store(single_min as u64, Ordering::Relaxed);
         m.broadcast_min().store(sizes.broadcast_min as u64, Ordering::Relaxed);
         m.block_min().store(sizes.block_min as u64, Ordering::Relaxed);
+        m.all_reduce_min().store(all_reduce_min as u64, Ordering::Relaxed);
         value.store(*canary, Ordering::Release);
     }
     // 1. everyone says whether its segment exists
@@ -560,7 +569,8 @@ pub fn connect(
             0 => single_min,
             set => set,
         };
-        Attach { pids, min_bytes, single_min, block_min, broadcast_min: largest(Segment::broadcast_min), _canary: canary }
+        let all_reduce_min = largest(Segment::all_reduce_min);
+        Attach { pids, min_bytes, all_reduce_min, single_min, block_min, broadcast_min: largest(Segment::broadcast_min), _canary: canary }
     });
     match &attach {
         Some(a) => {

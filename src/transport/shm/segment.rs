@@ -17,6 +17,7 @@
 //! 144    stage    u64        size of the staging area (written once; mappers take it from here)
 //! 152    block    AtomicU64  this rank's block-read threshold setting (0: from the host; the group takes the largest)
 //! 160    signal   AtomicU32  futex word of the point-to-point channel (its own thread waits on it)
+//! 168    ar       AtomicU64  this rank's all_reduce attach threshold (the group takes the largest)
 //! 192    sleepers AtomicU32  > 0 while this rank sleeps on the collective `signal`
 //! 200    blocked  AtomicU64  what the collective thread sleeps waiting for ([`Blocked`]), 0 otherwise
 //! 224    sleepers AtomicU32  > 0 while this rank sleeps on the point-to-point `signal`
@@ -341,6 +342,11 @@ impl Segment {
     /// The owner's smallest broadcast that reads the root's tensor.
     pub fn broadcast_min(&self) -> &AtomicU64 {
         self.u64_at(88)
+    }
+
+    /// The owner's all_reduce attach threshold (`Attach::all_reduce_min`).
+    pub fn all_reduce_min(&self) -> &AtomicU64 {
+        self.u64_at(168)
     }
 
     /// The owner's block-read threshold setting (`Attach::block_min`).

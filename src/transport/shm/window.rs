@@ -224,6 +224,12 @@ impl Window {
         self.local.attach.as_ref().map(|a| a.min_bytes)
     }
 
+    /// Smallest all_reduce (bytes per rank) that reads peers' buffers
+    /// directly (`Attach::all_reduce_min`); None when the ranks cannot.
+    pub fn all_reduce_attach_min(&self) -> Option<usize> {
+        self.local.attach.as_ref().map(|a| a.all_reduce_min)
+    }
+
     /// Smallest broadcast that reads the root's tensor directly; None:
     /// never (the default, or attach is off).
     pub fn broadcast_attach_min(&self) -> Option<usize> {
