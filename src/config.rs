@@ -249,7 +249,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_BLOCK_READ_MIN_BYTES",
         default: "0",
-        doc: "all_to_all, gather and scatter blocks between ranks of one host of more than this many bytes are read from the sender's tensor (cross-memory attach); smaller ones that fit the sender's shared-memory slots (RUSTCCL_SHM_SEGMENT_BYTES x threads) are copied through them; 0: 1048576 (or RUSTCCL_SHM_SINGLE_READER_MIN_BYTES if larger) where reads are fast, else RUSTCCL_SHM_SINGLE_READER_MIN_BYTES. On a 16-core host with 4 ranks, 1-4 MiB all_to_all took 1.3-1.5x less time with 256 KiB - 1 MiB blocks copied through the slots than read (the kernel's reads of a few MiB do not get faster with more threads)",
+        doc: "all_to_all, gather and scatter blocks between ranks of one host of more than this many bytes are read from the sender's tensor (cross-memory attach); smaller ones that fit the sender's shared-memory slots (RUSTCCL_SHM_SEGMENT_BYTES x threads) are copied through them; 0: 1048576 (or RUSTCCL_SHM_SINGLE_READER_MIN_BYTES if larger) where reads are fast and the host has at most 4 local ranks, else RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (with 8 ranks the slots made no difference, with 16 they made 8 MiB all_to_all 25% slower). On a 16-core host with 4 ranks, 1-4 MiB all_to_all took 1.3-1.5x less time with 256 KiB - 1 MiB blocks copied through the slots than read (the kernel's reads of a few MiB do not get faster with more threads)",
     },
     Setting {
         name: "RUSTCCL_SHM_MIN_PIECE_BYTES",

@@ -311,7 +311,8 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
 /// `auto` with two threads per rank and 5 ranks: all_reduce reads its
 /// peers only from 4 MiB per rank (20 MiB; it reads every peer twice),
 /// the collectives that read once from 16 MiB, and all_to_all / gather /
-/// scatter blocks over 1 MiB; at 16 MiB all_reduce keeps two copies
+/// scatter blocks over 256 KiB (1 MiB only up to 4 ranks: the
+/// all_to_all test above has 3); at 16 MiB all_reduce keeps two copies
 /// while reduce_scatter reads, and both give the reference result.
 #[test]
 fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
@@ -322,7 +323,7 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
         let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
         assert_eq!(get("shm_attach_min_bytes"), Some(16 << 20));
         assert_eq!(get("shm_all_reduce_attach_min_bytes"), Some(20 << 20));
-        assert_eq!(get("shm_block_read_min_bytes"), Some(1 << 20));
+        assert_eq!(get("shm_block_read_min_bytes"), Some(256 << 10));
     }
     let len = 4 << 20; // floats: 16 MiB
     on_ranks(&comms, |r, c| {

@@ -22,6 +22,7 @@
 pub mod remote;
 mod host;
 pub mod segment;
+mod attach;
 mod stage;
 pub mod window;
 pub mod workers;
@@ -29,12 +30,13 @@ pub mod workers;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
 pub use window::{Area, Desc, PhaseWait, PullError, Window};
+pub use attach::{Attach, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 pub use stage::StillComing;
 pub use workers::Workers;
 
@@ -86,82 +88,6 @@ pub struct ShmLocal {
     pub attach: Option<Attach>,
     /// Sends of at most this many bytes are not staged (`stage.rs`).
     pub stage_min: usize,
-}
-
-/// Cross-memory attach agreed by every local rank (`remote.rs`).
-pub struct Attach {
-    /// Process id of each local rank.
-    pub pids: Vec<i32>,
-    /// Smallest collective (bytes per rank) that reads peers' buffers
-    /// directly.
-    pub min_bytes: usize,
-    /// Transfers with a single reader (an all_to_all / gather / scatter
-    /// block, a point-to-point message) of more than this many bytes are
-    /// read from the sender's tensor even below `min_bytes`:
-    /// [`SINGLE_READER_MIN`], or [`SLOW_SINGLE_READER_MIN`] where reads are
-    /// slow (`host_attach_min`).
-    pub single_min: usize,
-    /// Smallest all_reduce that reads peers' buffers directly: `min_bytes`
-    /// where it was set, else from the host (`host::all_reduce_attach_min`);
-    /// the largest of the local ranks'.
-    pub all_reduce_min: usize,
-    /// all_to_all / gather / scatter blocks over this many bytes are read
-    /// from the sender's tensor, smaller ones that fit its slots copied
-    /// through them: the largest setting of the local ranks, else
-    /// [`BLOCK_READ_MIN`] (at least `single_min`) where collectives read,
-    /// `single_min` where they do not.
-    pub block_min: usize,
-    /// Smallest broadcast that reads the root's tensor (`usize::MAX`:
-    /// never, the default: the pipelined copies through the root's shared
-    /// memory were as fast or faster at every size measured).
-    pub broadcast_min: usize,
-    /// The value peers read through our pid at setup (kept alive with us).
-    _canary: Box<u64>,
-}
-
-/// On the 32-core host, blocks of 128-512 KiB took about as long either
-/// way, smaller ones longer (a system call and page pinning each), larger
-/// ones up to 3x less.
-pub const SINGLE_READER_MIN: usize = 256 << 10;
-
-/// Where one thread per rank reads slowly (`host_attach_min`): on the 2-core
-/// VM, 2 MiB scatters were 2x faster through shared memory, while sends,
-/// gathers and scatters from 4-8 MiB on were 15-60% faster read directly.
-pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
-
-/// all_to_all / gather / scatter blocks up to this size go through the
-/// senders' slots where reads are fast (when they fit): on the 16-core host
-/// with 4 ranks, 1-4 MiB all_to_all took 1.3-1.5x less time so and 4 MiB
-/// scatter 1.5-1.8x (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`);
-/// blocks of 2-4 MiB through slots made 8-16 MiB ones slower.
-pub const BLOCK_READ_MIN: usize = 1 << 20;
-
-/// A collective threshold this large (1 TiB) means that no collective
-/// reads peers' tensors: where reads are slow, the host's rule.
-pub const NO_COLLECTIVE_READS: usize = 1 << 40;
-
-impl Attach {
-    /// Whether a single-reader transfer of `len` bytes is read directly.
-    pub fn single_reader(&self, len: usize) -> bool {
-        len >= self.min_bytes || len > self.single_min
-    }
-
-    /// Whether an all_to_all / gather / scatter block of `len` bytes is
-    /// read from the sender's tensor (else through its slot, when it fits).
-    pub fn block_read(&self, len: usize) -> bool {
-        len >= self.min_bytes || len > self.block_min
-    }
-
-    /// Whether every all_to_all, gather and scatter runs the single-copy
-    /// algorithms (`collectives::shm_attach`, whose blocks up to
-    /// `single_min` go through the senders' slots): unless no collective
-    /// reads (`min_bytes` from [`NO_COLLECTIVE_READS`]: where reads are
-    /// slow, `host_attach_min`), where only gathers and scatters of blocks
-    /// read directly do. (It once followed `single_min`, so raising that
-    /// setting sent every all_to_all through the rings instead.)
-    pub fn all_blocks(&self) -> bool {
-        self.min_bytes < NO_COLLECTIVE_READS
-    }
 }
 
 impl ShmLocal {
@@ -559,19 +485,7 @@ pub fn connect(
     let complete = agreed.iter().enumerate().all(|(i, &a)| a || i == my_idx);
     let all: Vec<Arc<Segment>> = segs.iter().map(|s| s.clone().unwrap_or_else(|| mine.clone())).collect();
     let try_it = complete && !attach_off;
-    // Every rank must pick the same algorithms: the largest thresholds any
-    // local rank was given (or measured) apply to all.
-    let largest = |f: fn(&Segment) -> &AtomicU64| all.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
-    let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?.map(|pids| {
-        let (min_bytes, single_min) = (largest(Segment::attach_min), largest(Segment::single_min));
-        let block_min = match largest(Segment::block_min) {
-            0 if min_bytes < NO_COLLECTIVE_READS => BLOCK_READ_MIN.max(single_min),
-            0 => single_min,
-            set => set,
-        };
-        let all_reduce_min = largest(Segment::all_reduce_min);
-        Attach { pids, min_bytes, all_reduce_min, single_min, block_min, broadcast_min: largest(Segment::broadcast_min), _canary: canary }
-    });
+    let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?.map(|pids| Attach::agreed(pids, &all, canary));
     match &attach {
         Some(a) => {
             let from = if a.min_bytes == usize::MAX { "never".to_string() } else { format!("from {} bytes", a.min_bytes) };

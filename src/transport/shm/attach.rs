@@ -1,0 +1,116 @@
+//! Cross-memory attach as the local ranks agreed on it: their pids and
+//! the thresholds from which collectives, blocks and single-reader
+//! transfers read a peer's tensor (`remote.rs`) instead of copying through
+//! shared memory.
+#![forbid(unsafe_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::Segment;
+
+/// Cross-memory attach agreed by every local rank (`remote.rs`).
+pub struct Attach {
+    /// Process id of each local rank.
+    pub pids: Vec<i32>,
+    /// Smallest collective (bytes per rank) that reads peers' buffers
+    /// directly.
+    pub min_bytes: usize,
+    /// Transfers with a single reader (an all_to_all / gather / scatter
+    /// block, a point-to-point message) of more than this many bytes are
+    /// read from the sender's tensor even below `min_bytes`:
+    /// [`SINGLE_READER_MIN`], or [`SLOW_SINGLE_READER_MIN`] where reads are
+    /// slow (`host_attach_min`).
+    pub single_min: usize,
+    /// Smallest all_reduce that reads peers' buffers directly: `min_bytes`
+    /// where it was set, else from the host (`host::all_reduce_attach_min`);
+    /// the largest of the local ranks'.
+    pub all_reduce_min: usize,
+    /// all_to_all / gather / scatter blocks over this many bytes are read
+    /// from the sender's tensor, smaller ones that fit its slots copied
+    /// through them: the largest setting of the local ranks, else
+    /// [`BLOCK_READ_MIN`] (at least `single_min`) where collectives read
+    /// and the host has at most [`BLOCK_SLOT_RANKS`] local ranks,
+    /// `single_min` otherwise.
+    pub block_min: usize,
+    /// Smallest broadcast that reads the root's tensor (`usize::MAX`:
+    /// never, the default: the pipelined copies through the root's shared
+    /// memory were as fast or faster at every size measured).
+    pub broadcast_min: usize,
+    /// The value peers read through our pid at setup (kept alive with us).
+    _canary: Box<u64>,
+}
+
+/// On the 32-core host, blocks of 128-512 KiB took about as long either
+/// way, smaller ones longer (a system call and page pinning each), larger
+/// ones up to 3x less.
+pub const SINGLE_READER_MIN: usize = 256 << 10;
+
+/// Where one thread per rank reads slowly (`host_attach_min`): on the 2-core
+/// VM, 2 MiB scatters were 2x faster through shared memory, while sends,
+/// gathers and scatters from 4-8 MiB on were 15-60% faster read directly.
+pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
+
+/// all_to_all / gather / scatter blocks up to this size go through the
+/// senders' slots where reads are fast (when they fit) and the host has at
+/// most [`BLOCK_SLOT_RANKS`] local ranks: on the 16-core host with 4 ranks,
+/// 1-4 MiB all_to_all took 1.3-1.5x less time so and 4 MiB scatter
+/// 1.5-1.8x (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`); blocks
+/// of 2-4 MiB through slots made 8-16 MiB ones slower. With 8 ranks it made
+/// no difference, and with 16 on the 64-core host 8 MiB all_to_all (512 KiB
+/// blocks, every rank copying twice at once) was 25% slower: there blocks
+/// over `single_min` are read, as before.
+pub const BLOCK_READ_MIN: usize = 1 << 20;
+pub const BLOCK_SLOT_RANKS: usize = 4;
+
+/// A collective threshold this large (1 TiB) means that no collective
+/// reads peers' tensors: where reads are slow, the host's rule.
+pub const NO_COLLECTIVE_READS: usize = 1 << 40;
+
+impl Attach {
+    /// The thresholds every local rank applies, from what each published
+    /// in its segment (`segs`, by local index): every rank must pick the
+    /// same algorithms, so the largest any rank was given (or measured)
+    /// applies to all; the block threshold left to the host follows from
+    /// the agreed ones.
+    pub(super) fn agreed(pids: Vec<i32>, segs: &[Arc<Segment>], canary: Box<u64>) -> Attach {
+        let largest = |f: fn(&Segment) -> &AtomicU64| segs.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
+        let (min_bytes, single_min) = (largest(Segment::attach_min), largest(Segment::single_min));
+        let block_min = match largest(Segment::block_min) {
+            0 if min_bytes < NO_COLLECTIVE_READS && segs.len() <= BLOCK_SLOT_RANKS => BLOCK_READ_MIN.max(single_min),
+            0 => single_min,
+            set => set,
+        };
+        Attach {
+            pids,
+            min_bytes,
+            all_reduce_min: largest(Segment::all_reduce_min),
+            single_min,
+            block_min,
+            broadcast_min: largest(Segment::broadcast_min),
+            _canary: canary,
+        }
+    }
+
+    /// Whether a single-reader transfer of `len` bytes is read directly.
+    pub fn single_reader(&self, len: usize) -> bool {
+        len >= self.min_bytes || len > self.single_min
+    }
+
+    /// Whether an all_to_all / gather / scatter block of `len` bytes is
+    /// read from the sender's tensor (else through its slot, when it fits).
+    pub fn block_read(&self, len: usize) -> bool {
+        len >= self.min_bytes || len > self.block_min
+    }
+
+    /// Whether every all_to_all, gather and scatter runs the single-copy
+    /// algorithms (`collectives::shm_attach`, whose blocks up to
+    /// `block_min` go through the senders' slots): unless no collective
+    /// reads (`min_bytes` from [`NO_COLLECTIVE_READS`]: where reads are
+    /// slow, `host_attach_min`), where only gathers and scatters of blocks
+    /// read directly do. (It once followed `single_min`, so raising that
+    /// setting sent every all_to_all through the rings instead.)
+    pub fn all_blocks(&self) -> bool {
+        self.min_bytes < NO_COLLECTIVE_READS
+    }
+}
