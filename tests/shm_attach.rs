@@ -186,29 +186,34 @@ fn a_size_mismatch_fails_on_the_rank_that_sees_it_and_the_group_goes_on() {
     assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("from rank 0, which sends 400") && e.contains("expects 404 bytes"), "{e}");
 }
 
+/// Three ranks of one host over shared memory, each with its own
+/// settings (`shm(r)`).
+fn comms_with(shm: impl Fn(usize) -> ShmConfig + Sync) -> Vec<Communicator> {
+    let store = std::sync::Arc::new(rustccl::bootstrap::MemStore::new());
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|r| {
+                let (store, shm) = (store.clone(), &shm);
+                s.spawn(move || {
+                    let mut o = opts(Duration::from_secs(30), tiny_algo());
+                    o.transport = TransportMode::Shm;
+                    o.shm = shm(r);
+                    Communicator::bootstrap(store.as_ref(), r, 3, o, "127.0.0.1".parse().unwrap()).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 /// Ranks given different thresholds (or attach off on one of them) still
 /// agree: off anywhere means off everywhere, otherwise the largest
 /// threshold applies to all (no rank waits for another at setup or picks
 /// another algorithm).
 #[test]
 fn ranks_with_different_settings_agree() {
-    use std::sync::Arc;
-    let with = |mins: [usize; 3]| -> Vec<Communicator> {
-        let store = Arc::new(rustccl::bootstrap::MemStore::new());
-        std::thread::scope(|s| {
-            let hs: Vec<_> = (0..3)
-                .map(|r| {
-                    let store = store.clone();
-                    s.spawn(move || {
-                        let mut o = opts(Duration::from_secs(30), tiny_algo());
-                        o.transport = TransportMode::Shm;
-                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r], min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
-                        Communicator::bootstrap(store.as_ref(), r, 3, o, "127.0.0.1".parse().unwrap()).unwrap()
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        })
+    let with = |mins: [usize; 3]| {
+        comms_with(|r| ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r], min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 })
     };
     let th = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
     for (mins, want) in [([0, 4096, 64], Some(4096u64)), ([0, usize::MAX, 0], Some(u64::MAX))] {
@@ -451,23 +456,8 @@ fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
 /// 500-byte threshold and the 768-byte slots, in one call.
 #[test]
 fn all_to_all_blocks_around_the_block_read_threshold_arrive_with_settings_that_differ() {
-    use std::sync::Arc;
-    let with = |blocks: [usize; 3]| -> Vec<Communicator> {
-        let store = Arc::new(rustccl::bootstrap::MemStore::new());
-        std::thread::scope(|s| {
-            let hs: Vec<_> = (0..3)
-                .map(|r| {
-                    let store = store.clone();
-                    s.spawn(move || {
-                        let mut o = opts(Duration::from_secs(30), tiny_algo());
-                        o.transport = TransportMode::Shm;
-                        o.shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: 1 << 20, min_piece: 0, single_min: 0, block_min: blocks[r], root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 };
-                        Communicator::bootstrap(store.as_ref(), r, 3, o, "127.0.0.1".parse().unwrap()).unwrap()
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        })
+    let with = |blocks: [usize; 3]| {
+        comms_with(|r| ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: 1 << 20, min_piece: 0, single_min: 0, block_min: blocks[r], root_threads: 0, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0 })
     };
     let th = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_block_read_min_bytes").map(|(_, v)| *v);
     for (blocks, want) in [([0, 0, 0], 1u64 << 20), ([500, 0, 0], 500), ([0, 0, 500], 500), ([0, 200, 500], 500)] {
