@@ -16,11 +16,11 @@ pub struct Attach {
     /// Smallest collective (bytes per rank) that reads peers' buffers
     /// directly.
     pub min_bytes: usize,
-    /// Transfers with a single reader (an all_to_all / gather / scatter
-    /// block, a point-to-point message) of more than this many bytes are
-    /// read from the sender's tensor even below `min_bytes`:
-    /// [`SINGLE_READER_MIN`], or [`SLOW_SINGLE_READER_MIN`] where reads are
-    /// slow (`host_attach_min`).
+    /// Point-to-point messages of more than this many bytes are read from
+    /// the sender's tensor (or staged) even below `min_bytes`, and so are
+    /// gather / scatter blocks where collectives do not read (the floor
+    /// of `block_min`): [`SINGLE_READER_MIN`], or [`SLOW_SINGLE_READER_MIN`]
+    /// where reads are slow (`host_attach_min`).
     pub single_min: usize,
     /// Smallest all_reduce that reads peers' buffers directly: `min_bytes`
     /// where it was set, else from the host (`host::all_reduce_attach_min`);
