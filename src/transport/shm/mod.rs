@@ -400,7 +400,12 @@ pub fn connect(
     // The small slots: the setting (tests use tiny ones), else 256 KiB.
     let small = if sizes.small > 0 { sizes.small } else { one_round.max(SMALL_SLOT) };
     let layout = Layout::new(n, sizes.ring, small, sizes.seg * threads);
-    let stage = if sizes.stage == STAGE_FROM_HOST { stage_for(threads) } else { sizes.stage };
+    // No staging area where nothing is read (staged sends replace reads).
+    let stage = match sizes.stage {
+        _ if attach_off => 0,
+        STAGE_FROM_HOST => stage_for(threads),
+        set => set,
+    };
     let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
     // The staging area is an extra (without it sends are read directly):
     // only where every other local rank's segment still fits beside ours
