@@ -61,14 +61,15 @@ pub struct ShmConfig {
     /// Smallest piece of a copy a rank's worker threads split off (0:
     /// 256 KiB, or the segment size when smaller); reductions take half.
     pub min_piece: usize,
-    /// Single-reader transfers (all_to_all / gather / scatter blocks,
-    /// point-to-point messages) over this many bytes are read directly;
+    /// Point-to-point messages (and, where collectives do not read,
+    /// gather / scatter blocks) over this many bytes are read directly;
     /// 0: from the host (256 KiB, 4 MiB where reads are slow).
     pub single_min: usize,
     /// all_to_all / gather / scatter blocks over this many bytes are read
     /// from the sender's tensor; smaller ones that fit the sender's slots
     /// are copied through them. 0: from the host (1 MiB, and at least
-    /// `single_min`, where reads are fast; `single_min` where slow).
+    /// `single_min`, where reads are fast and the host has at most 4
+    /// local ranks; `single_min` otherwise).
     pub block_min: usize,
     /// Threads of a root's phases that only it works in; 0: from the host.
     pub root_threads: usize,
@@ -239,7 +240,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
         default: "auto",
-        doc: "all_reduce, reduce_scatter, all_gather and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks and point-to-point sends over RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (256 KiB by default; or from this size, if smaller) do too (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 (all_reduce: 4 MiB per local rank, at least that) where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else never for these collectives (single-reader transfers: RUSTCCL_SHM_SINGLE_READER_MIN_BYTES); a value set applies to all_reduce too",
+        doc: "all_reduce, reduce_scatter, all_gather and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks over RUSTCCL_SHM_BLOCK_READ_MIN_BYTES and point-to-point sends over RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (256 KiB by default; or from this size, if smaller) do too (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 (all_reduce: 4 MiB per local rank, at least that) where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else never for these collectives (single-reader transfers: RUSTCCL_SHM_SINGLE_READER_MIN_BYTES); a value set applies to all_reduce too",
     },
     Setting {
         name: "RUSTCCL_SHM_SINGLE_READER_MIN_BYTES",

@@ -141,8 +141,9 @@ pub enum P2pKind {
     /// length; the body is 16 bytes, the sender's address and its id for
     /// the ack.
     Rendezvous,
-    /// As `Rendezvous`, but the bytes wait in the sender's staging area
-    /// in shared memory (`transport::shm::stage`); the body's address is 0.
+    /// As `Rendezvous`, but the bytes go to the sender's staging area in
+    /// shared memory (`transport::shm::stage`); the body's address field
+    /// holds the staged send's number, which marks its chunks ready.
     Staged,
     /// The receiver of rendezvous message `tag` (its id) took it: `len`
     /// bytes of error text follow (none: it went well).

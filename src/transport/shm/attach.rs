@@ -61,6 +61,7 @@ pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 /// blocks, every rank copying twice at once) was 25% slower: there blocks
 /// over `single_min` are read, as before.
 pub const BLOCK_READ_MIN: usize = 1 << 20;
+/// The most local ranks for which [`BLOCK_READ_MIN`] applies.
 pub const BLOCK_SLOT_RANKS: usize = 4;
 
 /// A collective threshold this large (1 TiB) means that no collective

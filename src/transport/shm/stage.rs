@@ -106,13 +106,7 @@ impl ShmLocal {
             return Err(format!("its staging area holds {} bytes, fewer than {len}", seg.layout.stage));
         }
         let off = seg.layout.stage_data_off;
-        let mut pieces = Vec::new();
-        let mut rest = dst;
-        for r in self.workers.ranges_aligned(len, STAGE_CHUNK) {
-            let (piece, tail) = rest.split_at_mut(r.len());
-            pieces.push((r.start, piece));
-            rest = tail;
-        }
+        let pieces: Vec<_> = self.workers.pieces_aligned_mut(dst, STAGE_CHUNK).collect();
         self.workers.for_each(pieces, len, |(at, piece)| {
             for c in chunks(at..at + piece.len()) {
                 wait_ready(seg.stage_flag(c.start / STAGE_CHUNK), seq, coming)?;

@@ -56,21 +56,32 @@ impl Workers {
 
     /// Consecutive pieces of `0..len` (one per thread, at most).
     pub fn ranges(&self, len: usize) -> Vec<Range<usize>> {
-        let piece = self.piece(len);
-        (0..len).step_by(piece.max(1)).map(|s| s..(s + piece).min(len)).collect()
+        self.ranges_aligned(len, 1)
     }
 
     /// As [`Workers::ranges`], with every boundary a multiple of `align`.
     pub fn ranges_aligned(&self, len: usize, align: usize) -> Vec<Range<usize>> {
-        let piece = self.piece(len).div_ceil(align.max(1)) * align.max(1);
+        let piece = self.aligned_piece(len, align);
         (0..len).step_by(piece).map(|s| s..(s + piece).min(len)).collect()
     }
 
     /// `buf` cut into the pieces of [`Workers::ranges`]: (offset, piece),
     /// for gathering several buffers' pieces into one parallel phase.
     pub fn pieces_mut<'a>(&self, buf: &'a mut [u8]) -> impl Iterator<Item = (usize, &'a mut [u8])> {
-        let piece = self.piece(buf.len()).max(1);
+        self.pieces_aligned_mut(buf, 1)
+    }
+
+    /// `buf` cut into the pieces of [`Workers::ranges_aligned`].
+    pub fn pieces_aligned_mut<'a>(&self, buf: &'a mut [u8], align: usize) -> impl Iterator<Item = (usize, &'a mut [u8])> {
+        let piece = self.aligned_piece(buf.len(), align);
         buf.chunks_mut(piece).enumerate().map(move |(i, c)| (i * piece, c))
+    }
+
+    /// A piece's size ([`Workers::piece`]) rounded up to a multiple of
+    /// `align` (the piece is at least 64 bytes).
+    fn aligned_piece(&self, len: usize, align: usize) -> usize {
+        let align = align.max(1);
+        self.piece(len).div_ceil(align) * align
     }
 
     /// Calls `f` on every item, in parallel when they hold `bytes` of work
