@@ -118,6 +118,14 @@ enum RustcclSpan {
   RUSTCCL_SPAN_SHIM_WAIT = 5,  // Work::wait
 };
 int32_t rustccl_host_profile_enabled(void);
+
+// The shared tensor arena (RUSTCCL_SHM_TENSORS=1, csrc-shim/allocator.cpp).
+// enable: creates it; its smallest allocation, or -1 (rustccl_last_error).
+int64_t rustccl_arena_enable(void);
+// NULL: not from the arena (too small, full, not enabled, forked child).
+void* rustccl_arena_alloc(size_t n);
+int32_t rustccl_arena_owns(const void* p);
+void rustccl_arena_free(void* p);
 void rustccl_host_profile_add(int32_t span, uint64_t nanos);
 
 #ifdef __cplusplus

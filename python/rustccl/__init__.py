@@ -26,14 +26,16 @@ from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 
 if _torch is not None:
-    from .backend import BACKEND_NAME, register
+    from .backend import BACKEND_NAME, register, use_shared_tensors
     from .groups import install as _install_torch_compat
     from .groups import failed_ranks, monitored_barrier
 
     register()
     _install_torch_compat()
+    if config()["RUSTCCL_SHM_TENSORS"]["value"] == "1":
+        use_shared_tensors()
 else:
-    from ._torch_check import BACKEND_NAME, failed_ranks, monitored_barrier, register
+    from ._torch_check import BACKEND_NAME, failed_ranks, monitored_barrier, register, use_shared_tensors
 
 __all__ = [
     "BACKEND_NAME",
@@ -51,4 +53,5 @@ __all__ = [
     "reset_stats",
     "set_compression",
     "stats",
+    "use_shared_tensors",
 ]

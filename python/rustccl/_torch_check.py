@@ -91,3 +91,8 @@ def monitored_barrier(*args: object, **kwargs: object) -> NoReturn:
 def failed_ranks(*args: object, **kwargs: object) -> NoReturn:
     """Stands in for ``rustccl.failed_ranks`` when torch is not installed."""
     _needs_torch("failed_ranks")
+
+
+def use_shared_tensors() -> NoReturn:
+    """Stands in for ``rustccl.use_shared_tensors`` when torch is not installed."""
+    _needs_torch("use_shared_tensors")

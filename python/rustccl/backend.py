@@ -68,6 +68,18 @@ def _load_shim() -> None:
         raise ImportError(f"rustccl: cannot load its torch backend {_SHIM}: {e}") from e
 
 
+def use_shared_tensors() -> int:
+    """Puts CPU tensors made from now on, of ``RUSTCCL_SHM_TENSORS_MIN_BYTES``
+    or more, into memory the other ranks of this host map too, so rustccl's
+    collectives and sends between them read those tensors with one copy in
+    user space (``import rustccl`` calls it under ``RUSTCCL_SHM_TENSORS=1``).
+    Call it before ``init_process_group``: groups made earlier read through
+    the kernel as before. Idempotent; returns the smallest tensor size in
+    bytes that goes to shared memory."""
+    _load_shim()
+    return int(torch.ops.rustccl._use_shared_tensors())
+
+
 def register() -> None:
     """Registers the backend under the name ``"rustccl"`` (idempotent)."""
     _load_shim()

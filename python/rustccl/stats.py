@@ -34,7 +34,10 @@ def stats(group=None) -> dict:
     default group): per collective calls, errors, bytes, total and recent
     time, algbw / busbw, and the algorithm and transport used last; and
     the algorithm thresholds in force (``thresholds``: the settings, or what
-    was chosen from the host, e.g. the shared-memory one-round limit)."""
+    was chosen from the host, e.g. the shared-memory one-round limit); and
+    this process's shared tensors (``shared_tensors``: bytes in use, peak,
+    freed but kept, tensors that did not fit; None unless
+    ``RUSTCCL_SHM_TENSORS=1``)."""
     return _rustccl._stats(_group_name(group))
 
 

@@ -20,6 +20,8 @@ use crate::types::OpKind;
 use crate::work::Work;
 use crate::comm::Communicator;
 
+mod arena;
+
 /// Opaque to C: stands for a leaked `Arc<Communicator>`.
 pub struct RustcclComm {
     _private: [u8; 0],

@@ -33,8 +33,16 @@ fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], entry: usize, at
         for sub in piece.chunks_mut(BLOCK) {
             let tmp = &mut block[..sub.len()];
             for i in (0..n).filter(|&i| i != me) {
-                win.pull(i, entry, at + off + done, tmp)?;
-                reduce_into(op, dtype, sub, tmp).map_err(|e| PullError { peer: i, detail: e.to_string() })?;
+                // A peer's shared tensor is reduced in place (no copy
+                // first), when its elements are aligned here too.
+                let src = match win.peek(i, entry, at + off + done, sub.len()) {
+                    Some(s) if s.as_ptr() as usize % dtype.size() == 0 => s,
+                    _ => {
+                        win.pull(i, entry, at + off + done, tmp)?;
+                        &*tmp
+                    }
+                };
+                reduce_into(op, dtype, sub, src).map_err(|e| PullError { peer: i, detail: e.to_string() })?;
             }
             if op == ReduceOp::Avg {
                 finish_avg(dtype, sub, n).map_err(|e| PullError { peer: me, detail: e.to_string() })?;

@@ -15,6 +15,7 @@ use std::time::Duration;
 use super::host;
 use crate::config::AlgoConfig;
 use crate::transport::shm;
+use crate::transport::shm::arena::Arena;
 use crate::types::OpKind;
 
 /// Calls kept for the "recent" figures.
@@ -217,6 +218,17 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         // 0: no staged sends (no staging area, or no single-copy reads to stage instead of).
         v.push(("shm_staged_send_min_bytes", l.stage_min as u64));
         v.push(("shm_staged_send_max_bytes", if l.attach.is_some() { l.stage_capacity() as u64 } else { 0 }));
+        // Local peers whose shared tensors (RUSTCCL_SHM_TENSORS=1) this rank mapped.
+        v.push(("shm_peer_tensor_arenas", l.attach.as_ref().map_or(0, |a| a.arenas.iter().flatten().count() as u64)));
     }
     v
+}
+
+/// This process's shared tensors now (`transport::shm::arena`; None
+/// without `RUSTCCL_SHM_TENSORS=1`): bytes in use, most in use, freed but
+/// kept, and tensors the arena could not hold.
+pub fn shared_tensors() -> Option<Vec<(&'static str, u64)>> {
+    let a = Arena::get()?;
+    let s = a.stats();
+    Some(vec![("min_bytes", a.min_bytes as u64), ("in_use_bytes", s.in_use), ("peak_bytes", s.peak), ("cached_bytes", s.cached), ("full", s.full)])
 }

@@ -327,6 +327,16 @@ fn stats_dict<'py>(py: Python<'py>, c: &crate::comm::Communicator) -> PyResult<B
         th.set_item(*k, *v)?;
     }
     out.set_item("thresholds", th)?;
+    match crate::comm::stats::shared_tensors() {
+        Some(kv) => {
+            let d = PyDict::new(py);
+            for (k, v) in kv {
+                d.set_item(k, v)?;
+            }
+            out.set_item("shared_tensors", d)?;
+        }
+        None => out.set_item("shared_tensors", py.None())?,
+    }
     let ops = PyDict::new(py);
     for (name, s) in c.stats().snapshot() {
         let d = PyDict::new(py);

@@ -17,6 +17,7 @@ use crate::error::{Error, OpSite, Result};
 use crate::config::log_at;
 use crate::tensor::HostTensor;
 use crate::transport::frame::{self, P2pHeader, P2pKind, P2P_HEADER_LEN};
+use crate::transport::shm::arena::Arena;
 use crate::transport::shm::ShmLocal;
 use crate::types::Rank;
 use crate::work::{Progress, Work};
@@ -221,7 +222,10 @@ impl EventLoop {
                     return;
                 }
                 let rdv = self.rendezvous_to(peer, buf.nbytes());
-                let seq = if rdv { self.next_stage(peer, buf.nbytes()) } else { None };
+                // A tensor in our shared arena is read by the receiver
+                // straight out of it (one copy in user space): not staged.
+                let shared = Arena::owns(buf.bytes().as_ptr());
+                let seq = if rdv && !shared { self.next_stage(peer, buf.nbytes()) } else { None };
                 let now = Instant::now();
                 let mut to_stage = None;
                 if let Some(p) = self.peers[peer].as_mut() {

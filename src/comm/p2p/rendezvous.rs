@@ -22,14 +22,14 @@ use super::{Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
 use crate::tensor::HostTensor;
 use crate::transport::frame::{rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
-use crate::transport::shm::{remote, ShmLocal, Workers};
+use crate::transport::shm::{ShmLocal, Workers};
 use crate::types::Rank;
 use crate::work::Work;
 
-/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`, in
-/// pieces over `workers`' threads.
-pub(super) fn pull(workers: &Workers, pid: i32, addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
-    workers.for_pieces_mut(dst, |off, piece| remote::read(pid, addr + off as u64, piece))
+/// Reads `dst.len()` bytes at `addr` of a peer into `dst` with `read`
+/// (`Attach::read`), in pieces over `workers`' threads.
+pub(super) fn pull(workers: &Workers, read: &(dyn Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync), addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
+    workers.for_pieces_mut(dst, |off, piece| read(addr + off as u64, piece))
 }
 
 /// Whether a send of `nbytes` over a link (`shm`: shared memory) goes by
@@ -82,7 +82,7 @@ impl EventLoop {
                     };
                     local.stage_out(i, buf.bytes_mut(), rdv.addr, &coming)
                 }
-                Some((local, a, i)) => pull(&local.workers, a.pids[i], rdv.addr, buf.bytes_mut()).map_err(|e| e.to_string()),
+                Some((local, a, i)) => pull(&local.workers, &|at, d| a.read(i, at, d), rdv.addr, buf.bytes_mut()).map_err(|e| e.to_string()),
                 None => Err(format!("rank {p} is not a rank of this host with cross-memory attach")),
             };
             match read {
@@ -215,6 +215,7 @@ impl EventLoop {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::shm::remote;
 
     #[test]
     fn pulls_in_pieces_and_fails_on_a_bad_address() {
@@ -222,9 +223,10 @@ mod tests {
         let src: Vec<u8> = (0..100_003u32).map(|i| (i * 13 + 5) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         let pid = std::process::id() as i32;
-        pull(&workers, pid, src.as_ptr() as u64, &mut dst).unwrap();
+        let read = |at, d: &mut [u8]| remote::read(pid, at, d);
+        pull(&workers, &read, src.as_ptr() as u64, &mut dst).unwrap();
         assert_eq!(src, dst);
-        assert!(pull(&workers, pid, 8, &mut dst).is_err());
+        assert!(pull(&workers, &read, 8, &mut dst).is_err());
         let (addr, id) = parse(&crate::transport::frame::rendezvous_body(0xdead_beef, 7));
         assert_eq!((addr, id), (0xdead_beef, 7));
     }

@@ -4,10 +4,13 @@
 //! shared memory.
 #![forbid(unsafe_code)]
 
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::Segment;
+use super::arena::{ArenaInfo, PeerArena};
+use crate::config::{log_at, LogLevel};
+use super::{remote, Segment};
 
 /// Cross-memory attach agreed by every local rank (`remote.rs`).
 pub struct Attach {
@@ -37,8 +40,25 @@ pub struct Attach {
     /// never, the default: the pipelined copies through the root's shared
     /// memory were as fast or faster at every size measured).
     pub broadcast_min: usize,
+    /// Each local rank's shared tensor arena, mapped here (`arena.rs`;
+    /// None: it has none, or it could not be mapped, and its tensors are
+    /// read through the kernel).
+    pub arenas: Vec<Option<PeerArena>>,
     /// The value peers read through our pid at setup (kept alive with us).
     _canary: Box<u64>,
+}
+
+/// The arena local rank `pid` published in `seg`, mapped; None when it has
+/// none or it cannot be mapped (logged: its tensors are read through the
+/// kernel instead).
+fn peer_arena(seg: &Segment, pid: i32) -> Option<PeerArena> {
+    let [base, len, fd, canary] = seg.arena_info().map(|w| w.load(Ordering::Acquire));
+    if base == 0 {
+        return None;
+    }
+    PeerArena::open(pid, ArenaInfo { base, len, fd, canary })
+        .inspect_err(|e| log_at!(LogLevel::Info, "cannot map the shared tensors of process {pid} ({e}); reading them through the kernel"))
+        .ok()
 }
 
 /// On the 32-core host, blocks of 128-512 KiB took about as long either
@@ -64,6 +84,21 @@ pub const BLOCK_READ_MIN: usize = 1 << 20;
 /// The most local ranks for which [`BLOCK_READ_MIN`] applies.
 pub const BLOCK_SLOT_RANKS: usize = 4;
 
+/// Where a rank's tensors are shared (`arena.rs`, `RUSTCCL_SHM_TENSORS=1`)
+/// and the thresholds are left to the host: the smallest collective (bytes
+/// per rank) that reads peers' tensors. On the 16-core host reading shared
+/// tensors made 1-16 MiB reduce_scatter 1.1-2x faster than the slots with
+/// 4 and 8 ranks, reduce 1.2-1.7x with 8 (but 1.2-1.3x slower with 4 at
+/// 1-4 MiB), all_gather 1.0-1.25x with 8 (0.8-1.0x with 4)
+/// (`benchmarks/results/2026-11-26-h200host-shm-tensors/`).
+pub const SHARED_READ_MIN: usize = 256 << 10;
+/// The same for all_reduce, which reads every peer twice: at 1 MiB the
+/// slots were 1.8x faster with 4 ranks and as fast with 8, at 4 MiB
+/// reading was as fast or 1.14x faster, at 16 MiB 1.45-1.7x.
+pub const SHARED_ALL_REDUCE_READ_MIN: usize = 4 << 20;
+/// The same for broadcast (every rank reads the root's tensor).
+pub const SHARED_BROADCAST_READ_MIN: usize = 1 << 20;
+
 /// A collective threshold this large (1 TiB) means that no collective
 /// reads peers' tensors: where reads are slow, the host's rule.
 pub const NO_COLLECTIVE_READS: usize = 1 << 40;
@@ -74,7 +109,7 @@ impl Attach {
     /// same algorithms, so the largest any rank was given (or measured)
     /// applies to all; the block threshold left to the host follows from
     /// the agreed ones.
-    pub(super) fn agreed(pids: Vec<i32>, segs: &[Arc<Segment>], canary: Box<u64>) -> Attach {
+    pub(super) fn agreed(pids: Vec<i32>, segs: &[Arc<Segment>], canary: Box<u64>, me: usize) -> Attach {
         let largest = |f: fn(&Segment) -> &AtomicU64| segs.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
         let (min_bytes, single_min) = (largest(Segment::attach_min), largest(Segment::single_min));
         let block_min = match largest(Segment::block_min) {
@@ -82,7 +117,9 @@ impl Attach {
             0 => single_min,
             set => set,
         };
+        let arenas = segs.iter().zip(&pids).enumerate().map(|(i, (s, &pid))| (i != me).then(|| peer_arena(s, pid)).flatten()).collect();
         Attach {
+            arenas,
             pids,
             min_bytes,
             all_reduce_min: largest(Segment::all_reduce_min),
@@ -91,6 +128,23 @@ impl Attach {
             broadcast_min: largest(Segment::broadcast_min),
             _canary: canary,
         }
+    }
+
+    /// Copies `dst.len()` bytes at `addr` of local rank `peer`'s memory
+    /// into `dst`: out of its arena where they lie there, else through the
+    /// kernel.
+    pub fn read(&self, peer: usize, addr: u64, dst: &mut [u8]) -> io::Result<()> {
+        if self.arenas[peer].as_ref().is_some_and(|a| a.read(addr, dst)) {
+            return Ok(());
+        }
+        remote::read(self.pids[peer], addr, dst)
+    }
+
+    /// The `len` bytes at `addr` of local rank `peer`'s memory, when they
+    /// lie in its arena (see `PeerArena::slice` for how long they may be
+    /// looked at).
+    pub fn peek(&self, peer: usize, addr: u64, len: usize) -> Option<&[u8]> {
+        self.arenas[peer].as_ref()?.slice(addr, len)
     }
 
     /// Whether a single-reader transfer of `len` bytes is read directly.

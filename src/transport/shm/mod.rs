@@ -19,6 +19,7 @@
 //! `collectives` safe access to every local rank's shared areas.
 #![allow(unsafe_code)]
 
+pub mod arena;
 pub mod remote;
 mod host;
 pub mod segment;
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 
 pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
 pub use window::{Area, Desc, PhaseWait, PullError, Window};
-pub use attach::{Attach, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
+pub use attach::{Attach, SHARED_ALL_REDUCE_READ_MIN, SHARED_BROADCAST_READ_MIN, SHARED_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 pub use stage::StillComing;
 pub use workers::Workers;
 
@@ -386,12 +387,27 @@ pub fn connect(
     // leaves both thresholds to the host (a single-reader setting > 0
     // still wins); a threshold set by hand keeps single readers at 256 KiB.
     let attach_off = sizes.attach_min == usize::MAX;
+    // Our large tensors in shared memory (`arena.rs`): peers read them
+    // with a plain copy, which pays from a smaller size on than the
+    // kernel's reads (while every local rank has them: the group takes
+    // the largest thresholds).
+    let shared = arena::Arena::get().is_some();
     let (attach_min, host_single) = match sizes.attach_min {
+        ATTACH_FROM_HOST if shared => (SHARED_READ_MIN, SINGLE_READER_MIN),
         ATTACH_FROM_HOST => host_attach_min(me, threads),
         set => (set, SINGLE_READER_MIN),
     };
     let all_reduce_min = match sizes.attach_min {
+        ATTACH_FROM_HOST if shared => SHARED_ALL_REDUCE_READ_MIN,
         ATTACH_FROM_HOST => all_reduce_attach_min(attach_min, n),
+        set => set,
+    };
+    let block_min = match sizes.block_min {
+        0 if shared => SINGLE_READER_MIN,
+        set => set,
+    };
+    let broadcast_min = match sizes.broadcast_min {
+        usize::MAX if shared => SHARED_BROADCAST_READ_MIN,
         set => set,
     };
     let single_min = if sizes.single_min > 0 { sizes.single_min } else { host_single };
@@ -440,9 +456,15 @@ pub fn connect(
         addr.store(&*canary as *const u64 as u64, Ordering::Relaxed);
         m.attach_min().store(attach_min as u64, Ordering::Relaxed);
         m.single_min().store(single_min as u64, Ordering::Relaxed);
-        m.broadcast_min().store(sizes.broadcast_min as u64, Ordering::Relaxed);
-        m.block_min().store(sizes.block_min as u64, Ordering::Relaxed);
+        m.broadcast_min().store(broadcast_min as u64, Ordering::Relaxed);
+        m.block_min().store(block_min as u64, Ordering::Relaxed);
         m.all_reduce_min().store(all_reduce_min as u64, Ordering::Relaxed);
+        if let Some(a) = arena::Arena::get() {
+            let info = a.info();
+            let [base, len, fd, canary] = m.arena_info();
+            (len.store(info.len, Ordering::Relaxed), fd.store(info.fd, Ordering::Relaxed), canary.store(info.canary, Ordering::Relaxed));
+            base.store(info.base, Ordering::Release);
+        }
         value.store(*canary, Ordering::Release);
     }
     // 1. everyone says whether its segment exists
@@ -490,7 +512,7 @@ pub fn connect(
     let complete = agreed.iter().enumerate().all(|(i, &a)| a || i == my_idx);
     let all: Vec<Arc<Segment>> = segs.iter().map(|s| s.clone().unwrap_or_else(|| mine.clone())).collect();
     let try_it = complete && !attach_off;
-    let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?.map(|pids| Attach::agreed(pids, &all, canary));
+    let attach = agree_attach(me, ranks, my_idx, &all, try_it, conns, deadline)?.map(|pids| Attach::agreed(pids, &all, canary, my_idx));
     match &attach {
         Some(a) => {
             let from = if a.min_bytes == usize::MAX { "never".to_string() } else { format!("from {} bytes", a.min_bytes) };

@@ -18,6 +18,8 @@
 //! 152    block    AtomicU64  this rank's block-read threshold setting (0: from the host; the group takes the largest)
 //! 160    signal   AtomicU32  futex word of the point-to-point channel (its own thread waits on it)
 //! 168    ar       AtomicU64  this rank's all_reduce attach threshold (the group takes the largest)
+//! 176    arena    AtomicU64  base address of this rank's shared tensor arena (0: none; `arena.rs`), then
+//!                            its length (184); its fd (208) and canary (216)
 //! 192    sleepers AtomicU32  > 0 while this rank sleeps on the collective `signal`
 //! 200    blocked  AtomicU64  what the collective thread sleeps waiting for ([`Blocked`]), 0 otherwise
 //! 224    sleepers AtomicU32  > 0 while this rank sleeps on the point-to-point `signal`
@@ -342,6 +344,12 @@ impl Segment {
     /// The owner's smallest broadcast that reads the root's tensor.
     pub fn broadcast_min(&self) -> &AtomicU64 {
         self.u64_at(88)
+    }
+
+    /// Where the owner's shared tensor arena lies (`arena.rs`): base
+    /// address (0: none), length, fd and canary.
+    pub fn arena_info(&self) -> [&AtomicU64; 4] {
+        [self.u64_at(176), self.u64_at(184), self.u64_at(208), self.u64_at(216)]
     }
 
     /// The owner's all_reduce attach threshold (`Attach::all_reduce_min`).

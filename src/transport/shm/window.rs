@@ -13,7 +13,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{remote, ShmLocal, Workers};
+use super::{ShmLocal, Workers};
 use crate::error::{Error, Result};
 use crate::types::{DType, Rank, ReduceOp};
 
@@ -281,8 +281,22 @@ impl Window {
         if off.checked_add(dst.len()).is_none_or(|end| end > len) {
             return Err(PullError { peer, detail: format!("peer posted {len} bytes, this rank wants {}+{}: the ranks passed different sizes", off, dst.len()) });
         }
-        remote::read(a.pids[peer], addr + off as u64, dst)
+        a.read(peer, addr + off as u64, dst)
             .map_err(|e| PullError { peer, detail: format!("reading the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
+    }
+
+    /// The `len` bytes at `off` of the buffer local rank `peer` posted as
+    /// `entry`, read in place, when that buffer lies in the peer's shared
+    /// tensor arena (`arena.rs`); None otherwise ([`Window::pull`] them).
+    /// Under the same rule as `pull`: only until this rank publishes that
+    /// it is done.
+    pub fn peek(&self, peer: usize, entry: usize, off: usize, len: usize) -> Option<&[u8]> {
+        let a = self.local.attach.as_ref()?;
+        let (addr, posted) = self.entry(peer, entry);
+        if off.checked_add(len).is_none_or(|end| end > posted) {
+            return None;
+        }
+        a.peek(peer, addr + off as u64, len)
     }
 
     /// An invalid-argument error of `op` (naming the peer) unless local

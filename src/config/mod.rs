@@ -4,6 +4,8 @@
 
 use std::sync::OnceLock;
 
+mod settings;
+
 /// Tunables of the host (CPU) algorithms. Communicators copy them at
 /// creation; tests build their own to reach multi-segment paths with small
 /// inputs.
@@ -177,6 +179,12 @@ pub struct Config {
     pub nvrtc_library: Option<String>,
     pub transport: TransportMode,
     pub shm: ShmConfig,
+    /// The shared tensor arena (`transport::shm::arena`; `import rustccl`
+    /// enables it under `RUSTCCL_SHM_TENSORS=1`): its smallest tensor, and
+    /// how many freed bytes it keeps mapped.
+    pub shm_tensors: bool,
+    pub shm_tensors_min: usize,
+    pub shm_tensors_cache: usize,
     pub flight_dir: Option<String>,
     pub flight_size: usize,
     pub fault: Option<FaultSpec>,
@@ -184,175 +192,7 @@ pub struct Config {
     pub debug: LogLevel,
 }
 
-/// One documented setting: name, default, meaning.
-pub struct Setting {
-    pub name: &'static str,
-    pub default: &'static str,
-    pub doc: &'static str,
-}
-
-pub const SETTINGS: &[Setting] = &[
-    Setting {
-        name: "RUSTCCL_SMALL_ALLREDUCE_BYTES",
-        default: "65536",
-        doc: "CPU all_reduce up to this size uses recursive doubling; larger ones the pipelined ring",
-    },
-    Setting {
-        name: "RUSTCCL_SMALL_BROADCAST_BYTES",
-        default: "262144",
-        doc: "CPU broadcast up to this size uses a binomial tree; larger ones a pipelined chain",
-    },
-    Setting {
-        name: "RUSTCCL_SEGMENT_BYTES",
-        default: "524288",
-        doc: "largest piece a ring or chain step puts on a link at once",
-    },
-    Setting {
-        name: "RUSTCCL_CALLER_RUNS_US",
-        default: "10000",
-        doc: "a blocking CPU collective (torch's async_op=False) waits up to this long in the queue for its caller's wait() to run it on the calling thread (no hand-off between threads) before rustccl's worker thread runs it (at most 10 s); a wait that sleeps (the engine is busy with earlier work) or has a timeout hands it to the worker at once; 0: the worker runs every collective",
-    },
-    Setting {
-        name: "RUSTCCL_TRANSPORT",
-        default: "auto",
-        doc: "auto: shared memory between ranks of one host, TCP between hosts; tcp or shm force one (same value on every rank)",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_RING_BYTES",
-        default: "1048576",
-        doc: "bytes of each shared-memory ring between two ranks (per direction)",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_SMALL_BYTES",
-        default: "0",
-        doc: "all_reduce up to this size over shared memory uses one round (every rank reduces all peers' copies); 0: the core's L2 cache / ranks on the host, 32 KiB to 256 KiB",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_SEGMENT_BYTES",
-        default: "262144",
-        doc: "piece of each rank's chunk moved per round (per thread) by the pipelined shared-memory all_reduce",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_THREADS",
-        default: "0",
-        doc: "threads each rank uses for its copies and reductions in the shared-memory all_reduce; 0: cores / ranks on the host, 1 to 8",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
-        default: "auto",
-        doc: "all_reduce, reduce_scatter, all_gather and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks over RUSTCCL_SHM_BLOCK_READ_MIN_BYTES and point-to-point sends over RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (256 KiB by default; or from this size, if smaller) do too (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 (all_reduce: 4 MiB per local rank, at least that) where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else never for these collectives (single-reader transfers: RUSTCCL_SHM_SINGLE_READER_MIN_BYTES); a value set applies to all_reduce too",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_SINGLE_READER_MIN_BYTES",
-        default: "0",
-        doc: "all_to_all, gather and scatter blocks and point-to-point messages to a rank of the host of more than this many bytes are read from the sender's tensor (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); 0: 262144, or 4194304 where the host's reads are slow (see RUSTCCL_SHM_ATTACH_MIN_BYTES=auto); above 262144 (set or chosen) all_to_all, and gathers and scatters of blocks up to this size, copy through shared memory instead",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_BLOCK_READ_MIN_BYTES",
-        default: "0",
-        doc: "all_to_all, gather and scatter blocks between ranks of one host of more than this many bytes are read from the sender's tensor (cross-memory attach); smaller ones that fit the sender's shared-memory slots (RUSTCCL_SHM_SEGMENT_BYTES x threads) are copied through them; 0: 1048576 (or RUSTCCL_SHM_SINGLE_READER_MIN_BYTES if larger) where reads are fast and the host has at most 4 local ranks, else RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (with 8 ranks the slots made no difference, with 16 they made 8 MiB all_to_all 25% slower). On a 16-core host with 4 ranks, 1-4 MiB all_to_all took 1.3-1.5x less time with 256 KiB - 1 MiB blocks copied through the slots than read (the kernel's reads of a few MiB do not get faster with more threads)",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_MIN_PIECE_BYTES",
-        default: "0",
-        doc: "smallest piece of a shared-memory copy a rank's worker threads take (the threads are woken only for at least two such pieces); the reducing algorithms (pipelined all_reduce and reduce, reduce_scatter) take pieces half that size; 0: 262144, or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_ROOT_THREADS",
-        default: "0",
-        doc: "threads a root uses between ranks of one host in the phases only it works in (gather's and reduce's reads of the other ranks' blocks, scatter's copies into its shared memory) while the other ranks wait, when the phase has more pieces (RUSTCCL_SHM_MIN_PIECE_BYTES) than the rank's own threads; 0: the cores not left to the other local ranks, at least RUSTCCL_SHM_THREADS' count and at most 8",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",
-        default: "off",
-        doc: "broadcast between ranks of one host on buffers of at least this many bytes: every rank reads the root's tensor directly (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); off: never, the root's copies into its shared memory and the others' copies out of it run side by side, a quarter of the buffer at a time (on a 16-core host 1.3-2.1x faster than the direct reads with 8 ranks at 16-64 MiB, as fast with 4)",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_STAGED_SEND_MIN_BYTES",
-        default: "0",
-        doc: "see RUSTCCL_SHM_STAGED_SEND_MAX_BYTES: sends of at most this many bytes are read from the sender's tensor; 0: every send that would be read is staged when it fits (on a 16-core host, 512 KiB - 1 MiB messages one way took 41-92 us staged and 62-183 us read)",
-    },
-    Setting {
-        name: "RUSTCCL_SHM_STAGED_SEND_MAX_BYTES",
-        default: "auto",
-        doc: "point-to-point sends to a rank of this host that would be read from the sender's tensor (see RUSTCCL_SHM_SINGLE_READER_MIN_BYTES), of more than RUSTCCL_SHM_STAGED_SEND_MIN_BYTES and at most this many bytes, are copied by the sender's threads into a staging area of this size in its shared memory and by the receiver's out of it, chunk by chunk as they land (the send completes once copied in; one such send at a time per rank, the others are read directly); 0: none (and no staging area; none either with RUSTCCL_SHM_ATTACH_MIN_BYTES=off); auto: 2 MiB per thread of the rank (RUSTCCL_SHM_THREADS), 4 to 8 MiB; where /dev/shm cannot hold the staging area, a rank goes without one. On a 16-core host 8 threads read 2-8 MiB through the kernel in ~250 us but copied 2 MiB in ~50 us; staged 8 MiB messages took 234-318 us one way between 2 ranks and 417-461 us with 2 pairs at once (read: 448-532 / 481-509 us), but 796-836 us with 4 pairs (read: 650-720 us)",
-    },
-    Setting {
-        name: "RUSTCCL_SOCKET_IFNAME",
-        default: "",
-        doc: "network interface whose address rustccl listens on; default: the interface that reaches the torch store's host",
-    },
-    Setting {
-        name: "RUSTCCL_HOST_ID",
-        default: "",
-        doc: "overrides the host identity used to find ranks that share a host",
-    },
-    Setting {
-        name: "RUSTCCL_NCCL_LIBRARY",
-        default: "",
-        doc: "path of the libnccl to load; default: libnccl.so.2 (the one torch loaded)",
-    },
-    Setting {
-        name: "RUSTCCL_CUDA_TIMING",
-        default: "0",
-        doc: "1: time every CUDA collective on the device (CUDA events) for rustccl.stats(); off by default, as torch's NCCL backend",
-    },
-    Setting {
-        name: "RUSTCCL_HOST_PROFILE",
-        default: "0",
-        doc: "1: sum the host time of rustccl's spans of each collective (C ABI submit, engine, driver calls, wait) for rustccl._rustccl._host_profile() (benchmarks/cuda_probe.py)",
-    },
-    Setting {
-        name: "RUSTCCL_CUSTOM_ALLREDUCE",
-        default: "1",
-        doc: "1: CUDA all_reduce, all_gather_into_tensor and reduce_scatter_tensor of small and medium tensors on GPUs that reach each other over NVLink run rustccl's kernels (one-shot, two-shot, copy) instead of NCCL; 0: always NCCL",
-    },
-    Setting {
-        name: "RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES",
-        default: "auto",
-        doc: "largest CUDA all_reduce (bytes) that takes rustccl's NVLink kernels (one-shot, then two-shot), also the size of each rank's two registered buffers; auto: see README (where they stop beating NCCL on H200 NVLink)",
-    },
-    Setting {
-        name: "RUSTCCL_ONE_SHOT_MAX_BYTES",
-        default: "auto",
-        doc: "largest CUDA all_reduce (bytes) that takes the one-shot kernel; larger ones up to RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES take the two-shot kernel; auto: see README",
-    },
-    Setting {
-        name: "RUSTCCL_CUSTOM_GATHER_MAX_BYTES",
-        default: "auto",
-        doc: "largest all_gather_into_tensor output / reduce_scatter_tensor input (bytes) that goes through rustccl's NVLink kernels instead of NCCL (0: never); auto: see README",
-    },
-    Setting {
-        name: "RUSTCCL_NVRTC_LIBRARY",
-        default: "",
-        doc: "path of the libnvrtc used to compile the one-shot kernel; default: the one torch loaded, else libnvrtc.so.<major> on the library path",
-    },
-    Setting {
-        name: "RUSTCCL_FLIGHT_RECORDER_DIR",
-        default: "",
-        doc: "directory the flight recorder is written to when a collective times out (rustccl-flight-<group>-rank<r>-<pid>.json)",
-    },
-    Setting {
-        name: "RUSTCCL_FLIGHT_RECORDER_SIZE",
-        default: "2000",
-        doc: "operations each communicator's flight recorder keeps",
-    },
-    Setting {
-        name: "RUSTCCL_CHECK",
-        default: "0",
-        doc: "1: before every collective, ranks compare (op, dtype, sizes, root) over the CPU links and fail with both sides' calls on a mismatch (slow; for debugging)",
-    },
-    Setting {
-        name: "RUSTCCL_FAULT",
-        default: "",
-        doc: "fault injection for tests: action:rank=R:seq=S[:ms=N][:group=G], action delay (needs ms), drop or kill; CPU transport only",
-    },
-    Setting {
-        name: "RUSTCCL_DEBUG",
-        default: "OFF",
-        doc: "OFF, WARN, INFO or TRACE: logs to stderr (communicator creation, algorithms, errors)",
-    },
-];
+pub use settings::{Setting, SETTINGS};
 
 /// A byte count, or `None` for unset / empty / "auto" (at most 256 MiB).
 fn env_auto_size(name: &str) -> Option<usize> {
@@ -448,6 +288,9 @@ impl Config {
                     _ => env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST),
                 },
             },
+            shm_tensors: matches!(std::env::var("RUSTCCL_SHM_TENSORS").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
+            shm_tensors_min: env_usize("RUSTCCL_SHM_TENSORS_MIN_BYTES", 64 << 10),
+            shm_tensors_cache: env_usize("RUSTCCL_SHM_TENSORS_CACHE_BYTES", 256 << 20),
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
             fault: std::env::var("RUSTCCL_FAULT").ok().filter(|s| !s.is_empty()).and_then(|s| match FaultSpec::parse(&s) {
@@ -530,6 +373,9 @@ impl Config {
             ("RUSTCCL_ONE_SHOT_MAX_BYTES", self.one_shot_max_bytes.map_or("auto".into(), |b| b.to_string())),
             ("RUSTCCL_CUSTOM_GATHER_MAX_BYTES", self.custom_gather_max_bytes.map_or("auto".into(), |b| b.to_string())),
             ("RUSTCCL_NVRTC_LIBRARY", self.nvrtc_library.clone().unwrap_or_default()),
+            ("RUSTCCL_SHM_TENSORS", (self.shm_tensors as u8).to_string()),
+            ("RUSTCCL_SHM_TENSORS_MIN_BYTES", self.shm_tensors_min.to_string()),
+            ("RUSTCCL_SHM_TENSORS_CACHE_BYTES", self.shm_tensors_cache.to_string()),
             ("RUSTCCL_FLIGHT_RECORDER_DIR", self.flight_dir.clone().unwrap_or_default()),
             ("RUSTCCL_FLIGHT_RECORDER_SIZE", self.flight_size.to_string()),
             ("RUSTCCL_CHECK", (self.check as u8).to_string()),

@@ -1,0 +1,22 @@
+"""Shared tensors (RUSTCCL_SHM_TENSORS=1): torch's CPU tensors from 64 KiB
+on live in memory the other ranks of the host map, and rustccl's
+collectives and sends between them read them with a plain copy instead of
+through the kernel. Every path against local references (w_shm_tensors.py),
+with the host's thresholds (no overrides); tensors outside the arena
+(numpy memory) in the same calls."""
+
+import pytest
+
+import launch
+
+SHARED = {"RUSTCCL_SHM_TENSORS": "1", "RUSTCCL_TRANSPORT": "shm"}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("body", ["shared_collectives", "shared_sends"])
+def test_shared_tensors(body, world):
+    launch.expect_ok(launch.run(f"w_shm_tensors:{body}", world, env=SHARED, timeout=240))
+
+
+def test_a_forked_child_keeps_its_parents_tensors_apart():
+    launch.expect_ok(launch.run("w_shm_tensors:fork_keeps_tensors_apart", 2, env=SHARED, timeout=240))
