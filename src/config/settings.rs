@@ -68,7 +68,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_BLOCK_READ_MIN_BYTES",
         default: "0",
-        doc: "all_to_all, gather and scatter blocks between ranks of one host of more than this many bytes are read from the sender's tensor (cross-memory attach); smaller ones that fit the sender's shared-memory slots (RUSTCCL_SHM_SEGMENT_BYTES x threads) are copied through them; 0: 1048576 (or RUSTCCL_SHM_SINGLE_READER_MIN_BYTES if larger) where reads are fast and the host has at most 4 local ranks, else RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (with 8 ranks the slots made no difference, with 16 they made 8 MiB all_to_all 25% slower). On a 16-core host with 4 ranks, 1-4 MiB all_to_all took 1.3-1.5x less time with 256 KiB - 1 MiB blocks copied through the slots than read (the kernel's reads of a few MiB do not get faster with more threads)",
+        doc: "all_to_all, gather and scatter blocks between ranks of one host of more than this many bytes are read from the sender's tensor (cross-memory attach); smaller ones that fit the sender's shared-memory slots (RUSTCCL_SHM_SEGMENT_BYTES x threads) are copied through them; 0: 1048576 (or RUSTCCL_SHM_SINGLE_READER_MIN_BYTES if larger) where reads are fast and the host has at most 4 local ranks, else RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (with 8 ranks the slots made no difference, with 16 they made 8 MiB all_to_all 25% slower); with shared tensors (RUSTCCL_SHM_TENSORS=1, read with a plain copy) 32768 with more than 4 local ranks (8 ranks: 1 MiB all_to_all and scatter 1.8x faster than through the slots), else 262144. On a 16-core host with 4 ranks, 1-4 MiB all_to_all took 1.3-1.5x less time with 256 KiB - 1 MiB blocks copied through the slots than read (the kernel's reads of a few MiB do not get faster with more threads)",
     },
     Setting {
         name: "RUSTCCL_SHM_MIN_PIECE_BYTES",
@@ -98,7 +98,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_TENSORS",
         default: "0",
-        doc: "1: import rustccl installs a CPU allocator in torch that takes tensors of RUSTCCL_SHM_TENSORS_MIN_BYTES or more from memory the other ranks of the host map too (a memfd per process, as large as the host's memory but paid for only where used), so collectives and sends between ranks of one host read them with one copy in user space instead of through the kernel; smaller tensors, and tensors made before the import or by numpy, come from torch's own allocator and are read as before. A process forked after (DataLoader workers) keeps its tensors as a private copy-on-write view and allocates from torch's allocator",
+        doc: "1: import rustccl installs a CPU allocator in torch that takes tensors of RUSTCCL_SHM_TENSORS_MIN_BYTES or more from memory the other ranks of the host map too (a memfd per process, as large as the host's memory but paid for only where used), so collectives and sends between ranks of one host read them with one copy in user space instead of through the kernel (with every local rank so, collectives read from 256 KiB, all_reduce from 4 MiB, broadcast from 1 MiB, blocks as RUSTCCL_SHM_BLOCK_READ_MIN_BYTES says; settings given by hand win); smaller tensors, and tensors made before the import or by numpy, come from torch's own allocator and are read as before. A process forked after (DataLoader workers) keeps its tensors as a private copy-on-write view and allocates from torch's allocator",
     },
     Setting {
         name: "RUSTCCL_SHM_TENSORS_MIN_BYTES",

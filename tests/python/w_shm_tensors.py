@@ -39,6 +39,8 @@ def shared_collectives(rank: int, world: int) -> tuple[int, list[str]]:
     st = rustccl.stats()
     c.true(f"every peer's arena mapped: {st['thresholds']['shm_peer_tensor_arenas']}", st["thresholds"]["shm_peer_tensor_arenas"] == world - 1)
     c.true("the host's shared thresholds", st["thresholds"]["shm_attach_min_bytes"] == 256 << 10 and st["thresholds"]["shm_all_reduce_attach_min_bytes"] == 4 * MIB)
+    blocks = st["thresholds"]["shm_block_read_min_bytes"]
+    c.true(f"blocks read over {blocks} bytes", blocks == (32 << 10 if world > 4 else 256 << 10))
     before = st["shared_tensors"]["in_use_bytes"]
     big = torch.empty(MIB, dtype=torch.uint8)
     small = torch.empty(1000, dtype=torch.uint8)

@@ -96,6 +96,13 @@ pub const SHARED_READ_MIN: usize = 256 << 10;
 /// slots were 1.8x faster with 4 ranks and as fast with 8, at 4 MiB
 /// reading was as fast or 1.14x faster, at 16 MiB 1.45-1.7x.
 pub const SHARED_ALL_REDUCE_READ_MIN: usize = 4 << 20;
+/// With shared tensors on more than [`BLOCK_SLOT_RANKS`] local ranks,
+/// all_to_all / gather / scatter blocks over this size are read: with 8
+/// ranks 1 MiB all_to_all (128 KiB blocks) and scatter took 1.8x less time
+/// so than through the slots on the 16-core host, 2.2x / 2.8x on the
+/// 32-core one (`benchmarks/results/2026-11-26-h200host-shm-tensors/`);
+/// with 4 ranks it made no difference (over 256 KiB they are read).
+pub const SHARED_BLOCK_READ_MIN: usize = 32 << 10;
 /// The same for broadcast (every rank reads the root's tensor).
 pub const SHARED_BROADCAST_READ_MIN: usize = 1 << 20;
 

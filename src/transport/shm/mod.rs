@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
 pub use window::{Area, Desc, PhaseWait, PullError, Window};
-pub use attach::{Attach, SHARED_ALL_REDUCE_READ_MIN, SHARED_BROADCAST_READ_MIN, SHARED_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
+pub use attach::{Attach, BLOCK_SLOT_RANKS, SHARED_ALL_REDUCE_READ_MIN, SHARED_BLOCK_READ_MIN, SHARED_BROADCAST_READ_MIN, SHARED_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 pub use stage::StillComing;
 pub use workers::Workers;
 
@@ -403,6 +403,7 @@ pub fn connect(
         set => set,
     };
     let block_min = match sizes.block_min {
+        0 if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
         0 if shared => SINGLE_READER_MIN,
         set => set,
     };
