@@ -26,13 +26,17 @@ from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 
 if _torch is not None:
+    import os as _os
+
     from .backend import BACKEND_NAME, register, use_shared_tensors
     from .groups import install as _install_torch_compat
     from .groups import failed_ranks, monitored_barrier
 
     register()
     _install_torch_compat()
-    if config()["RUSTCCL_SHM_TENSORS"]["value"] == "1":
+    # The environment itself, not config(): that reads every setting once
+    # per process, and a script may set some after this import.
+    if _os.environ.get("RUSTCCL_SHM_TENSORS") in ("1", "true", "TRUE"):
         use_shared_tensors()
 else:
     from ._torch_check import BACKEND_NAME, failed_ranks, monitored_barrier, register, use_shared_tensors

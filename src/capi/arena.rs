@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use super::{guarded, set_last_error};
-use crate::config::Config;
+use crate::config::{env_usize, SHM_TENSORS_CACHE, SHM_TENSORS_MIN};
 use crate::error::Code;
 use crate::transport::shm::arena::Arena;
 
@@ -15,13 +15,17 @@ use crate::transport::shm::arena::Arena;
 pub extern "C" fn rustccl_arena_enable() -> i64 {
     let mut min = -1;
     let code = guarded("rustccl_arena_enable", || {
-        let cfg = Config::get();
+        // Read here, not through `Config::get()`: this runs at `import
+        // rustccl`, and the settings a script sets after the import (a
+        // host identity, say) must still count when its group starts.
+        let smallest = env_usize("RUSTCCL_SHM_TENSORS_MIN_BYTES", SHM_TENSORS_MIN);
+        let cache = env_usize("RUSTCCL_SHM_TENSORS_CACHE_BYTES", SHM_TENSORS_CACHE);
         // Address space for the host's memory: its pages cost nothing
         // until a tensor touches them.
         // SAFETY: sysconf takes plain integers.
         let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
         let len = (pages.max(1) as u64) * (page.max(4096) as u64);
-        match Arena::enable(len, cfg.shm_tensors_min.max(1), cfg.shm_tensors_cache as u64) {
+        match Arena::enable(len, smallest.max(1), cache as u64) {
             Ok(a) => {
                 min = a.min_bytes as i64;
                 0

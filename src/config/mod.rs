@@ -6,6 +6,10 @@ use std::sync::OnceLock;
 
 mod settings;
 
+/// Defaults of `RUSTCCL_SHM_TENSORS_MIN_BYTES` / `_CACHE_BYTES`.
+pub const SHM_TENSORS_MIN: usize = 64 << 10;
+pub const SHM_TENSORS_CACHE: usize = 256 << 20;
+
 /// Tunables of the host (CPU) algorithms. Communicators copy them at
 /// creation; tests build their own to reach multi-segment paths with small
 /// inputs.
@@ -202,7 +206,7 @@ fn env_auto_size(name: &str) -> Option<usize> {
     }
 }
 
-fn env_usize(name: &str, default: usize) -> usize {
+pub(crate) fn env_usize(name: &str, default: usize) -> usize {
     match std::env::var(name) {
         Ok(v) => parse_size(&v).unwrap_or_else(|| {
             eprintln!("rustccl: ignoring {name}={v:?}: not a byte count");
@@ -289,8 +293,8 @@ impl Config {
                 },
             },
             shm_tensors: matches!(std::env::var("RUSTCCL_SHM_TENSORS").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
-            shm_tensors_min: env_usize("RUSTCCL_SHM_TENSORS_MIN_BYTES", 64 << 10),
-            shm_tensors_cache: env_usize("RUSTCCL_SHM_TENSORS_CACHE_BYTES", 256 << 20),
+            shm_tensors_min: env_usize("RUSTCCL_SHM_TENSORS_MIN_BYTES", SHM_TENSORS_MIN),
+            shm_tensors_cache: env_usize("RUSTCCL_SHM_TENSORS_CACHE_BYTES", SHM_TENSORS_CACHE),
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
             fault: std::env::var("RUSTCCL_FAULT").ok().filter(|s| !s.is_empty()).and_then(|s| match FaultSpec::parse(&s) {

@@ -22,5 +22,9 @@ def test_more_than_four_ranks_read_blocks_from_32_kib():
     launch.expect_ok(launch.run("w_shm_tensors:shared_collectives", 5, env=SHARED, timeout=300))
 
 
+def test_settings_made_after_the_import_still_count():
+    launch.expect_ok(launch.run("w_shm_tensors:settings_after_import", 2, init="none", env=SHARED, timeout=240))
+
+
 def test_a_forked_child_keeps_its_parents_tensors_apart():
     launch.expect_ok(launch.run("w_shm_tensors:fork_keeps_tensors_apart", 2, env=SHARED, timeout=240))

@@ -165,3 +165,21 @@ def fork_keeps_tensors_apart(rank: int, world: int) -> tuple[int, list[str]]:
     dist.all_reduce(z)
     c.eq("the group still works", z, torch.full((MIB,), float(world * (world + 1) // 2)))
     return c.count, c.failures
+
+
+def settings_after_import(rank: int, world: int) -> tuple[int, list[str]]:
+    """Run with init="none": a setting the script sets after `import
+    rustccl` (which created the arena) still counts when its group starts
+    (the arena must not read every setting at import)."""
+    from datetime import timedelta
+
+    c = Checker(rank)
+    os.environ["RUSTCCL_SHM_SMALL_BYTES"] = "8192"
+    dist.init_process_group("rustccl", timeout=timedelta(seconds=60))
+    th = rustccl.stats()["thresholds"]
+    c.true(f"small slots from the setting made after the import: {th['shm_small_slot_bytes']}", th["shm_small_slot_bytes"] == 8192)
+    c.true("shared tensors on", rustccl.stats()["shared_tensors"] is not None and _in_arena(torch.empty(MIB, dtype=torch.uint8)))
+    x = torch.full((MIB,), float(rank + 1))
+    dist.all_reduce(x)
+    c.eq("all_reduce", x, torch.full((MIB,), float(world * (world + 1) // 2)))
+    return c.count, c.failures

@@ -34,7 +34,9 @@ pub struct Attach {
     /// through them: the largest setting of the local ranks, else
     /// [`BLOCK_READ_MIN`] (at least `single_min`) where collectives read
     /// and the host has at most [`BLOCK_SLOT_RANKS`] local ranks,
-    /// `single_min` otherwise.
+    /// `single_min` otherwise; with shared tensors (set by `connect`)
+    /// [`SHARED_BLOCK_READ_MIN`] with more local ranks, else
+    /// [`SINGLE_READER_MIN`].
     pub block_min: usize,
     /// Smallest broadcast that reads the root's tensor (`usize::MAX`:
     /// never, the default: the pipelined copies through the root's shared
