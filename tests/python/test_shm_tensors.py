@@ -22,6 +22,10 @@ def test_more_than_four_ranks_read_blocks_from_32_kib():
     launch.expect_ok(launch.run("w_shm_tensors:shared_collectives", 5, env=SHARED, timeout=300))
 
 
+def test_ddp_with_shared_buckets_matches_gloo():
+    launch.expect_ok(launch.run("w_shm_tensors:ddp_matches_gloo", 2, env=SHARED, timeout=240))
+
+
 def test_settings_made_after_the_import_still_count():
     launch.expect_ok(launch.run("w_shm_tensors:settings_after_import", 2, init="none", env=SHARED, timeout=240))
 

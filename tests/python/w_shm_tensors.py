@@ -183,3 +183,33 @@ def settings_after_import(rank: int, world: int) -> tuple[int, list[str]]:
     dist.all_reduce(x)
     c.eq("all_reduce", x, torch.full((MIB,), float(world * (world + 1) // 2)))
     return c.count, c.failures
+
+
+def ddp_matches_gloo(rank: int, world: int) -> tuple[int, list[str]]:
+    """DDP with its gradient buckets in the arena (8 MiB: the all_reduce
+    reads and reduces the peers' buckets in place) against DDP over gloo,
+    same model, data and seeds."""
+    import copy
+
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    c = Checker(rank)
+    gloo = dist.new_group(backend="gloo")
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 512))
+    m_r, m_g = copy.deepcopy(base), copy.deepcopy(base)
+    d_r, d_g = DDP(m_r, bucket_cap_mb=8), DDP(m_g, process_group=gloo, bucket_cap_mb=8)
+    o_r, o_g = torch.optim.SGD(d_r.parameters(), lr=0.01), torch.optim.SGD(d_g.parameters(), lr=0.01)
+    for step in range(3):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        x, y = torch.randn(32, 512, generator=g), torch.randn(32, 512, generator=g)
+        for d, o in ((d_r, o_r), (d_g, o_g)):
+            o.zero_grad()
+            nn.functional.mse_loss(d(x), y).backward()
+            o.step()
+        for (n, p_r), p_g in zip(d_r.module.named_parameters(), d_g.module.parameters()):
+            c.true(f"step {step} {n}: in the arena {_in_arena(p_r.grad)}, max diff {(p_r - p_g).abs().max().item():.3g}",
+                   torch.allclose(p_r, p_g, rtol=1e-5, atol=1e-6))
+    c.true("all_reduce read the peers' buckets", rustccl.stats()["ops"]["all_reduce"]["algorithm"] == "shm_attach")
+    return c.count, c.failures
