@@ -83,7 +83,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",
         default: "off",
-        doc: "broadcast between ranks of one host on buffers of at least this many bytes: every rank reads the root's tensor directly (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); off: never, the root's copies into its shared memory and the others' copies out of it run side by side, a quarter of the buffer at a time (on a 16-core host 1.3-2.1x faster than the direct reads with 8 ranks at 16-64 MiB, as fast with 4)",
+        doc: "broadcast between ranks of one host on buffers of at least this many bytes: every rank reads the root's tensor directly (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); off: never, the root's copies into its shared memory and the others' copies out of it run side by side, a quarter of the buffer at a time (on a 16-core host 1.3-2.1x faster than the direct reads through the kernel with 8 ranks at 16-64 MiB, as fast with 4); with shared tensors (RUSTCCL_SHM_TENSORS=1) and two or more threads a rank the default is 1048576 (the reads, plain copies then, were 1.6-2x faster from 1 MiB)",
     },
     Setting {
         name: "RUSTCCL_SHM_STAGED_SEND_MIN_BYTES",
@@ -98,7 +98,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_TENSORS",
         default: "0",
-        doc: "1: import rustccl installs a CPU allocator in torch that takes tensors of RUSTCCL_SHM_TENSORS_MIN_BYTES or more from memory the other ranks of the host map too (a memfd per process, as large as the host's memory but paid for only where used), so collectives and sends between ranks of one host read them with one copy in user space instead of through the kernel (with every local rank so, collectives read from 256 KiB, all_reduce from 4 MiB, broadcast from 1 MiB, blocks as RUSTCCL_SHM_BLOCK_READ_MIN_BYTES says; settings given by hand win); smaller tensors, and tensors made before the import or by numpy, come from torch's own allocator and are read as before. A process forked after (DataLoader workers) keeps its tensors as a private copy-on-write view and allocates from torch's allocator",
+        doc: "1: import rustccl installs a CPU allocator in torch that takes tensors of RUSTCCL_SHM_TENSORS_MIN_BYTES or more from memory the other ranks of the host map too (a memfd per process, as large as the host's memory but paid for only where used), so collectives and sends between ranks of one host read them with one copy in user space instead of through the kernel (with every local rank so, collectives read from 256 KiB, all_reduce from 4 MiB, broadcast from 1 MiB with two or more threads a rank, blocks as RUSTCCL_SHM_BLOCK_READ_MIN_BYTES says; settings given by hand win); smaller tensors, and tensors made before the import or by numpy, come from torch's own allocator and are read as before. A process forked after (DataLoader workers) keeps its tensors as a private copy-on-write view and allocates from torch's allocator",
     },
     Setting {
         name: "RUSTCCL_SHM_TENSORS_MIN_BYTES",

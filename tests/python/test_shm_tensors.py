@@ -12,10 +12,12 @@ import launch
 SHARED = {"RUSTCCL_SHM_TENSORS": "1", "RUSTCCL_TRANSPORT": "shm"}
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world,threads", [(2, "0"), (3, "2")])
 @pytest.mark.parametrize("body", ["shared_collectives", "shared_sends"])
-def test_shared_tensors(body, world):
-    launch.expect_ok(launch.run(f"w_shm_tensors:{body}", world, env=SHARED, timeout=240))
+def test_shared_tensors(body, world, threads):
+    """threads 0: from the host (one a rank on a 2-core machine: broadcast
+    keeps its pipelined copies); 2: every rank reads the root's tensor."""
+    launch.expect_ok(launch.run(f"w_shm_tensors:{body}", world, env=dict(SHARED, RUSTCCL_SHM_THREADS=threads), timeout=240))
 
 
 def test_more_than_four_ranks_read_blocks_from_32_kib():

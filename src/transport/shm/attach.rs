@@ -105,7 +105,10 @@ pub const SHARED_ALL_REDUCE_READ_MIN: usize = 4 << 20;
 /// 32-core one (`benchmarks/results/2026-11-26-h200host-shm-tensors/`);
 /// with 4 ranks it made no difference (over 256 KiB they are read).
 pub const SHARED_BLOCK_READ_MIN: usize = 32 << 10;
-/// The same for broadcast (every rank reads the root's tensor).
+/// The same for broadcast (every rank reads the root's tensor), where a
+/// rank has two or more threads: 1.6-2x faster than the pipelined copies
+/// from 1 MiB with 4 and 8 ranks on the 16-core host, 1.2-1.55x with 16 on
+/// the 32-core one; with one thread a rank (the 2-core VM) 0.84-0.92x.
 pub const SHARED_BROADCAST_READ_MIN: usize = 1 << 20;
 
 /// A collective threshold this large (1 TiB) means that no collective
