@@ -179,16 +179,15 @@ impl Arena {
     /// Gives back an allocation of [`Arena::alloc`] (anything else is
     /// ignored).
     pub fn free(&self, p: *mut u8) {
-        let a = self;
-        let off = (p as u64).wrapping_sub(a.base as u64);
-        let mut s = a.state.lock().unwrap_or_else(|e| e.into_inner());
+        let off = (p as u64).wrapping_sub(self.base as u64);
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let Some(len) = s.live.remove(&off) else { return };
         s.stats.in_use -= len;
-        if s.stats.cached + len > a.cache_bytes {
+        if s.stats.cached + len > self.cache_bytes {
             // SAFETY: the range is ours and no longer handed out; its pages
             // read as zeros afterwards (in peers' mappings too).
             unsafe {
-                libc::fallocate(a.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64);
+                libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64);
             }
         } else {
             s.stats.cached += len;
@@ -212,9 +211,16 @@ extern "C" fn after_fork_in_child() {
     if let Some(a) = ARENA.get() {
         // SAFETY: replaces our own mapping of the arena in place (same
         // address and length, same file), so every pointer into it stays
-        // valid; only the sharing changes.
+        // valid; only the sharing changes. Where the kernel refuses (strict
+        // overcommit charges a private writable mapping in full), the
+        // shared mapping becomes read-only instead: a child that writes an
+        // inherited tensor then faults rather than changing its parent's.
         unsafe {
-            libc::mmap(a.base.cast(), a.len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_NORESERVE, a.file.as_raw_fd(), 0);
+            let flags = libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_NORESERVE;
+            let got = libc::mmap(a.base.cast(), a.len as usize, libc::PROT_READ | libc::PROT_WRITE, flags, a.file.as_raw_fd(), 0);
+            if got == libc::MAP_FAILED {
+                libc::mprotect(a.base.cast(), a.len as usize, libc::PROT_READ);
+            }
         }
     }
 }
