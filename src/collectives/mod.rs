@@ -123,7 +123,7 @@ pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8]
 fn reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut HostTensor, op: ReduceOp, root: usize, scratch: &mut Scratch) -> Result<AlgoName> {
     let dtype = buf.dtype();
     let (n, me) = (win.ranks().len(), win.me());
-    if attach(win, buf.nbytes()) {
+    if win.reduce_attach_min().is_some_and(|m| buf.nbytes() >= m) {
         let part = plan::bytes(&plan::even_chunks(buf.nbytes() / dtype.size(), n)[me], dtype.size()).len();
         shm_attach_reduce::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(part))?;
         Ok("shm_attach")

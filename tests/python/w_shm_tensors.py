@@ -39,6 +39,8 @@ def shared_collectives(rank: int, world: int) -> tuple[int, list[str]]:
     st = rustccl.stats()
     c.true(f"every peer's arena mapped: {st['thresholds']['shm_peer_tensor_arenas']}", st["thresholds"]["shm_peer_tensor_arenas"] == world - 1)
     c.true("the host's shared thresholds", st["thresholds"]["shm_attach_min_bytes"] == 256 << 10 and st["thresholds"]["shm_all_reduce_attach_min_bytes"] == 4 * MIB)
+    red = st["thresholds"]["shm_reduce_attach_min_bytes"]
+    c.true(f"reduce reads from {red} bytes", red == (256 << 10 if world > 4 else 16 * MIB))
     blocks = st["thresholds"]["shm_block_read_min_bytes"]
     c.true(f"blocks read over {blocks} bytes", blocks == (32 << 10 if world > 4 else 256 << 10))
     before = st["shared_tensors"]["in_use_bytes"]
@@ -70,6 +72,8 @@ def shared_collectives(rank: int, world: int) -> tuple[int, list[str]]:
         dist.reduce(x, root)
         if rank == root:
             c.eq(f"reduce root {root}", x, sum(values(f32, "SUM", r, n) for r in range(world)))
+        alg = rustccl.stats()["ops"]["reduce"]["algorithm"]
+        c.true(f"1.6 MB reduce reads the peers with more than 4 ranks, else the slots: {alg}", alg == ("shm_attach" if world > 4 else "shm_pipelined"))
         x = values(f32, "SUM", rank, 2 * MIB // 4) if rank == root else torch.empty(2 * MIB // 4)
         dist.broadcast(x, root)
         c.eq(f"broadcast root {root}", x, values(f32, "SUM", root, 2 * MIB // 4))

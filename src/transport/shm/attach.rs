@@ -29,6 +29,11 @@ pub struct Attach {
     /// where it was set, else from the host (`host::all_reduce_attach_min`);
     /// the largest of the local ranks'.
     pub all_reduce_min: usize,
+    /// Smallest reduce that reads peers' buffers directly: `min_bytes`,
+    /// except with shared tensors on at most [`BLOCK_SLOT_RANKS`] local
+    /// ranks ([`SHARED_FEW_RANKS_REDUCE_READ_MIN`]); the largest of the
+    /// local ranks'.
+    pub reduce_min: usize,
     /// all_to_all / gather / scatter blocks over this many bytes are read
     /// from the sender's tensor, smaller ones that fit its slots copied
     /// through them: the largest setting of the local ranks, else
@@ -98,6 +103,12 @@ pub const SHARED_READ_MIN: usize = 256 << 10;
 /// slots were 1.8x faster with 4 ranks and as fast with 8, at 4 MiB
 /// reading was as fast or 1.14x faster, at 16 MiB 1.45-1.7x.
 pub const SHARED_ALL_REDUCE_READ_MIN: usize = 4 << 20;
+/// The same for reduce with shared tensors on at most [`BLOCK_SLOT_RANKS`]
+/// local ranks: with 4 ranks on the 16-core host reading took 1.1-1.4x
+/// longer than the pipelined slots at 256 KiB - 4 MiB (two runs of two
+/// sweeps each), and was 1.0-1.1x faster at 16 MiB; with 8 and 16 ranks
+/// reading was 1.2-1.8x faster from 1 MiB.
+pub const SHARED_FEW_RANKS_REDUCE_READ_MIN: usize = 16 << 20;
 /// With shared tensors on more than [`BLOCK_SLOT_RANKS`] local ranks,
 /// all_to_all / gather / scatter blocks over this size are read: with 8
 /// ranks 1 MiB all_to_all (128 KiB blocks) and scatter took 1.8x less time
@@ -135,6 +146,7 @@ impl Attach {
             pids,
             min_bytes,
             all_reduce_min: largest(Segment::all_reduce_min),
+            reduce_min: largest(Segment::reduce_min),
             single_min,
             block_min,
             broadcast_min: largest(Segment::broadcast_min),

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
 pub use window::{Area, Desc, PhaseWait, PullError, Window};
-pub use attach::{Attach, BLOCK_SLOT_RANKS, SHARED_ALL_REDUCE_READ_MIN, SHARED_BLOCK_READ_MIN, SHARED_BROADCAST_READ_MIN, SHARED_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
+pub use attach::{Attach, BLOCK_SLOT_RANKS, SHARED_ALL_REDUCE_READ_MIN, SHARED_BLOCK_READ_MIN, SHARED_BROADCAST_READ_MIN, SHARED_FEW_RANKS_REDUCE_READ_MIN, SHARED_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 pub use stage::StillComing;
 pub use workers::Workers;
 
@@ -402,6 +402,10 @@ pub fn connect(
         ATTACH_FROM_HOST => all_reduce_attach_min(attach_min, n),
         set => set,
     };
+    let reduce_min = match sizes.attach_min {
+        ATTACH_FROM_HOST if shared && n <= BLOCK_SLOT_RANKS => SHARED_FEW_RANKS_REDUCE_READ_MIN,
+        _ => attach_min,
+    };
     let block_min = match sizes.block_min {
         0 if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
         0 if shared => SINGLE_READER_MIN,
@@ -463,6 +467,7 @@ pub fn connect(
         m.broadcast_min().store(broadcast_min as u64, Ordering::Relaxed);
         m.block_min().store(block_min as u64, Ordering::Relaxed);
         m.all_reduce_min().store(all_reduce_min as u64, Ordering::Relaxed);
+        m.reduce_min().store(reduce_min as u64, Ordering::Relaxed);
         if let Some(a) = arena::Arena::get() {
             let info = a.info();
             let [base, len, fd, canary] = m.arena_info();

@@ -230,6 +230,12 @@ impl Window {
         self.local.attach.as_ref().map(|a| a.all_reduce_min)
     }
 
+    /// Smallest reduce (bytes per rank) that reads the peers' buffers
+    /// directly (`Attach::reduce_min`); None when the ranks cannot.
+    pub fn reduce_attach_min(&self) -> Option<usize> {
+        self.local.attach.as_ref().map(|a| a.reduce_min)
+    }
+
     /// Smallest broadcast that reads the root's tensor directly; None:
     /// never (the default, or attach is off).
     pub fn broadcast_attach_min(&self) -> Option<usize> {
