@@ -1,6 +1,7 @@
 #!/bin/bash
 # Shared tensors on a many-core host: each SPEC "W:V:NAME[:VAR=VALUE]" runs one A/B sweep
-# (rustccl vs gloo alternating) with W ranks and RUSTCCL_SHM_TENSORS=V, plus the optional setting.
+# (rustccl vs gloo alternating) with W ranks and RUSTCCL_SHM_TENSORS=V, plus the optional setting;
+# OPS: only these ops (all when unset).
 set -u
 export OMP_NUM_THREADS=1 NCCL_NVLS_ENABLE=0
 R=$OUT/res; mkdir -p $R
@@ -10,7 +11,7 @@ st() { echo "$(date +%T) $* $(grep '^cpu ' /proc/stat | awk '{print $9}')" >> $R
 for SPEC in $SPECS; do
  IFS=: read W V NAME EXTRA <<< "$SPEC"
  st $NAME
- env RUSTCCL_SHM_TENSORS=$V ${EXTRA:-} PYTHONPATH=/tmp/st1 timeout ${T:-85} python3 -m rustccl.bench --device cpu --world $W --check --no-progress --no-pp --min-bytes 256K --max-bytes 32M --iters ${ITERS:-10} --machine $MACH --out $R --name $MACH-$NAME > $R/log-$NAME.txt 2>&1
+ env RUSTCCL_SHM_TENSORS=$V ${EXTRA:-} PYTHONPATH=/tmp/st1 timeout ${T:-85} python3 -m rustccl.bench --device cpu --world $W --check --no-progress --no-pp ${OPS:+--ops $OPS} --min-bytes 256K --max-bytes 32M --iters ${ITERS:-10} --machine $MACH --out $R --name $MACH-$NAME > $R/log-$NAME.txt 2>&1
  echo "exit $?" >> $R/log-$NAME.txt
  (cd $OUT && tar czf res.tgz res)
 done
