@@ -26,17 +26,15 @@ from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 
 if _torch is not None:
-    import os as _os
-
     from .backend import BACKEND_NAME, register, use_shared_tensors
     from .groups import install as _install_torch_compat
     from .groups import failed_ranks, monitored_barrier
 
     register()
     _install_torch_compat()
-    # The environment itself, not config(): that reads every setting once
-    # per process, and a script may set some after this import.
-    if _os.environ.get("RUSTCCL_SHM_TENSORS") in ("1", "true", "TRUE"):
+    # Not config(): that reads every setting once per process, and a
+    # script may set some after this import.
+    if _rustccl._shm_tensors_requested():
         use_shared_tensors()
 else:
     from ._torch_check import BACKEND_NAME, failed_ranks, monitored_barrier, register, use_shared_tensors

@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use super::{guarded, set_last_error};
-use crate::config::{env_usize, SHM_TENSORS_CACHE, SHM_TENSORS_MIN};
+use crate::config::shm_tensors_sizes;
 use crate::error::Code;
 use crate::transport::shm::arena::Arena;
 
@@ -15,11 +15,10 @@ use crate::transport::shm::arena::Arena;
 pub extern "C" fn rustccl_arena_enable() -> i64 {
     let mut min = -1;
     let code = guarded("rustccl_arena_enable", || {
-        // Read here, not through `Config::get()`: this runs at `import
-        // rustccl`, and the settings a script sets after the import (a
-        // host identity, say) must still count when its group starts.
-        let smallest = env_usize("RUSTCCL_SHM_TENSORS_MIN_BYTES", SHM_TENSORS_MIN);
-        let cache = env_usize("RUSTCCL_SHM_TENSORS_CACHE_BYTES", SHM_TENSORS_CACHE);
+        // Not through `Config::get()`: this runs at `import rustccl`, and
+        // the settings a script sets after the import (a host identity,
+        // say) must still count when its group starts.
+        let (smallest, cache) = shm_tensors_sizes();
         // Address space for the host's memory: its pages cost nothing
         // until a tensor touches them.
         // SAFETY: sysconf takes plain integers.

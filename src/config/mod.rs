@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 mod settings;
 
 /// Defaults of `RUSTCCL_SHM_TENSORS_MIN_BYTES` / `_CACHE_BYTES`.
-pub const SHM_TENSORS_MIN: usize = 64 << 10;
-pub const SHM_TENSORS_CACHE: usize = 256 << 20;
+const SHM_TENSORS_MIN: usize = 64 << 10;
+const SHM_TENSORS_CACHE: usize = 256 << 20;
 
 /// Tunables of the host (CPU) algorithms. Communicators copy them at
 /// creation; tests build their own to reach multi-segment paths with small
@@ -206,7 +206,20 @@ fn env_auto_size(name: &str) -> Option<usize> {
     }
 }
 
-pub(crate) fn env_usize(name: &str, default: usize) -> usize {
+/// Whether a yes / no setting is on ("1", "true" or "TRUE"), read now.
+pub fn env_flag(name: &str) -> bool {
+    matches!(std::env::var(name).as_deref(), Ok("1") | Ok("true") | Ok("TRUE"))
+}
+
+/// `RUSTCCL_SHM_TENSORS_MIN_BYTES` and `_CACHE_BYTES`, read now: the arena
+/// reads them when `import rustccl` enables it, before anything reads
+/// [`Config::get`] (which would freeze every setting a script makes after
+/// the import).
+pub fn shm_tensors_sizes() -> (usize, usize) {
+    (env_usize("RUSTCCL_SHM_TENSORS_MIN_BYTES", SHM_TENSORS_MIN), env_usize("RUSTCCL_SHM_TENSORS_CACHE_BYTES", SHM_TENSORS_CACHE))
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
     match std::env::var(name) {
         Ok(v) => parse_size(&v).unwrap_or_else(|| {
             eprintln!("rustccl: ignoring {name}={v:?}: not a byte count");
@@ -254,6 +267,7 @@ impl Config {
             segment_bytes: env_usize("RUSTCCL_SEGMENT_BYTES", d.segment_bytes).max(64),
             caller_runs_us: env_usize("RUSTCCL_CALLER_RUNS_US", d.caller_runs_us as usize) as u64,
         };
+        let (shm_tensors_min, shm_tensors_cache) = shm_tensors_sizes();
         Config {
             algo,
             socket_ifname: std::env::var("RUSTCCL_SOCKET_IFNAME").ok().filter(|s| !s.is_empty()),
@@ -292,9 +306,9 @@ impl Config {
                     _ => env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST),
                 },
             },
-            shm_tensors: matches!(std::env::var("RUSTCCL_SHM_TENSORS").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
-            shm_tensors_min: env_usize("RUSTCCL_SHM_TENSORS_MIN_BYTES", SHM_TENSORS_MIN),
-            shm_tensors_cache: env_usize("RUSTCCL_SHM_TENSORS_CACHE_BYTES", SHM_TENSORS_CACHE),
+            shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
+            shm_tensors_min,
+            shm_tensors_cache,
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
             flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
             fault: std::env::var("RUSTCCL_FAULT").ok().filter(|s| !s.is_empty()).and_then(|s| match FaultSpec::parse(&s) {
@@ -304,9 +318,9 @@ impl Config {
                     None
                 }
             }),
-            check: matches!(std::env::var("RUSTCCL_CHECK").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
-            cuda_timing: matches!(std::env::var("RUSTCCL_CUDA_TIMING").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
-            host_profile: matches!(std::env::var("RUSTCCL_HOST_PROFILE").as_deref(), Ok("1") | Ok("true") | Ok("TRUE")),
+            check: env_flag("RUSTCCL_CHECK"),
+            cuda_timing: env_flag("RUSTCCL_CUDA_TIMING"),
+            host_profile: env_flag("RUSTCCL_HOST_PROFILE"),
             custom_allreduce: !matches!(std::env::var("RUSTCCL_CUSTOM_ALLREDUCE").as_deref(), Ok("0") | Ok("false") | Ok("FALSE")),
             custom_allreduce_max_bytes: env_auto_size("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES"),
             one_shot_max_bytes: env_auto_size("RUSTCCL_ONE_SHOT_MAX_BYTES"),

@@ -458,6 +458,14 @@ fn _compress_next(group: &str, codec: Option<&str>, key: &str, error_feedback: b
     Ok(())
 }
 
+/// Whether `RUSTCCL_SHM_TENSORS` asks for shared tensors, read now (not
+/// through `config()`, which would freeze every setting at `import
+/// rustccl`).
+#[pyfunction]
+fn _shm_tensors_requested() -> bool {
+    crate::config::env_flag("RUSTCCL_SHM_TENSORS")
+}
+
 /// This host's identity as rustccl sees it (for debugging placement).
 #[pyfunction]
 fn host_identity() -> String {
@@ -493,6 +501,7 @@ fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCommunicator>()?;
     m.add_function(wrap_pyfunction!(config, m)?)?;
     m.add_function(wrap_pyfunction!(host_identity, m)?)?;
+    m.add_function(wrap_pyfunction!(_shm_tensors_requested, m)?)?;
     m.add_function(wrap_pyfunction!(_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_reset_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_flight_record, m)?)?;
