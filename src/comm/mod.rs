@@ -267,6 +267,7 @@ impl Communicator {
             broadcast_min: opts.shm.broadcast_min,
             stage: opts.shm.staged_max,
             stage_min: opts.shm.staged_min,
+            stage_shared: opts.shm.stage_shared,
         };
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {

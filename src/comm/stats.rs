@@ -219,6 +219,8 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         // 0: no staged sends (no staging area, or no single-copy reads to stage instead of).
         v.push(("shm_staged_send_min_bytes", l.stage_min as u64));
         v.push(("shm_staged_send_max_bytes", if l.attach.is_some() { l.stage_capacity() as u64 } else { 0 }));
+        // 1: sends of shared tensors (RUSTCCL_SHM_TENSORS=1) are staged too.
+        v.push(("shm_stage_shared_sends", l.stage_shared as u64));
         // Local peers whose shared tensors (RUSTCCL_SHM_TENSORS=1) this rank mapped.
         v.push(("shm_peer_tensor_arenas", l.attach.as_ref().map_or(0, |a| a.arenas.iter().flatten().count() as u64)));
     }

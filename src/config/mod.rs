@@ -89,6 +89,9 @@ pub struct ShmConfig {
     /// per rank, `transport::shm::host`).
     pub staged_min: usize,
     pub staged_max: usize,
+    /// Whether such sends of tensors in shared memory (`RUSTCCL_SHM_TENSORS`)
+    /// are staged too (else the receiver copies them out of the tensor).
+    pub stage_shared: bool,
 }
 
 /// `ShmConfig::staged_max` when `RUSTCCL_SHM_STAGED_SEND_MAX_BYTES` is unset
@@ -305,6 +308,7 @@ impl Config {
                     Ok("auto") => STAGE_FROM_HOST,
                     _ => env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST),
                 },
+                stage_shared: env_flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
             shm_tensors_min,
@@ -381,6 +385,7 @@ impl Config {
                 STAGE_FROM_HOST => "auto".into(),
                 v => v.to_string(),
             }),
+            ("RUSTCCL_SHM_STAGE_SHARED_SENDS", (self.shm.stage_shared as u8).to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

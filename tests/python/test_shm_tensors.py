@@ -20,6 +20,11 @@ def test_shared_tensors(body, world, threads):
     launch.expect_ok(launch.run(f"w_shm_tensors:{body}", world, env=dict(SHARED, RUSTCCL_SHM_THREADS=threads), timeout=240))
 
 
+@pytest.mark.parametrize("stage", ["0", "1"])
+def test_sends_of_shared_tensors_are_read_or_staged(stage):
+    launch.expect_ok(launch.run("w_shm_tensors:shared_send_staging", 2, env=dict(SHARED, RUSTCCL_SHM_STAGE_SHARED_SENDS=stage), timeout=240))
+
+
 def test_more_than_four_ranks_read_blocks_from_32_kib():
     launch.expect_ok(launch.run("w_shm_tensors:shared_collectives", 5, env=SHARED, timeout=300))
 

@@ -8,6 +8,7 @@ parent's tensors."""
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import torch
@@ -132,6 +133,35 @@ def shared_sends(rank: int, world: int) -> tuple[int, list[str]]:
         for w in dist.batch_isend_irecv(ops):
             w.wait()
         c.eq(f"batch_isend_irecv {k} {where}", got2, torch.arange(n, dtype=torch.float32) + 7 * prv + k)
+    return c.count, c.failures
+
+
+def shared_send_staging(rank: int, world: int) -> tuple[int, list[str]]:
+    """RUSTCCL_SHM_STAGE_SHARED_SENDS=1: a send of a shared tensor is
+    staged (it completes before its receive is posted, and the sender may
+    reuse the tensor at once); =0 (the default): the receiver reads it out
+    of the sender's tensor, so the send waits for the receive."""
+    c = Checker(rank)
+    staged = os.environ.get("RUSTCCL_SHM_STAGE_SHARED_SENDS") == "1"
+    c.true("the setting in stats()", rustccl.stats()["thresholds"]["shm_stage_shared_sends"] == int(staged))
+    n = MIB // 4
+    want = torch.arange(n, dtype=torch.float32) + 3
+    if rank == 0:
+        x = want.clone()
+        c.true("the send's tensor is in the arena", _in_arena(x))
+        w = dist.isend(x, 1, tag=9)
+        deadline = time.monotonic() + 1.5
+        while not w.is_completed() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        c.true(f"the send completed before its receive: {w.is_completed()}", w.is_completed() == staged)
+        w.wait()
+        x.fill_(-1.0)
+    else:
+        time.sleep(2.5)
+        got = torch.empty(n)
+        dist.recv(got, 0, tag=9)
+        c.eq("received", got, want)
+    dist.barrier()
     return c.count, c.failures
 
 

@@ -223,8 +223,10 @@ impl EventLoop {
                 }
                 let rdv = self.rendezvous_to(peer, buf.nbytes());
                 // A tensor in our shared arena is read by the receiver
-                // straight out of it (one copy in user space): not staged.
-                let shared = Arena::owns(buf.bytes().as_ptr());
+                // straight out of it (one copy in user space), unless
+                // RUSTCCL_SHM_STAGE_SHARED_SENDS stages those too.
+                let stage_shared = self.attach.as_ref().is_some_and(|l| l.stage_shared);
+                let shared = !stage_shared && Arena::owns(buf.bytes().as_ptr());
                 let seq = if rdv && !shared { self.next_stage(peer, buf.nbytes()) } else { None };
                 let now = Instant::now();
                 let mut to_stage = None;

@@ -89,6 +89,9 @@ pub struct ShmLocal {
     pub attach: Option<Attach>,
     /// Sends of at most this many bytes are not staged (`stage.rs`).
     pub stage_min: usize,
+    /// Whether sends of tensors in our shared arena are staged too (else
+    /// the receiver copies them out of the tensor).
+    pub stage_shared: bool,
 }
 
 impl ShmLocal {
@@ -322,6 +325,8 @@ pub struct ShmSizes {
     pub stage: usize,
     /// `ShmLocal::stage_min`.
     pub stage_min: usize,
+    /// `ShmLocal::stage_shared`.
+    pub stage_shared: bool,
 }
 
 fn exchange_byte(s: &mut TcpStream, out: u8, deadline: Instant) -> io::Result<u8> {
@@ -534,7 +539,7 @@ pub fn connect(
     let workers = Workers::new(threads, &format!("rustccl-shm-r{me}"), min_piece)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.stage_min });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.stage_min, stage_shared: sizes.stage_shared });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {
