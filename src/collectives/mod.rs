@@ -357,8 +357,10 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
                 // Each rank reads n - 1 parts, half of what an all-reduce of
                 // the total reads: compared by the part (8 ranks, 32-core
                 // host: 2 MiB parts 2.4x faster through the slots, 8 MiB
-                // 1.1-1.2x, 32 MiB even; 4 ranks even from 512 KiB).
-                if attach(&win, len) {
+                // 1.1-1.2x, 32 MiB even; 4 ranks even from 512 KiB);
+                // its own threshold with shared tensors on a crowded host
+                // (`Attach::all_gather_min`).
+                if win.all_gather_attach_min().is_some_and(|m| len >= m) {
                     shm_attach::all_gather(&win, wait, &mut outputs.views_mut())?;
                     return Ok("shm_attach");
                 }

@@ -25,6 +25,12 @@ def test_sends_of_shared_tensors_are_read_or_staged(stage):
     launch.expect_ok(launch.run("w_shm_tensors:shared_send_staging", 2, env=dict(SHARED, RUSTCCL_SHM_STAGE_SHARED_SENDS=stage), timeout=240))
 
 
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_a_crowded_host_reads_all_reduce_from_8_and_all_gather_from_16_mib(threads):
+    """8 ranks: with 4 threads each (32 among them) the host is crowded."""
+    launch.expect_ok(launch.run("w_shm_tensors:crowded_host", 8, env=dict(SHARED, RUSTCCL_SHM_THREADS=threads), timeout=300))
+
+
 def test_more_than_four_ranks_read_blocks_from_32_kib():
     launch.expect_ok(launch.run("w_shm_tensors:shared_collectives", 5, env=SHARED, timeout=300))
 

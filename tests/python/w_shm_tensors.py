@@ -93,6 +93,7 @@ def shared_collectives(rank: int, world: int) -> tuple[int, list[str]]:
     gathered = torch.empty(n * world)
     dist.all_gather_into_tensor(gathered, values(f32, "SUM", rank, n))
     c.eq("all_gather", gathered, torch.cat([values(f32, "SUM", r, n) for r in range(world)]))
+    c.true("all_gather reads", rustccl.stats()["ops"]["all_gather"]["algorithm"] == "shm_attach")
     # all_to_all with uneven blocks, some under the block threshold (slots),
     # some over it (read), from the arena and from outside it.
     count = lambda s, d: ((s + d) % 3) * 40_000 + 1000  # noqa: E731
@@ -104,6 +105,32 @@ def shared_collectives(rank: int, world: int) -> tuple[int, list[str]]:
         out = torch.empty(sum(count(s, rank) for s in range(world)))
         dist.all_to_all_single(out, inp, [count(s, rank) for s in range(world)], [count(rank, d) for d in range(world)])
         c.eq(f"all_to_all {where}", out, torch.cat([block(s, rank) for s in range(world)]))
+    return c.count, c.failures
+
+
+def crowded_host(rank: int, world: int) -> tuple[int, list[str]]:
+    """8 or more local ranks with 32 or more threads among them
+    (RUSTCCL_SHM_THREADS=4 here): all_reduce reads shared tensors only
+    from 8 MiB per rank and all_gather from 16 MiB (the pipelined slots
+    below); with fewer threads (=1) from 4 MiB and 256 KiB as elsewhere."""
+    c = Checker(rank)
+    th = rustccl.stats()["thresholds"]
+    crowded = world >= 8 and world * th["shm_threads"] >= 32
+    want = (8 * MIB, 16 * MIB) if crowded else (4 * MIB, 256 << 10)
+    got = (th["shm_all_reduce_attach_min_bytes"], th["shm_all_gather_attach_min_bytes"])
+    c.true(f"all_reduce / all_gather read from {got}, want {want}", got == want)
+    c.true("the other collectives still read from 256 KiB", th["shm_attach_min_bytes"] == 256 << 10)
+    n = MIB // 4  # 1 MiB of float32 per rank
+    gathered = torch.empty(n * world)
+    dist.all_gather_into_tensor(gathered, values(torch.float32, "SUM", rank, n))
+    c.eq("all_gather", gathered, torch.cat([values(torch.float32, "SUM", r, n) for r in range(world)]))
+    alg = rustccl.stats()["ops"]["all_gather"]["algorithm"]
+    c.true(f"1 MiB all_gather: {alg}", alg == ("shm_direct" if crowded else "shm_attach"))
+    x = values(torch.float32, "SUM", rank, 4 * n)
+    dist.all_reduce(x)
+    c.eq("all_reduce 4 MiB", x, sum(values(torch.float32, "SUM", r, 4 * n) for r in range(world)))
+    alg = rustccl.stats()["ops"]["all_reduce"]["algorithm"]
+    c.true(f"4 MiB all_reduce: {alg}", alg == ("shm_pipelined" if crowded else "shm_attach"))
     return c.count, c.failures
 
 

@@ -34,6 +34,11 @@ pub struct Attach {
     /// ranks ([`SHARED_FEW_RANKS_REDUCE_READ_MIN`]); the largest of the
     /// local ranks'.
     pub reduce_min: usize,
+    /// Smallest all_gather (bytes per rank) that reads peers' buffers
+    /// directly: `min_bytes`, except with shared tensors on a crowded host
+    /// ([`crowded`]: [`SHARED_CROWDED_ALL_GATHER_READ_MIN`]); the largest of the
+    /// local ranks'.
+    pub all_gather_min: usize,
     /// all_to_all / gather / scatter blocks over this many bytes are read
     /// from the sender's tensor, smaller ones that fit its slots copied
     /// through them: the largest setting of the local ranks, else
@@ -122,6 +127,32 @@ pub const SHARED_BLOCK_READ_MIN: usize = 32 << 10;
 /// the 32-core one; with one thread a rank (the 2-core VM) 0.84-0.92x.
 pub const SHARED_BROADCAST_READ_MIN: usize = 1 << 20;
 
+/// With shared tensors on a crowded host ([`crowded`]) all_gather reads
+/// peers' tensors from this size (bytes per rank) on. On the 64-core host
+/// with 8 and 16 ranks (4-8 threads each) reading made all_gather of
+/// 256 KiB - 4 MiB per rank 0.73-0.96x as fast as the pipelined slots and
+/// 16 MiB 1.14-1.25x faster; keeping the slots below 16 MiB made 1-8 MiB
+/// 1.1-1.5x faster (`run4/`); on the 16-core host (8 ranks, 2 threads
+/// each) reading was 1.1-1.25x faster from 256 KiB
+/// (`benchmarks/results/2026-11-26-h100x4host-shm-tensors/`).
+pub const SHARED_CROWDED_ALL_GATHER_READ_MIN: usize = 16 << 20;
+/// The same for all_reduce: on the 64-core host the slots were 1.2-1.5x
+/// faster at 4 MiB with 8 and 16 ranks, reading 1.2-1.4x faster at 8 MiB
+/// (`run4/`); on the 16-core host with 8 ranks reading was 1.3x faster
+/// at 4 MiB ([`SHARED_ALL_REDUCE_READ_MIN`]).
+pub const SHARED_CROWDED_ALL_REDUCE_READ_MIN: usize = 8 << 20;
+
+/// Whether `local_ranks` ranks of `threads` threads each crowd the host's
+/// memory when they all read peers' shared tensors at once: 8 or more
+/// local ranks and 32 or more threads among them. The pipelined slots'
+/// copies gained more from threads than the reads did: with 8 ranks of 8
+/// threads (64-core host) the slots' 4 MiB all_reduce ran 1.7x faster
+/// than with 2 threads (16-core host), the reads not at all; 4 ranks of
+/// 8 threads still read faster.
+pub fn crowded(local_ranks: usize, threads: usize) -> bool {
+    local_ranks >= 8 && local_ranks * threads >= 32
+}
+
 /// A collective threshold this large (1 TiB) means that no collective
 /// reads peers' tensors: where reads are slow, the host's rule.
 pub const NO_COLLECTIVE_READS: usize = 1 << 40;
@@ -147,6 +178,7 @@ impl Attach {
             min_bytes,
             all_reduce_min: largest(Segment::all_reduce_min),
             reduce_min: largest(Segment::reduce_min),
+            all_gather_min: largest(Segment::all_gather_min),
             single_min,
             block_min,
             broadcast_min: largest(Segment::broadcast_min),

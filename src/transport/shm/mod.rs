@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
 pub use window::{Area, Desc, PhaseWait, PullError, Window};
-pub use attach::{Attach, BLOCK_SLOT_RANKS, SHARED_ALL_REDUCE_READ_MIN, SHARED_BLOCK_READ_MIN, SHARED_BROADCAST_READ_MIN, SHARED_FEW_RANKS_REDUCE_READ_MIN, SHARED_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
+pub use attach::{Attach, BLOCK_SLOT_RANKS, SHARED_ALL_REDUCE_READ_MIN, SHARED_BLOCK_READ_MIN, SHARED_BROADCAST_READ_MIN, SHARED_CROWDED_ALL_GATHER_READ_MIN, SHARED_CROWDED_ALL_REDUCE_READ_MIN, SHARED_FEW_RANKS_REDUCE_READ_MIN, SHARED_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 pub use stage::StillComing;
 pub use workers::Workers;
 
@@ -402,13 +402,19 @@ pub fn connect(
         ATTACH_FROM_HOST => host_attach_min(me, threads),
         set => (set, SINGLE_READER_MIN),
     };
+    let crowded = shared && attach::crowded(n, threads);
     let all_reduce_min = match sizes.attach_min {
+        ATTACH_FROM_HOST if crowded => SHARED_CROWDED_ALL_REDUCE_READ_MIN,
         ATTACH_FROM_HOST if shared => SHARED_ALL_REDUCE_READ_MIN,
         ATTACH_FROM_HOST => all_reduce_attach_min(attach_min, n),
         set => set,
     };
     let reduce_min = match sizes.attach_min {
         ATTACH_FROM_HOST if shared && n <= BLOCK_SLOT_RANKS => SHARED_FEW_RANKS_REDUCE_READ_MIN,
+        _ => attach_min,
+    };
+    let all_gather_min = match sizes.attach_min {
+        ATTACH_FROM_HOST if crowded => SHARED_CROWDED_ALL_GATHER_READ_MIN,
         _ => attach_min,
     };
     let block_min = match sizes.block_min {
@@ -473,6 +479,7 @@ pub fn connect(
         m.block_min().store(block_min as u64, Ordering::Relaxed);
         m.all_reduce_min().store(all_reduce_min as u64, Ordering::Relaxed);
         m.reduce_min().store(reduce_min as u64, Ordering::Relaxed);
+        m.all_gather_min().store(all_gather_min as u64, Ordering::Relaxed);
         if let Some(a) = arena::Arena::get() {
             let info = a.info();
             let [base, len, fd, canary] = m.arena_info();

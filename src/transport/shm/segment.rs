@@ -24,6 +24,7 @@
 //! 200    blocked  AtomicU64  what the collective thread sleeps waiting for ([`Blocked`]), 0 otherwise
 //! 224    sleepers AtomicU32  > 0 while this rank sleeps on the point-to-point `signal`
 //! 232    reduce   AtomicU64  this rank's reduce attach threshold (the group takes the largest)
+//! 240    gather   AtomicU64  this rank's all_gather attach threshold (the group takes the largest)
 //! 256+(c*n+i)*128            ring of channel c to local rank i: head (producer) at +0, tail (consumer) at +64
 //! ctrl   2n rings of `ring` bytes (ring c*n+i carries this rank's bytes of channel c to local rank i)
 //!        two small slots (`small` bytes each, by phase parity), input area (n x `seg`), output area (`seg`),
@@ -356,6 +357,11 @@ impl Segment {
     /// The owner's reduce attach threshold (`Attach::reduce_min`).
     pub fn reduce_min(&self) -> &AtomicU64 {
         self.u64_at(232)
+    }
+
+    /// The owner's all_gather attach threshold (`Attach::all_gather_min`).
+    pub fn all_gather_min(&self) -> &AtomicU64 {
+        self.u64_at(240)
     }
 
     /// The owner's all_reduce attach threshold (`Attach::all_reduce_min`).

@@ -230,6 +230,12 @@ impl Window {
         self.local.attach.as_ref().map(|a| a.all_reduce_min)
     }
 
+    /// Smallest all_gather (bytes per rank) that reads peers' buffers
+    /// directly (`Attach::all_gather_min`); None when the ranks cannot.
+    pub fn all_gather_attach_min(&self) -> Option<usize> {
+        self.local.attach.as_ref().map(|a| a.all_gather_min)
+    }
+
     /// Smallest reduce (bytes per rank) that reads the peers' buffers
     /// directly (`Attach::reduce_min`); None when the ranks cannot.
     pub fn reduce_attach_min(&self) -> Option<usize> {
