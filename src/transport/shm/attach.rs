@@ -31,12 +31,12 @@ pub struct Attach {
     pub all_reduce_min: usize,
     /// Smallest reduce that reads peers' buffers directly: `min_bytes`,
     /// except with shared tensors on at most [`BLOCK_SLOT_RANKS`] local
-    /// ranks ([`SHARED_FEW_RANKS_REDUCE_READ_MIN`]); the largest of the
+    /// ranks (`host::SHARED_FEW_RANKS_REDUCE_READ_MIN`); the largest of the
     /// local ranks'.
     pub reduce_min: usize,
     /// Smallest all_gather (bytes per rank) that reads peers' buffers
     /// directly: `min_bytes`, except with shared tensors on a crowded host
-    /// ([`crowded`]: [`SHARED_CROWDED_ALL_GATHER_READ_MIN`]); the largest of the
+    /// (`host::crowded`: `host::SHARED_CROWDED_ALL_GATHER_READ_MIN`); the largest of the
     /// local ranks'.
     pub all_gather_min: usize,
     /// all_to_all / gather / scatter blocks over this many bytes are read
@@ -45,7 +45,7 @@ pub struct Attach {
     /// [`BLOCK_READ_MIN`] (at least `single_min`) where collectives read
     /// and the host has at most [`BLOCK_SLOT_RANKS`] local ranks,
     /// `single_min` otherwise; with shared tensors (set by `connect`)
-    /// [`SHARED_BLOCK_READ_MIN`] with more local ranks, else
+    /// `host::SHARED_BLOCK_READ_MIN` with more local ranks, else
     /// [`SINGLE_READER_MIN`].
     pub block_min: usize,
     /// Smallest broadcast that reads the root's tensor (`usize::MAX`:
@@ -95,63 +95,6 @@ pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 pub const BLOCK_READ_MIN: usize = 1 << 20;
 /// The most local ranks for which [`BLOCK_READ_MIN`] applies.
 pub const BLOCK_SLOT_RANKS: usize = 4;
-
-/// Where a rank's tensors are shared (`arena.rs`, `RUSTCCL_SHM_TENSORS=1`)
-/// and the thresholds are left to the host: the smallest collective (bytes
-/// per rank) that reads peers' tensors. On the 16-core host reading shared
-/// tensors made 1-16 MiB reduce_scatter 1.1-2x faster than the slots with
-/// 4 and 8 ranks, reduce 1.2-1.7x with 8 (but 1.2-1.3x slower with 4 at
-/// 1-4 MiB), all_gather 1.0-1.25x with 8 (0.8-1.0x with 4)
-/// (`benchmarks/results/2026-11-26-h200host-shm-tensors/`).
-pub const SHARED_READ_MIN: usize = 256 << 10;
-/// The same for all_reduce, which reads every peer twice: at 1 MiB the
-/// slots were 1.8x faster with 4 ranks and as fast with 8, at 4 MiB
-/// reading was as fast or 1.14x faster, at 16 MiB 1.45-1.7x.
-pub const SHARED_ALL_REDUCE_READ_MIN: usize = 4 << 20;
-/// The same for reduce with shared tensors on at most [`BLOCK_SLOT_RANKS`]
-/// local ranks: with 4 ranks on the 16-core host reading took 1.1-1.4x
-/// longer than the pipelined slots at 256 KiB - 4 MiB (two runs of two
-/// sweeps each), and was 1.0-1.1x faster at 16 MiB; with 8 and 16 ranks
-/// reading was 1.2-1.8x faster from 1 MiB.
-pub const SHARED_FEW_RANKS_REDUCE_READ_MIN: usize = 16 << 20;
-/// With shared tensors on more than [`BLOCK_SLOT_RANKS`] local ranks,
-/// all_to_all / gather / scatter blocks over this size are read: with 8
-/// ranks 1 MiB all_to_all (128 KiB blocks) and scatter took 1.8x less time
-/// so than through the slots on the 16-core host, 2.2x / 2.8x on the
-/// 32-core one (`benchmarks/results/2026-11-26-h200host-shm-tensors/`);
-/// with 4 ranks it made no difference (over 256 KiB they are read).
-pub const SHARED_BLOCK_READ_MIN: usize = 32 << 10;
-/// The same for broadcast (every rank reads the root's tensor), where a
-/// rank has two or more threads: 1.6-2x faster than the pipelined copies
-/// from 1 MiB with 4 and 8 ranks on the 16-core host, 1.2-1.55x with 16 on
-/// the 32-core one; with one thread a rank (the 2-core VM) 0.84-0.92x.
-pub const SHARED_BROADCAST_READ_MIN: usize = 1 << 20;
-
-/// With shared tensors on a crowded host ([`crowded`]) all_gather reads
-/// peers' tensors from this size (bytes per rank) on. On the 64-core host
-/// with 8 and 16 ranks (4-8 threads each) reading made all_gather of
-/// 256 KiB - 4 MiB per rank 0.73-0.96x as fast as the pipelined slots and
-/// 16 MiB 1.14-1.25x faster; keeping the slots below 16 MiB made 1-8 MiB
-/// 1.1-1.5x faster (`run4/`); on the 16-core host (8 ranks, 2 threads
-/// each) reading was 1.1-1.25x faster from 256 KiB
-/// (`benchmarks/results/2026-11-26-h100x4host-shm-tensors/`).
-pub const SHARED_CROWDED_ALL_GATHER_READ_MIN: usize = 16 << 20;
-/// The same for all_reduce: on the 64-core host the slots were 1.2-1.5x
-/// faster at 4 MiB with 8 and 16 ranks, reading 1.2-1.4x faster at 8 MiB
-/// (`run4/`); on the 16-core host with 8 ranks reading was 1.3x faster
-/// at 4 MiB ([`SHARED_ALL_REDUCE_READ_MIN`]).
-pub const SHARED_CROWDED_ALL_REDUCE_READ_MIN: usize = 8 << 20;
-
-/// Whether `local_ranks` ranks of `threads` threads each crowd the host's
-/// memory when they all read peers' shared tensors at once: 8 or more
-/// local ranks and 32 or more threads among them. The pipelined slots'
-/// copies gained more from threads than the reads did: with 8 ranks of 8
-/// threads (64-core host) the slots' 4 MiB all_reduce ran 1.7x faster
-/// than with 2 threads (16-core host), the reads not at all; 4 ranks of
-/// 8 threads still read faster.
-pub fn crowded(local_ranks: usize, threads: usize) -> bool {
-    local_ranks >= 8 && local_ranks * threads >= 32
-}
 
 /// A collective threshold this large (1 TiB) means that no collective
 /// reads peers' tensors: where reads are slow, the host's rule.

@@ -4,7 +4,7 @@
 //! one-round all-reduce limit.
 #![forbid(unsafe_code)]
 
-use super::{remote, ShmSizes, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
+use super::{remote, ShmSizes, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 use crate::config::log_at;
 use crate::config::LogLevel;
 use crate::types::Rank;
@@ -46,7 +46,7 @@ pub(super) fn root_threads_for(sizes: ShmSizes, local_ranks: usize, threads: usi
 /// transfers still gained. Where reads are slower than [`READ_VS_COPY`]
 /// of a copy (or cannot be measured): no collective reads, and single
 /// readers from [`SLOW_SINGLE_READER_MIN`].
-pub(super) fn host_attach_min(me: Rank, threads: usize) -> (usize, usize) {
+fn host_attach_min(me: Rank, threads: usize) -> (usize, usize) {
     if threads >= 2 {
         return (ATTACH_MIN, SINGLE_READER_MIN);
     }
@@ -60,6 +60,116 @@ pub(super) fn host_attach_min(me: Rank, threads: usize) -> (usize, usize) {
             (usize::MAX, SLOW_SINGLE_READER_MIN)
         }
     }
+}
+
+/// One rank's single-copy thresholds (bytes); the group takes the largest
+/// of each (`Attach::agreed`).
+pub(super) struct Reads {
+    /// Collectives (`Attach::min_bytes`).
+    pub attach: usize,
+    pub single: usize,
+    pub all_reduce: usize,
+    pub reduce: usize,
+    pub all_gather: usize,
+    /// 0: the group decides (`Attach::agreed`).
+    pub block: usize,
+    pub broadcast: usize,
+}
+
+/// The thresholds from the settings, and from the host where they are
+/// left to it. With our large tensors in shared memory (`shared`,
+/// `arena.rs`) peers read them with a plain copy, which pays from a
+/// smaller size on than the kernel's reads (while every local rank has
+/// them: the group takes the largest thresholds). A threshold set by hand
+/// keeps single readers at 256 KiB; a single-reader setting wins.
+pub(super) fn reads_for(me: Rank, sizes: ShmSizes, local_ranks: usize, threads: usize, shared: bool) -> Reads {
+    let n = local_ranks;
+    let host = sizes.attach_min == ATTACH_FROM_HOST;
+    let (attach, single) = match sizes.attach_min {
+        ATTACH_FROM_HOST if shared => (SHARED_READ_MIN, SINGLE_READER_MIN),
+        ATTACH_FROM_HOST => host_attach_min(me, threads),
+        set => (set, SINGLE_READER_MIN),
+    };
+    let crowded = shared && crowded(n, threads);
+    let all_reduce = match () {
+        _ if !host => attach,
+        _ if crowded => SHARED_CROWDED_ALL_REDUCE_READ_MIN,
+        _ if shared => SHARED_ALL_REDUCE_READ_MIN,
+        _ => all_reduce_attach_min(attach, n),
+    };
+    let reduce = if host && shared && n <= BLOCK_SLOT_RANKS { SHARED_FEW_RANKS_REDUCE_READ_MIN } else { attach };
+    let all_gather = if host && crowded { SHARED_CROWDED_ALL_GATHER_READ_MIN } else { attach };
+    let block = match sizes.block_min {
+        0 if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
+        0 if shared => SINGLE_READER_MIN,
+        set => set,
+    };
+    // Broadcast reads the root only with two or more threads a rank: with
+    // one (2 ranks on 2 cores) the pipelined copies were 1.1-1.2x faster
+    // at 4-16 MiB even with shared tensors.
+    let broadcast = match sizes.broadcast_min {
+        usize::MAX if shared && threads > 1 => SHARED_BROADCAST_READ_MIN,
+        set => set,
+    };
+    let single = if sizes.single_min > 0 { sizes.single_min } else { single };
+    Reads { attach, single, all_reduce, reduce, all_gather, block, broadcast }
+}
+
+/// Where a rank's tensors are shared (`arena.rs`, `RUSTCCL_SHM_TENSORS=1`)
+/// and the thresholds are left to the host: the smallest collective (bytes
+/// per rank) that reads peers' tensors. On the 16-core host reading shared
+/// tensors made 1-16 MiB reduce_scatter 1.1-2x faster than the slots with
+/// 4 and 8 ranks, reduce 1.2-1.7x with 8 (but 1.2-1.3x slower with 4 at
+/// 1-4 MiB), all_gather 1.0-1.25x with 8 (0.8-1.0x with 4)
+/// (`benchmarks/results/2026-11-26-h200host-shm-tensors/`).
+const SHARED_READ_MIN: usize = 256 << 10;
+/// The same for all_reduce, which reads every peer twice: at 1 MiB the
+/// slots were 1.8x faster with 4 ranks and as fast with 8, at 4 MiB
+/// reading was as fast or 1.14x faster, at 16 MiB 1.45-1.7x.
+const SHARED_ALL_REDUCE_READ_MIN: usize = 4 << 20;
+/// The same for reduce with shared tensors on at most [`BLOCK_SLOT_RANKS`]
+/// local ranks: with 4 ranks on the 16-core host reading took 1.1-1.4x
+/// longer than the pipelined slots at 256 KiB - 4 MiB (two runs of two
+/// sweeps each), and was 1.0-1.1x faster at 16 MiB; with 8 and 16 ranks
+/// reading was 1.2-1.8x faster from 1 MiB.
+const SHARED_FEW_RANKS_REDUCE_READ_MIN: usize = 16 << 20;
+/// With shared tensors on more than [`BLOCK_SLOT_RANKS`] local ranks,
+/// all_to_all / gather / scatter blocks over this size are read: with 8
+/// ranks 1 MiB all_to_all (128 KiB blocks) and scatter took 1.8x less time
+/// so than through the slots on the 16-core host, 2.2x / 2.8x on the
+/// 32-core one (`benchmarks/results/2026-11-26-h200host-shm-tensors/`);
+/// with 4 ranks it made no difference (over 256 KiB they are read).
+const SHARED_BLOCK_READ_MIN: usize = 32 << 10;
+/// The same for broadcast (every rank reads the root's tensor), where a
+/// rank has two or more threads: 1.6-2x faster than the pipelined copies
+/// from 1 MiB with 4 and 8 ranks on the 16-core host, 1.2-1.55x with 16 on
+/// the 32-core one; with one thread a rank (the 2-core VM) 0.84-0.92x.
+const SHARED_BROADCAST_READ_MIN: usize = 1 << 20;
+
+/// With shared tensors on a crowded host ([`crowded`]) all_gather reads
+/// peers' tensors from this size (bytes per rank) on. On the 64-core host
+/// with 8 and 16 ranks (4-8 threads each) reading made all_gather of
+/// 256 KiB - 4 MiB per rank 0.73-0.96x as fast as the pipelined slots and
+/// 16 MiB 1.14-1.25x faster; keeping the slots below 16 MiB made 1-8 MiB
+/// 1.1-1.5x faster (`run4/`); on the 16-core host (8 ranks, 2 threads
+/// each) reading was 1.1-1.25x faster from 256 KiB
+/// (`benchmarks/results/2026-11-26-h100x4host-shm-tensors/`).
+const SHARED_CROWDED_ALL_GATHER_READ_MIN: usize = 16 << 20;
+/// The same for all_reduce: on the 64-core host the slots were 1.2-1.5x
+/// faster at 4 MiB with 8 and 16 ranks, reading 1.2-1.4x faster at 8 MiB
+/// (`run4/`); on the 16-core host with 8 ranks reading was 1.3x faster
+/// at 4 MiB ([`SHARED_ALL_REDUCE_READ_MIN`]).
+const SHARED_CROWDED_ALL_REDUCE_READ_MIN: usize = 8 << 20;
+
+/// Whether `local_ranks` ranks of `threads` threads each crowd the host's
+/// memory when they all read peers' shared tensors at once: 8 or more
+/// local ranks and 32 or more threads among them. The pipelined slots'
+/// copies gained more from threads than the reads did: with 8 ranks of 8
+/// threads (64-core host) the slots' 4 MiB all_reduce ran 1.7x faster
+/// than with 2 threads (16-core host), the reads not at all; 4 ranks of
+/// 8 threads still read faster.
+fn crowded(local_ranks: usize, threads: usize) -> bool {
+    local_ranks >= 8 && local_ranks * threads >= 32
 }
 
 /// The staging area's size when left to the host: 2 MiB per thread of the
@@ -83,7 +193,7 @@ pub(super) fn stage_for(threads: usize) -> usize {
 /// reading (32 MiB: even), while reduce and reduce_scatter (one read
 /// phase) were 1.1-1.3x faster reading from 16 MiB; on the 64-core host
 /// with 8 ranks the same (2308-2672 against 3696-3959 us at 16 MiB).
-pub(super) fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
+fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
     attach_min.max(local_ranks.saturating_mul(4 << 20))
 }
 

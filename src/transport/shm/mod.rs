@@ -37,11 +37,11 @@ use std::time::{Duration, Instant};
 
 pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
 pub use window::{Area, Desc, PhaseWait, PullError, Window};
-pub use attach::{Attach, BLOCK_SLOT_RANKS, SHARED_ALL_REDUCE_READ_MIN, SHARED_BLOCK_READ_MIN, SHARED_BROADCAST_READ_MIN, SHARED_CROWDED_ALL_GATHER_READ_MIN, SHARED_CROWDED_ALL_REDUCE_READ_MIN, SHARED_FEW_RANKS_REDUCE_READ_MIN, SHARED_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
+pub use attach::{Attach, BLOCK_SLOT_RANKS, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 pub use stage::StillComing;
 pub use workers::Workers;
 
-use host::{all_reduce_attach_min, host_attach_min, root_threads_for, stage_for, threads_for, SMALL_SLOT};
+use host::{reads_for, root_threads_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
 
 use crate::config::{LogLevel, ATTACH_FROM_HOST, STAGE_FROM_HOST};
@@ -388,48 +388,9 @@ pub fn connect(
     let n = ranks.len();
     let my_idx = ranks.iter().position(|&r| r == me).expect("me is local");
     let threads = threads_for(sizes, n);
-    // Off (the setting) means no reads at all, not even probed; `auto`
-    // leaves both thresholds to the host (a single-reader setting > 0
-    // still wins); a threshold set by hand keeps single readers at 256 KiB.
+    // Off (the setting) means no reads at all, not even probed.
     let attach_off = sizes.attach_min == usize::MAX;
-    // Our large tensors in shared memory (`arena.rs`): peers read them
-    // with a plain copy, which pays from a smaller size on than the
-    // kernel's reads (while every local rank has them: the group takes
-    // the largest thresholds).
-    let shared = arena::Arena::get().is_some();
-    let (attach_min, host_single) = match sizes.attach_min {
-        ATTACH_FROM_HOST if shared => (SHARED_READ_MIN, SINGLE_READER_MIN),
-        ATTACH_FROM_HOST => host_attach_min(me, threads),
-        set => (set, SINGLE_READER_MIN),
-    };
-    let crowded = shared && attach::crowded(n, threads);
-    let all_reduce_min = match sizes.attach_min {
-        ATTACH_FROM_HOST if crowded => SHARED_CROWDED_ALL_REDUCE_READ_MIN,
-        ATTACH_FROM_HOST if shared => SHARED_ALL_REDUCE_READ_MIN,
-        ATTACH_FROM_HOST => all_reduce_attach_min(attach_min, n),
-        set => set,
-    };
-    let reduce_min = match sizes.attach_min {
-        ATTACH_FROM_HOST if shared && n <= BLOCK_SLOT_RANKS => SHARED_FEW_RANKS_REDUCE_READ_MIN,
-        _ => attach_min,
-    };
-    let all_gather_min = match sizes.attach_min {
-        ATTACH_FROM_HOST if crowded => SHARED_CROWDED_ALL_GATHER_READ_MIN,
-        _ => attach_min,
-    };
-    let block_min = match sizes.block_min {
-        0 if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
-        0 if shared => SINGLE_READER_MIN,
-        set => set,
-    };
-    // Broadcast reads the root only with two or more threads a rank: with
-    // one (2 ranks on 2 cores) the pipelined copies were 1.1-1.2x faster
-    // at 4-16 MiB even with shared tensors.
-    let broadcast_min = match sizes.broadcast_min {
-        usize::MAX if shared && threads > 1 => SHARED_BROADCAST_READ_MIN,
-        set => set,
-    };
-    let single_min = if sizes.single_min > 0 { sizes.single_min } else { host_single };
+    let reads = reads_for(me, sizes, n, threads, arena::Arena::get().is_some());
     let one_round = one_round_max(sizes.small, n);
     // Each round of the pipelined all_reduce moves `seg` per thread.
     // The small slots: the setting (tests use tiny ones), else 256 KiB.
@@ -473,17 +434,19 @@ pub fn connect(
         let (pid, addr, value) = m.attach_info();
         pid.store(std::process::id() as u64, Ordering::Relaxed);
         addr.store(&*canary as *const u64 as u64, Ordering::Relaxed);
-        m.attach_min().store(attach_min as u64, Ordering::Relaxed);
-        m.single_min().store(single_min as u64, Ordering::Relaxed);
-        m.broadcast_min().store(broadcast_min as u64, Ordering::Relaxed);
-        m.block_min().store(block_min as u64, Ordering::Relaxed);
-        m.all_reduce_min().store(all_reduce_min as u64, Ordering::Relaxed);
-        m.reduce_min().store(reduce_min as u64, Ordering::Relaxed);
-        m.all_gather_min().store(all_gather_min as u64, Ordering::Relaxed);
+        m.attach_min().store(reads.attach as u64, Ordering::Relaxed);
+        m.single_min().store(reads.single as u64, Ordering::Relaxed);
+        m.broadcast_min().store(reads.broadcast as u64, Ordering::Relaxed);
+        m.block_min().store(reads.block as u64, Ordering::Relaxed);
+        m.all_reduce_min().store(reads.all_reduce as u64, Ordering::Relaxed);
+        m.reduce_min().store(reads.reduce as u64, Ordering::Relaxed);
+        m.all_gather_min().store(reads.all_gather as u64, Ordering::Relaxed);
         if let Some(a) = arena::Arena::get() {
             let info = a.info();
             let [base, len, fd, canary] = m.arena_info();
-            (len.store(info.len, Ordering::Relaxed), fd.store(info.fd, Ordering::Relaxed), canary.store(info.canary, Ordering::Relaxed));
+            len.store(info.len, Ordering::Relaxed);
+            fd.store(info.fd, Ordering::Relaxed);
+            canary.store(info.canary, Ordering::Relaxed);
             base.store(info.base, Ordering::Release);
         }
         value.store(*canary, Ordering::Release);
