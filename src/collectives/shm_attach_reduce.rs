@@ -22,8 +22,8 @@ const BLOCK: usize = 64 << 10;
 /// Reduces `acc` with entry `entry` at `at` of every other local rank, on
 /// the worker threads. `acc` holds this rank's own values already, or they
 /// are in `own` (as long as `acc`), copied block by block by the same
-/// threads right before the block is reduced: a serial copy first took
-/// as long as the whole reduction of a few MiB with 8 threads.
+/// threads right before the block is reduced (a serial copy first ran
+/// 1/n of the bytes on one thread while the reduction used all of them).
 fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], own: Option<&[u8]>, entry: usize, at: usize, dtype: DType, op: ReduceOp) -> Result<()> {
     debug_assert!(own.is_none_or(|o| o.len() == acc.len()));
     let (n, me) = (win.ranks().len(), win.me());

@@ -25,7 +25,9 @@
 //! receiver's threads copy each chunk out as soon as it is in (the two
 //! copies overlap when the receive is already posted), and the ack frees
 //! the area (user-space copies by several threads beat several threads
-//! reading another process through the kernel at these sizes).
+//! reading another process through the kernel at these sizes). A tensor
+//! in our shared arena (`RUSTCCL_SHM_TENSORS`) is not staged: the receiver
+//! copies it straight out of it, unless `ShmLocal::stage_shared`.
 //!
 //! A send to a rank of this host that goes by value (not rendezvous) is
 //! written into the ring by the calling thread itself when nothing is

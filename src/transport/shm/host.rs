@@ -91,11 +91,14 @@ pub(super) fn reads_for(me: Rank, sizes: ShmSizes, local_ranks: usize, threads: 
         set => (set, SINGLE_READER_MIN),
     };
     let crowded = shared && crowded(n, threads);
-    let all_reduce = match () {
-        _ if !host => attach,
-        _ if crowded => SHARED_CROWDED_ALL_REDUCE_READ_MIN,
-        _ if shared => SHARED_ALL_REDUCE_READ_MIN,
-        _ => all_reduce_attach_min(attach, n),
+    let all_reduce = if !host {
+        attach
+    } else if crowded {
+        SHARED_CROWDED_ALL_REDUCE_READ_MIN
+    } else if shared {
+        SHARED_ALL_REDUCE_READ_MIN
+    } else {
+        all_reduce_attach_min(attach, n)
     };
     let reduce = if host && shared && n <= BLOCK_SLOT_RANKS { SHARED_FEW_RANKS_REDUCE_READ_MIN } else { attach };
     let all_gather = if host && crowded { SHARED_CROWDED_ALL_GATHER_READ_MIN } else { attach };
@@ -167,7 +170,8 @@ const SHARED_CROWDED_ALL_REDUCE_READ_MIN: usize = 8 << 20;
 /// copies gained more from threads than the reads did: with 8 ranks of 8
 /// threads (64-core host) the slots' 4 MiB all_reduce ran 1.7x faster
 /// than with 2 threads (16-core host), the reads not at all; 4 ranks of
-/// 8 threads still read faster.
+/// 8 threads still read faster. On the 32-core host (8 ranks of 4
+/// threads, 16 of 2) the rule came out even (`run5-32core/`).
 fn crowded(local_ranks: usize, threads: usize) -> bool {
     local_ranks >= 8 && local_ranks * threads >= 32
 }
