@@ -254,23 +254,8 @@ impl Communicator {
         if opts.transport == TransportMode::Tcp || local.len() < 2 {
             return Ok(None);
         }
-        let sizes = shm::ShmSizes {
-            ring: opts.shm.ring_bytes,
-            small: opts.shm.small_bytes,
-            seg: opts.shm.segment_bytes,
-            threads: opts.shm.threads,
-            attach_min: opts.shm.attach_min,
-            min_piece: opts.shm.min_piece,
-            single_min: opts.shm.single_min,
-            block_min: opts.shm.block_min,
-            root_threads: opts.shm.root_threads,
-            broadcast_min: opts.shm.broadcast_min,
-            stage: opts.shm.staged_max,
-            stage_min: opts.shm.staged_min,
-            stage_shared: opts.shm.stage_shared,
-        };
         let deadline = std::time::Instant::now() + opts.timeout;
-        match shm::connect(rank, &local, &ep.token, sizes, coll, deadline) {
+        match shm::connect(rank, &local, &ep.token, opts.shm, coll, deadline) {
             Ok(setup) => {
                 if opts.transport == TransportMode::Shm && setup.links.len() + 1 < local.len() {
                     return Err(Error::Bootstrap { rank, detail: "RUSTCCL_TRANSPORT=shm, but some local ranks could not map each other's shared memory".into() });

@@ -53,11 +53,14 @@ pub enum TransportMode {
     Shm,
 }
 
-/// Sizes of the shared-memory areas of each rank.
+/// The shared-memory transport's settings (sizes, threads, thresholds);
+/// `transport::shm::connect` takes them as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShmConfig {
     pub ring_bytes: usize,
+    /// One-round all-reduce limit and small-slot size; 0: from the host.
     pub small_bytes: usize,
+    /// Bytes per thread of each round of the pipelined algorithms.
     pub segment_bytes: usize,
     /// Threads per rank in the direct algorithms; 0 = from the core count.
     pub threads: usize,

@@ -4,14 +4,15 @@
 //! one-round all-reduce limit.
 #![forbid(unsafe_code)]
 
-use super::{remote, ShmSizes, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
+use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 use crate::config::log_at;
+use crate::config::ShmConfig;
 use crate::config::LogLevel;
 use crate::types::Rank;
 
 /// Threads per rank: the setting, or the cores left per local rank (at
 /// most 8), so a 2-core machine keeps one and a 64-core host uses several.
-pub(super) fn threads_for(sizes: ShmSizes, local_ranks: usize) -> usize {
+pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
     if sizes.threads > 0 {
         return sizes.threads;
     }
@@ -26,7 +27,7 @@ fn cores() -> usize {
 /// Threads of a root's solo phases: the setting, or the cores not taken
 /// by the other local ranks' waiting threads (one each), at least the
 /// rank's own `threads` and at most 8.
-pub(super) fn root_threads_for(sizes: ShmSizes, local_ranks: usize, threads: usize) -> usize {
+pub(super) fn root_threads_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
     if sizes.root_threads > 0 {
         return sizes.root_threads;
     }
@@ -82,7 +83,7 @@ pub(super) struct Reads {
 /// smaller size on than the kernel's reads (while every local rank has
 /// them: the group takes the largest thresholds). A threshold set by hand
 /// keeps single readers at 256 KiB; a single-reader setting wins.
-pub(super) fn reads_for(me: Rank, sizes: ShmSizes, local_ranks: usize, threads: usize, shared: bool) -> Reads {
+pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads: usize, shared: bool) -> Reads {
     let n = local_ranks;
     let host = sizes.attach_min == ATTACH_FROM_HOST;
     let (attach, single) = match sizes.attach_min {

@@ -44,7 +44,7 @@ pub use workers::Workers;
 use host::{reads_for, root_threads_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
 
-use crate::config::{LogLevel, ATTACH_FROM_HOST, STAGE_FROM_HOST};
+use crate::config::{LogLevel, ShmConfig, ATTACH_FROM_HOST, STAGE_FROM_HOST};
 use crate::config::log_at;
 use crate::types::Rank;
 
@@ -296,39 +296,6 @@ pub struct ShmSetup {
     pub p2p: Vec<(Rank, ShmLink)>,
 }
 
-/// Sizes of the shared areas.
-#[derive(Debug, Clone, Copy)]
-pub struct ShmSizes {
-    pub ring: usize,
-    /// One-round all-reduce limit and slot size (0: from the host).
-    pub small: usize,
-    pub seg: usize,
-    /// Threads per rank for the direct algorithms (0: from the core count).
-    pub threads: usize,
-    /// Smallest collective that reads peers' buffers directly through
-    /// cross-memory attach; `usize::MAX`: never (attach not even probed).
-    pub attach_min: usize,
-    /// Smallest piece for the worker threads (0: `workers::MIN_PIECE`, or
-    /// `seg` when smaller).
-    pub min_piece: usize,
-    /// `Attach::single_min` (0: from the host).
-    pub single_min: usize,
-    /// `Attach::block_min` (0: from the host).
-    pub block_min: usize,
-    /// Threads of a root's phases that only it works in (0: from the
-    /// core count, [`root_threads_for`]).
-    pub root_threads: usize,
-    /// `Attach::broadcast_min`.
-    pub broadcast_min: usize,
-    /// Size of the staging area for point-to-point sends (`stage.rs`;
-    /// `config::STAGE_FROM_HOST`: from the threads, `host::stage_for`).
-    pub stage: usize,
-    /// `ShmLocal::stage_min`.
-    pub stage_min: usize,
-    /// `ShmLocal::stage_shared`.
-    pub stage_shared: bool,
-}
-
 fn exchange_byte(s: &mut TcpStream, out: u8, deadline: Instant) -> io::Result<u8> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
@@ -381,7 +348,7 @@ pub fn connect(
     me: Rank,
     ranks: &[Rank],
     token: &str,
-    sizes: ShmSizes,
+    sizes: ShmConfig,
     conns: &mut [Option<(TcpStream, String)>],
     deadline: Instant,
 ) -> io::Result<ShmSetup> {
@@ -391,13 +358,13 @@ pub fn connect(
     // Off (the setting) means no reads at all, not even probed.
     let attach_off = sizes.attach_min == usize::MAX;
     let reads = reads_for(me, sizes, n, threads, arena::Arena::get().is_some());
-    let one_round = one_round_max(sizes.small, n);
+    let one_round = one_round_max(sizes.small_bytes, n);
     // Each round of the pipelined all_reduce moves `seg` per thread.
     // The small slots: the setting (tests use tiny ones), else 256 KiB.
-    let small = if sizes.small > 0 { sizes.small } else { one_round.max(SMALL_SLOT) };
-    let layout = Layout::new(n, sizes.ring, small, sizes.seg * threads);
+    let small = if sizes.small_bytes > 0 { sizes.small_bytes } else { one_round.max(SMALL_SLOT) };
+    let layout = Layout::new(n, sizes.ring_bytes, small, sizes.segment_bytes * threads);
     // No staging area where nothing is read (staged sends replace reads).
-    let stage = match sizes.stage {
+    let stage = match sizes.staged_max {
         _ if attach_off => 0,
         STAGE_FROM_HOST => stage_for(threads),
         set => set,
@@ -504,12 +471,12 @@ pub fn connect(
         }
         None => log_at!(LogLevel::Info, "rank {me}: no single-copy reads from peers' tensors"),
     }
-    let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.seg) };
+    let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.segment_bytes) };
     let root_threads = root_threads_for(sizes, n, threads);
     let workers = Workers::new(threads, &format!("rustccl-shm-r{me}"), min_piece)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.stage_min, stage_shared: sizes.stage_shared });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {
