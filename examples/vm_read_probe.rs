@@ -38,7 +38,7 @@ fn main() {
     let reps = 40;
     for &threads in &[1usize, 2, 4, 8] {
         for &min_piece in &[256usize << 10, 1 << 20] {
-            let wk = Workers::new(threads, "probe", min_piece).unwrap();
+            let wk = Workers::new(threads, "probe", min_piece, std::time::Duration::from_micros(200)).unwrap();
             for &size in &[256usize << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 32 << 20] {
                 let d = &mut dst[..size];
                 let mut tr = Vec::new();

@@ -82,6 +82,10 @@ pub struct ShmConfig {
     pub block_min: usize,
     /// Threads of a root's phases that only it works in; 0: from the host.
     pub root_threads: usize,
+    /// How long a rank's idle worker threads spin (microseconds) before
+    /// they sleep (`transport::shm::team`); [`SPIN_FROM_HOST`]: from the
+    /// share of the host's cores the local ranks' threads take.
+    pub spin_us: usize,
     /// Smallest broadcast that reads the root's tensor (cross-memory
     /// attach); `usize::MAX` (the default): never.
     pub broadcast_min: usize,
@@ -96,6 +100,9 @@ pub struct ShmConfig {
     /// are staged too (else the receiver copies them out of the tensor).
     pub stage_shared: bool,
 }
+
+/// `ShmConfig::spin_us` when `RUSTCCL_SHM_SPIN_US` is unset or `auto`.
+pub const SPIN_FROM_HOST: usize = usize::MAX;
 
 /// `ShmConfig::staged_max` when `RUSTCCL_SHM_STAGED_SEND_MAX_BYTES` is unset
 /// or `auto`.
@@ -302,6 +309,10 @@ impl Config {
                 single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
                 block_min: env_usize("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", 0),
                 root_threads: env_usize("RUSTCCL_SHM_ROOT_THREADS", 0),
+                spin_us: match std::env::var("RUSTCCL_SHM_SPIN_US").as_deref() {
+                    Ok("auto") => SPIN_FROM_HOST,
+                    _ => env_usize("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST),
+                },
                 broadcast_min: match std::env::var("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES").as_deref() {
                     Ok("off") => usize::MAX,
                     _ => env_usize("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", usize::MAX),
@@ -379,6 +390,7 @@ impl Config {
             ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.to_string()),
             ("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", self.shm.block_min.to_string()),
             ("RUSTCCL_SHM_ROOT_THREADS", self.shm.root_threads.to_string()),
+            ("RUSTCCL_SHM_SPIN_US", if self.shm.spin_us == SPIN_FROM_HOST { "auto".to_string() } else { self.shm.spin_us.to_string() }),
             ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", match self.shm.broadcast_min {
                 usize::MAX => "off".into(),
                 v => v.to_string(),

@@ -81,6 +81,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "threads a root uses between ranks of one host in the phases only it works in (gather's and reduce's reads of the other ranks' blocks, scatter's copies into its shared memory) while the other ranks wait, when the phase has more pieces (RUSTCCL_SHM_MIN_PIECE_BYTES) than the rank's own threads; 0: the cores not left to the other local ranks, at least RUSTCCL_SHM_THREADS' count and at most 8",
     },
     Setting {
+        name: "RUSTCCL_SHM_SPIN_US",
+        default: "auto",
+        doc: "microseconds a rank's idle shared-memory worker threads spin (yielding every few dozen looks) waiting for the next piece of work, and the calling thread for their last piece, before they yield 32 times and sleep; 0: no spin; auto: 200 where the local ranks' threads (RUSTCCL_SHM_THREADS) take at most a quarter of the host's cores, else 0. On the 64-core host (a VM, where waking a sleeping thread cost 20-80 us) spinning made 512 KiB - 8 MiB collectives 1.1-2x faster with 2 ranks of 8 threads, was mixed with 4, and made them 1.2-5x slower with 8 ranks of 8 threads or 16 of 4 (every core busy)",
+    },
+    Setting {
         name: "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",
         default: "off",
         doc: "broadcast between ranks of one host on buffers of at least this many bytes: every rank reads the root's tensor directly (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); off: never, the root's copies into its shared memory and the others' copies out of it run side by side, a quarter of the buffer at a time (on a 16-core host 1.3-2.1x faster than the direct reads through the kernel with 8 ranks at 16-64 MiB, as fast with 4); with shared tensors (RUSTCCL_SHM_TENSORS=1) and two or more threads a rank the default is 1048576 (the reads, plain copies then, were 1.6-2x faster from 1 MiB)",

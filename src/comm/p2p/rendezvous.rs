@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn pulls_in_pieces_and_fails_on_a_bad_address() {
-        let workers = Workers::new(3, "test", 64).unwrap();
+        let workers = Workers::new(3, "test", 64, std::time::Duration::from_micros(100)).unwrap();
         let src: Vec<u8> = (0..100_003u32).map(|i| (i * 13 + 5) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         let pid = std::process::id() as i32;

@@ -6,9 +6,11 @@
 
 use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 use crate::config::log_at;
-use crate::config::ShmConfig;
+use crate::config::{ShmConfig, SPIN_FROM_HOST};
 use crate::config::LogLevel;
 use crate::types::Rank;
+
+use std::time::Duration;
 
 /// Threads per rank: the setting, or the cores left per local rank (at
 /// most 8), so a 2-core machine keeps one and a 64-core host uses several.
@@ -18,6 +20,29 @@ pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
     }
     (cores() / local_ranks.max(1)).clamp(1, 8)
 }
+
+/// How long a rank's idle worker threads spin before they sleep: the
+/// setting, or [`SPIN`] where the local ranks' threads take at most a
+/// quarter of the host's cores, else none (they yield a few times and
+/// sleep, as rayon's pool did). On the 64-core host (VM) spinning made
+/// 512 KiB - 8 MiB collectives with 2 ranks of 8 threads 1.1-2x faster,
+/// was mixed with 4 (2 MiB 1.3-1.6x faster, 8 MiB all_reduce 1.4x slower)
+/// and made nearly everything 1.2-5x slower with 8 ranks of 8 threads and
+/// 16 of 4, every core then busy and the hypervisor's steal up several
+/// fold (`benchmarks/results/2026-11-26-h100x4host-worker-team/`).
+pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> Duration {
+    if sizes.spin_us != SPIN_FROM_HOST {
+        return Duration::from_micros(sizes.spin_us as u64);
+    }
+    if threads > 1 && local_ranks.saturating_mul(threads).saturating_mul(4) <= cores() {
+        SPIN
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// How long idle worker threads spin where the host has room for it.
+const SPIN: Duration = Duration::from_micros(200);
 
 /// The cores this process may run on.
 fn cores() -> usize {

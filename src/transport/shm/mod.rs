@@ -25,6 +25,7 @@ mod host;
 pub mod segment;
 mod attach;
 mod stage;
+mod team;
 pub mod window;
 pub mod workers;
 
@@ -41,7 +42,7 @@ pub use attach::{Attach, BLOCK_SLOT_RANKS, SINGLE_READER_MIN, SLOW_SINGLE_READER
 pub use stage::StillComing;
 pub use workers::Workers;
 
-use host::{reads_for, root_threads_for, stage_for, threads_for, SMALL_SLOT};
+use host::{reads_for, root_threads_for, spin_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
 
 use crate::config::{LogLevel, ShmConfig, ATTACH_FROM_HOST, STAGE_FROM_HOST};
@@ -102,7 +103,7 @@ impl ShmLocal {
         let pool = self.root_pool.get_or_init(|| {
             let rank = self.ranks[self.me];
             (self.root_threads > self.workers.threads())
-                .then(|| Workers::new(self.root_threads, &format!("rustccl-shm-r{rank}-root"), self.workers.min_piece()))?
+                .then(|| Workers::new(self.root_threads, &format!("rustccl-shm-r{rank}-root"), self.workers.min_piece(), self.workers.spin()))?
                 .map_err(|e| log_at!(LogLevel::Info, "rank {rank}: no root threads ({e}); the rank's own do the work"))
                 .ok()
         });
@@ -473,7 +474,7 @@ pub fn connect(
     }
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.segment_bytes) };
     let root_threads = root_threads_for(sizes, n, threads);
-    let workers = Workers::new(threads, &format!("rustccl-shm-r{me}"), min_piece)?;
+    let workers = Workers::new(threads, &format!("rustccl-shm-r{me}"), min_piece, spin_for(sizes, n, threads))?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
     let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared });

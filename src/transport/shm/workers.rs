@@ -7,51 +7,48 @@ use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// Below this many bytes per thread the pool is not woken (unless the
+use super::team::Team;
+
+/// Below this many bytes per thread the team is not started (unless the
 /// shared-memory segment setting is smaller, as in tests): waking sleeping
 /// threads costs tens of microseconds, as much as one core needs to copy
 /// ~100-200 KiB (with 8 ranks x 8 threads, waking the pools for 8 KiB
 /// pieces made a 512 KiB all-reduce 8x slower than a 128 KiB one; with 4
-/// ranks, 64 KiB pieces still cost ~300 us per 512 KiB all-reduce).
+/// ranks, 64 KiB pieces still cost ~300 us per 512 KiB all-reduce; both
+/// measured with rayon's pool, whose threads slept between phases).
 pub const MIN_PIECE: usize = 256 << 10;
 
 pub struct Workers {
-    pool: Option<Arc<rayon::ThreadPool>>,
+    team: Option<Arc<Team>>,
     threads: usize,
     min_piece: usize,
+    spin: Duration,
 }
 
 impl Workers {
     /// `threads` <= 1: everything runs on the caller's thread; otherwise
-    /// the caller and `threads - 1` pool threads (no more runnable threads
-    /// than `threads`). Pieces are at least `min_piece` bytes.
-    /// Threads are named `{name}-{i}`.
-    pub fn new(threads: usize, name: &str, min_piece: usize) -> io::Result<Workers> {
-        let pool = if threads > 1 {
-            Some(Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads - 1)
-                    .thread_name({
-                        let name = name.to_string();
-                        move |i| format!("{name}-{i}")
-                    })
-                    .build()
-                    .map_err(io::Error::other)?,
-            ))
-        } else {
-            None
-        };
-        Ok(Workers { pool, threads: threads.max(1), min_piece: min_piece.max(64) })
+    /// the caller and a team of `threads - 1` threads named `{name}-{i}`,
+    /// which spin for `spin` when idle before they sleep (`team.rs`).
+    /// Pieces are at least `min_piece` bytes.
+    pub fn new(threads: usize, name: &str, min_piece: usize, spin: Duration) -> io::Result<Workers> {
+        let team = if threads > 1 { Some(Arc::new(Team::new(threads - 1, name, spin)?)) } else { None };
+        Ok(Workers { team, threads: threads.max(1), min_piece: min_piece.max(64), spin })
     }
 
     pub fn min_piece(&self) -> usize {
         self.min_piece
     }
 
+    /// How long idle threads spin before they sleep.
+    pub fn spin(&self) -> Duration {
+        self.spin
+    }
+
     /// The same threads, splitting work into pieces of at least `min_piece`.
     pub fn with_min_piece(&self, min_piece: usize) -> Workers {
-        Workers { pool: self.pool.clone(), threads: self.threads, min_piece: min_piece.max(64) }
+        Workers { team: self.team.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin }
     }
 
     /// Consecutive pieces of `0..len` (one per thread, at most).
@@ -85,16 +82,16 @@ impl Workers {
     }
 
     /// Calls `f` on every item, in parallel when they hold `bytes` of work
-    /// in all and that is at least two pieces: one wake-up of the pool for
+    /// in all and that is at least two pieces: one start of the team for
     /// a whole phase of an algorithm, none for a phase too small to be
     /// worth it (one item per peer of a few bytes each would otherwise wake
     /// it: 8 B all_gathers on 8 ranks took 131 us instead of 25 us).
-    /// The pool's threads are all woken at once (one job each, not rayon's
-    /// chain of splits) and, with the calling thread, take items from a
-    /// shared counter until none is left. The first error is returned.
+    /// The team's threads are all started at once (one job each) and,
+    /// with the calling thread, take items from a shared counter until
+    /// none is left. The first error is returned.
     pub fn for_each<T: Send, E: Send>(&self, items: Vec<T>, bytes: usize, f: impl Fn(T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
-        let pool = match &self.pool {
-            Some(p) if items.len() > 1 && bytes >= 2 * self.min_piece => p,
+        let team = match &self.team {
+            Some(t) if items.len() > 1 && bytes >= 2 * self.min_piece => t,
             _ => return items.into_iter().try_for_each(f),
         };
         let n = items.len();
@@ -109,13 +106,7 @@ impl Workers {
                 failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
             }
         };
-        let helpers = (n - 1).min(pool.current_num_threads());
-        pool.in_place_scope(|s| {
-            for _ in 0..helpers {
-                s.spawn(|_| work());
-            }
-            work();
-        });
+        team.run(n - 1, &work);
         failed.into_inner().unwrap_or_else(|p| p.into_inner()).map_or(Ok(()), Err)
     }
 
@@ -148,7 +139,8 @@ impl Workers {
 mod tests {
     use super::*;
     use std::collections::HashSet;
-    use std::time::Duration;
+
+    const SPIN: Duration = Duration::from_micros(100);
 
     /// Distinct threads that ran `items` slow items of `wk`.
     fn threads_used(wk: &Workers, items: usize) -> usize {
@@ -164,14 +156,14 @@ mod tests {
 
     #[test]
     fn work_uses_at_most_the_workers_threads() {
-        assert_eq!(threads_used(&Workers::new(1, "test", 64).unwrap(), 8), 1);
-        assert!(threads_used(&Workers::new(2, "test", 64).unwrap(), 8) <= 2);
-        assert!(threads_used(&Workers::new(4, "test", 64).unwrap(), 8) >= 2);
+        assert_eq!(threads_used(&Workers::new(1, "test", 64, SPIN).unwrap(), 8), 1);
+        assert!(threads_used(&Workers::new(2, "test", 64, SPIN).unwrap(), 8) <= 2);
+        assert!(threads_used(&Workers::new(4, "test", 64, SPIN).unwrap(), 8) >= 2);
     }
 
     #[test]
     fn aligned_ranges_cover_everything_once_on_aligned_boundaries() {
-        let wk = Workers::new(3, "test", 64).unwrap();
+        let wk = Workers::new(3, "test", 64, SPIN).unwrap();
         for len in [0usize, 1, 4096, 65536, 600_000, 8_000_000] {
             let rs = wk.ranges_aligned(len, 65536);
             assert!(rs.len() <= 3, "{len}: {rs:?}");

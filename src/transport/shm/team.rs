@@ -1,0 +1,299 @@
+//! A rank's team of helper threads for its shared-memory copies and
+//! reductions: the calling thread and up to `helpers` threads run one job
+//! (a closure that takes pieces of work from a shared counter, `Workers`),
+//! and the call returns once every one of them is done with it.
+//!
+//! Idle helpers spin on the team's state word for `spin` before they
+//! sleep (park), and the caller spins while it waits for the last of them.
+//! On the hosts measured, all VMs, waking a sleeping thread costs tens of
+//! microseconds (the hypervisor delivers the wake-up interrupt), as much
+//! as copying a few hundred KiB: with rayon's pool, used before, two
+//! threads copying 128 KiB each took 31-80 us a round on the 2-core VM
+//! where one copy takes 3.4 us, because its threads fell asleep between
+//! rounds and the caller slept on a latch for the helpers' last piece;
+//! with helpers spinning, 3.6 us (`examples/wake_probe.rs`).
+//!
+//! One job at a time: a call made while another thread's job runs (the
+//! point-to-point engine's staging copies beside a collective) runs its
+//! job on its own thread alone, as a job does that calls the team again.
+
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+type Job = &'static (dyn Fn() + Sync);
+
+/// How many looks a spinning thread takes between reads of the clock; it
+/// yields there too, so that a thread of another rank that needs this
+/// core (more threads than cores) gets it within microseconds.
+const LOOKS_PER_CLOCK: u32 = 64;
+/// Yields of a waiting thread after its spin, before it sleeps (as
+/// rayon's idle threads do): with no spin, the only wait before sleeping,
+/// which gives the core away to any other thread that wants it.
+const YIELDS: u32 = 32;
+
+struct Shared {
+    /// `generation << 16 | helpers wanted`, bumped for every job: helper
+    /// `i` runs the job of a new generation when `i` < wanted.
+    state: AtomicU64,
+    /// The job of the current generation, while its call runs.
+    job: Mutex<Option<Job>>,
+    /// Helpers done with the current generation's job.
+    done: AtomicUsize,
+    /// The thread waiting for them (unparked by the last one).
+    caller: Mutex<Option<Thread>>,
+    panicked: AtomicBool,
+    stop: AtomicBool,
+    spin: Duration,
+}
+
+fn generation(state: u64) -> u64 {
+    state >> 16
+}
+
+fn wanted(state: u64) -> usize {
+    (state & 0xffff) as usize
+}
+
+pub struct Team {
+    shared: Arc<Shared>,
+    threads: Vec<Thread>,
+    handles: Vec<JoinHandle<()>>,
+    busy: Mutex<()>,
+}
+
+impl Team {
+    /// `helpers` threads named `{name}-{i}` that spin `spin` when idle.
+    pub fn new(helpers: usize, name: &str, spin: Duration) -> std::io::Result<Team> {
+        let shared = Arc::new(Shared {
+            state: AtomicU64::new(0),
+            job: Mutex::new(None),
+            done: AtomicUsize::new(0),
+            caller: Mutex::new(None),
+            panicked: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            spin,
+        });
+        let mut handles = Vec::with_capacity(helpers);
+        for i in 0..helpers.min(0xffff) {
+            let s = shared.clone();
+            match thread::Builder::new().name(format!("{name}-{i}")).spawn(move || helper(&s, i)) {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    stop_all(&shared, &mut handles);
+                    return Err(e);
+                }
+            }
+        }
+        let threads = handles.iter().map(|h| h.thread().clone()).collect();
+        Ok(Team { shared, threads, handles, busy: Mutex::new(()) })
+    }
+
+    /// Runs `job` on this thread and on `helpers` of the team's threads
+    /// (at most all of them) and returns when all are done; a panic in
+    /// any of them is raised here once all are done.
+    pub fn run(&self, helpers: usize, job: &(dyn Fn() + Sync)) {
+        let k = helpers.min(self.threads.len());
+        let _busy = match self.busy.try_lock() {
+            Ok(g) if k > 0 => g,
+            Err(TryLockError::Poisoned(p)) if k > 0 => p.into_inner(),
+            _ => return job(),
+        };
+        let s = &*self.shared;
+        // SAFETY: the 'static reference lives only in `s.job`, which the
+        // helpers read after the state bump below and use until they count
+        // themselves done; `AllDone` does not let this function return or
+        // unwind before all `k` of them have, and then empties the slot.
+        let erased: Job = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), Job>(job) };
+        *lock(&s.job) = Some(erased);
+        *lock(&s.caller) = Some(thread::current());
+        s.done.store(0, Ordering::Relaxed);
+        let next = (generation(s.state.load(Ordering::Relaxed)) + 1) << 16 | k as u64;
+        s.state.store(next, Ordering::Release);
+        for t in &self.threads[..k] {
+            t.unpark();
+        }
+        let all_done = AllDone { shared: s, k };
+        job();
+        drop(all_done);
+        if s.panicked.swap(false, Ordering::AcqRel) {
+            resume_unwind(Box::new("a rustccl shared-memory worker thread panicked"));
+        }
+    }
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        stop_all(&self.shared, &mut self.handles);
+    }
+}
+
+fn stop_all(shared: &Shared, handles: &mut Vec<JoinHandle<()>>) {
+    shared.stop.store(true, Ordering::Release);
+    shared.state.fetch_add(1 << 16, Ordering::AcqRel);
+    for h in handles.drain(..) {
+        h.thread().unpark();
+        let _ = h.join();
+    }
+}
+
+/// Waits (on drop, so also while the caller's own job unwinds) until the
+/// helpers of the current job are done, then empties the job slot.
+struct AllDone<'a> {
+    shared: &'a Shared,
+    k: usize,
+}
+
+impl Drop for AllDone<'_> {
+    fn drop(&mut self) {
+        let s = self.shared;
+        wait_until(s.spin, Some(Duration::from_millis(1)), || s.done.load(Ordering::Acquire) >= self.k);
+        *lock(&s.job) = None;
+        *lock(&s.caller) = None;
+    }
+}
+
+/// Waits until `ready`: spins (a yield every [`LOOKS_PER_CLOCK`] looks)
+/// for `spin`, then yields [`YIELDS`] times, then parks between looks
+/// (whoever makes it ready unparks this thread; `nap`: at most so long).
+fn wait_until(spin: Duration, nap: Option<Duration>, ready: impl Fn() -> bool) {
+    if !spin.is_zero() {
+        let t0 = Instant::now();
+        let mut looks = 0u32;
+        loop {
+            if ready() {
+                return;
+            }
+            looks = looks.wrapping_add(1);
+            if looks % LOOKS_PER_CLOCK != 0 {
+                std::hint::spin_loop();
+            } else if t0.elapsed() < spin {
+                thread::yield_now();
+            } else {
+                break;
+            }
+        }
+    }
+    for _ in 0..YIELDS {
+        if ready() {
+            return;
+        }
+        thread::yield_now();
+    }
+    while !ready() {
+        match nap {
+            Some(d) => thread::park_timeout(d),
+            None => thread::park(),
+        }
+    }
+}
+
+fn helper(s: &Shared, i: usize) {
+    // Generation 0 has no job; a thread that starts after the first call
+    // finds that call's generation and runs its job.
+    let mut seen = 0;
+    loop {
+        wait_until(s.spin, None, || generation(s.state.load(Ordering::Acquire)) != seen || s.stop.load(Ordering::Acquire));
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let state = s.state.load(Ordering::Acquire);
+        seen = generation(state);
+        let k = wanted(state);
+        if i >= k {
+            continue;
+        }
+        let job = *lock(&s.job);
+        if let Some(job) = job {
+            if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                s.panicked.store(true, Ordering::Release);
+            }
+        }
+        if s.done.fetch_add(1, Ordering::AcqRel) + 1 == k {
+            if let Some(t) = lock(&s.caller).as_ref() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn run_counting(team: &Team, helpers: usize) -> HashSet<thread::ThreadId> {
+        let seen = Mutex::new(HashSet::new());
+        team.run(helpers, &|| {
+            seen.lock().unwrap().insert(thread::current().id());
+            thread::sleep(Duration::from_millis(2));
+        });
+        seen.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_job_runs_once_on_the_caller_and_each_wanted_helper() {
+        for spin in [Duration::ZERO, Duration::from_micros(200)] {
+            let team = Team::new(3, "test", spin).unwrap();
+            for round in 0..50 {
+                let k = round % 5;
+                let seen = run_counting(&team, k);
+                assert_eq!(seen.len(), 1 + k.min(3), "round {round}");
+                assert!(seen.contains(&thread::current().id()));
+            }
+        }
+    }
+
+    #[test]
+    fn the_job_may_borrow_the_callers_stack() {
+        let team = Team::new(2, "test", Duration::from_micros(50)).unwrap();
+        let mut data = vec![0u64; 3];
+        for _ in 0..100 {
+            let cells: Vec<AtomicU64> = data.iter().map(|&v| AtomicU64::new(v)).collect();
+            let next = AtomicUsize::new(0);
+            team.run(2, &|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(c) = cells.get(i) else { break };
+                c.fetch_add(1, Ordering::Relaxed);
+            });
+            data = cells.into_iter().map(|c| c.into_inner()).collect();
+        }
+        assert_eq!(data, vec![100, 100, 100]);
+    }
+
+    #[test]
+    fn a_helpers_panic_reaches_the_caller_after_all_are_done_and_the_team_goes_on() {
+        let team = Team::new(2, "test", Duration::ZERO).unwrap();
+        let finished = AtomicUsize::new(0);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            team.run(2, &|| {
+                if thread::current().name() == Some("test-1") {
+                    panic!("boom");
+                }
+                thread::sleep(Duration::from_millis(5));
+                finished.fetch_add(1, Ordering::Relaxed);
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(finished.load(Ordering::Relaxed), 2);
+        assert_eq!(run_counting(&team, 2).len(), 3);
+    }
+
+    #[test]
+    fn a_call_while_the_team_is_busy_runs_on_its_own_thread() {
+        let team = Team::new(2, "test", Duration::from_micros(100)).unwrap();
+        let inner = Mutex::new(None);
+        team.run(1, &|| {
+            if thread::current().name() != Some("test-0") {
+                *inner.lock().unwrap() = Some(run_counting(&team, 2));
+            }
+        });
+        assert_eq!(inner.into_inner().unwrap().unwrap().len(), 1);
+    }
+}
