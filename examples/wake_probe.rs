@@ -82,7 +82,7 @@ fn main() {
         println!("  rayon     gap {gap:5} us: round {:.1} us", median(v));
     }
     drop(pool);
-    for spin_us in [0u64, 50, 200] {
+    for spin_us in [50u64, 200] {
         let wk = Workers::new(threads, "probe", 64, Duration::from_micros(spin_us)).unwrap();
         for &gap in &gaps {
             let v: Vec<f64> = (0..reps)

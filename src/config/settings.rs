@@ -83,7 +83,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_SPIN_US",
         default: "auto",
-        doc: "microseconds a rank's idle shared-memory worker threads spin (yielding every few dozen looks) waiting for the next piece of work, and the calling thread for their last piece, before they yield 32 times and sleep; 0: no spin; auto: 200 where the local ranks' threads (RUSTCCL_SHM_THREADS) take at most a quarter of the host's cores, else 0. On the 64-core host (a VM, where waking a sleeping thread cost 20-80 us) spinning made 512 KiB - 8 MiB collectives 1.1-2x faster with 2 ranks of 8 threads, was mixed with 4, and made them 1.2-5x slower with 8 ranks of 8 threads or 16 of 4 (every core busy)",
+        doc: "microseconds a rank's idle shared-memory worker threads spin (yielding every few dozen looks) waiting for the next piece of work, and the calling thread for their last piece, before they yield 32 times and sleep; 0: no spin (rayon's pool, as before: its idle threads look for work a few dozen times, yielding, and sleep); auto: 200 where the local ranks' threads (RUSTCCL_SHM_THREADS) take at most a quarter of the host's cores, else 0. On the 64-core host (a VM, where waking a sleeping thread cost 20-80 us) spinning made 512 KiB - 8 MiB collectives 1.1-2x faster with 2 ranks of 8 threads, was mixed with 4, and made them 1.2-5x slower with 8 ranks of 8 threads or 16 of 4 (every core busy)",
     },
     Setting {
         name: "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",

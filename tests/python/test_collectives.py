@@ -26,6 +26,9 @@ CASES = [(t, w) for t in ("shm", "tcp") for w in (2, 3, 4)] + [("shm-attach", 2)
 def test_collectives(body, world, transport):
     env = dict(SMALL_PATHS, RUSTCCL_TRANSPORT=transport.removesuffix("-attach"), RUSTCCL_SHM_SMALL_BYTES="1024",
                RUSTCCL_SHM_SEGMENT_BYTES="4096", RUSTCCL_SHM_RING_BYTES="65536")
+    if transport == "shm":
+        # copies split over a team of 2 threads a rank that spins when idle
+        env.update(RUSTCCL_SHM_THREADS="2", RUSTCCL_SHM_SPIN_US="100")
     if transport == "shm-attach":
         # a root's solo phases (gather's reads, scatter's slot copies) of
         # more than one 1 KiB piece on a pool of 3 threads (the ranks' own: 1);

@@ -23,13 +23,14 @@ pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
 
 /// How long a rank's idle worker threads spin before they sleep: the
 /// setting, or [`SPIN`] where the local ranks' threads take at most a
-/// quarter of the host's cores, else none (they yield a few times and
-/// sleep, as rayon's pool did). On the 64-core host (VM) spinning made
-/// 512 KiB - 8 MiB collectives with 2 ranks of 8 threads 1.1-2x faster,
-/// was mixed with 4 (2 MiB 1.3-1.6x faster, 8 MiB all_reduce 1.4x slower)
+/// quarter of the host's cores, else none (rayon's pool then, as before:
+/// its idle threads look for work a few dozen times, yielding, and
+/// sleep). On the 64-core host (VM) spinning made 512 KiB - 8 MiB
+/// collectives with 2 ranks of 8 threads 1.1-2x faster (two runs), was
+/// mixed with 4 (2 MiB 1.3-1.6x faster, 8 MiB all_reduce 1.4x slower)
 /// and made nearly everything 1.2-5x slower with 8 ranks of 8 threads and
-/// 16 of 4, every core then busy and the hypervisor's steal up several
-/// fold (`benchmarks/results/2026-11-26-h100x4host-worker-team/`).
+/// 16 of 4, every core then busy
+/// (`benchmarks/results/2026-11-26-h100x4host-worker-team/`).
 pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> Duration {
     if sizes.spin_us != SPIN_FROM_HOST {
         return Duration::from_micros(sizes.spin_us as u64);

@@ -1,5 +1,7 @@
 //! A rank's team of helper threads for its shared-memory copies and
-//! reductions: the calling thread and up to `helpers` threads run one job
+//! reductions where the host has cores to spare (`host::spin_for`; else
+//! the workers use rayon's pool): the calling thread and up to `helpers`
+//! threads run one job
 //! (a closure that takes pieces of work from a shared counter, `Workers`),
 //! and the call returns once every one of them is done with it.
 //!

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::team::Team;
 
-/// Below this many bytes per thread the team is not started (unless the
+/// Below this many bytes per thread the pool is not started (unless the
 /// shared-memory segment setting is smaller, as in tests): waking sleeping
 /// threads costs tens of microseconds, as much as one core needs to copy
 /// ~100-200 KiB (with 8 ranks x 8 threads, waking the pools for 8 KiB
@@ -20,8 +20,21 @@ use super::team::Team;
 /// measured with rayon's pool, whose threads slept between phases).
 pub const MIN_PIECE: usize = 256 << 10;
 
+/// The threads beside the caller's.
+#[derive(Clone)]
+enum Pool {
+    /// Spinning when idle, where the host has cores to spare.
+    Team(Arc<Team>),
+    /// Sleeping soon when idle: on a host whose cores are all taken, the
+    /// team's spinning made most collectives 1.2-5x slower, and the team
+    /// without spinning (its threads yield 32 times and sleep, the caller
+    /// too) made 8-rank all_reduce and reduce 1.3-2.9x slower than rayon
+    /// (one run each; `benchmarks/results/2026-11-26-h100x4host-worker-team/`).
+    Rayon(Arc<rayon::ThreadPool>),
+}
+
 pub struct Workers {
-    team: Option<Arc<Team>>,
+    pool: Option<Pool>,
     threads: usize,
     min_piece: usize,
     spin: Duration,
@@ -29,12 +42,27 @@ pub struct Workers {
 
 impl Workers {
     /// `threads` <= 1: everything runs on the caller's thread; otherwise
-    /// the caller and a team of `threads - 1` threads named `{name}-{i}`,
-    /// which spin for `spin` when idle before they sleep (`team.rs`).
-    /// Pieces are at least `min_piece` bytes.
+    /// the caller and `threads - 1` threads named `{name}-{i}`: with a
+    /// `spin`, a team whose idle threads spin that long before they sleep
+    /// (`team.rs`); without, rayon's pool, whose idle threads look for
+    /// work a few dozen times, yielding, and sleep. Pieces are at least
+    /// `min_piece` bytes.
     pub fn new(threads: usize, name: &str, min_piece: usize, spin: Duration) -> io::Result<Workers> {
-        let team = if threads > 1 { Some(Arc::new(Team::new(threads - 1, name, spin)?)) } else { None };
-        Ok(Workers { team, threads: threads.max(1), min_piece: min_piece.max(64), spin })
+        let pool = match threads {
+            0 | 1 => None,
+            _ if spin.is_zero() => Some(Pool::Rayon(Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads - 1)
+                    .thread_name({
+                        let name = name.to_string();
+                        move |i| format!("{name}-{i}")
+                    })
+                    .build()
+                    .map_err(io::Error::other)?,
+            ))),
+            _ => Some(Pool::Team(Arc::new(Team::new(threads - 1, name, spin)?))),
+        };
+        Ok(Workers { pool, threads: threads.max(1), min_piece: min_piece.max(64), spin })
     }
 
     pub fn min_piece(&self) -> usize {
@@ -48,7 +76,7 @@ impl Workers {
 
     /// The same threads, splitting work into pieces of at least `min_piece`.
     pub fn with_min_piece(&self, min_piece: usize) -> Workers {
-        Workers { team: self.team.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin }
+        Workers { pool: self.pool.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin }
     }
 
     /// Consecutive pieces of `0..len` (one per thread, at most).
@@ -82,15 +110,16 @@ impl Workers {
     }
 
     /// Calls `f` on every item, in parallel when they hold `bytes` of work
-    /// in all and that is at least two pieces: one start of the team for
+    /// in all and that is at least two pieces: one start of the pool for
     /// a whole phase of an algorithm, none for a phase too small to be
     /// worth it (one item per peer of a few bytes each would otherwise wake
     /// it: 8 B all_gathers on 8 ranks took 131 us instead of 25 us).
-    /// The team's threads are all started at once (one job each) and,
-    /// with the calling thread, take items from a shared counter until
-    /// none is left. The first error is returned.
+    /// The pool's threads are all started at once (one job each, not
+    /// rayon's chain of splits) and, with the calling thread, take items
+    /// from a shared counter until none is left. The first error is
+    /// returned.
     pub fn for_each<T: Send, E: Send>(&self, items: Vec<T>, bytes: usize, f: impl Fn(T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
-        let team = match &self.team {
+        let pool = match &self.pool {
             Some(t) if items.len() > 1 && bytes >= 2 * self.min_piece => t,
             _ => return items.into_iter().try_for_each(f),
         };
@@ -106,7 +135,18 @@ impl Workers {
                 failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
             }
         };
-        team.run(n - 1, &work);
+        match pool {
+            Pool::Team(team) => team.run(n - 1, &work),
+            Pool::Rayon(pool) => {
+                let helpers = (n - 1).min(pool.current_num_threads());
+                pool.in_place_scope(|s| {
+                    for _ in 0..helpers {
+                        s.spawn(|_| work());
+                    }
+                    work();
+                });
+            }
+        }
         failed.into_inner().unwrap_or_else(|p| p.into_inner()).map_or(Ok(()), Err)
     }
 
