@@ -1,9 +1,9 @@
 //! A rank's team of helper threads for its shared-memory copies and
 //! reductions where the host has cores to spare (`host::spin_for`; else
 //! the workers use rayon's pool): the calling thread and up to `helpers`
-//! threads run one job
-//! (a closure that takes pieces of work from a shared counter, `Workers`),
-//! and the call returns once every one of them is done with it.
+//! threads run one job (a closure that takes pieces of work from a shared
+//! counter, `Workers`), and the call returns once every one of them is
+//! done with it.
 //!
 //! Idle helpers spin on the team's state word for `spin` before they
 //! sleep (park), and the caller spins while it waits for the last of them.
@@ -13,7 +13,10 @@
 //! threads copying 128 KiB each took 31-80 us a round on the 2-core VM
 //! where one copy takes 3.4 us, because its threads fell asleep between
 //! rounds and the caller slept on a latch for the helpers' last piece;
-//! with helpers spinning, 3.6 us (`examples/wake_probe.rs`).
+//! with helpers spinning, 3.6 us. On the 64-core host rayon's rounds of
+//! 8 pieces took 20-100 us for 2-7 us of copying, a spinning pool's the
+//! copy's time (`examples/wake_probe.rs`,
+//! `benchmarks/results/2026-11-26-h100x4host-worker-team/`).
 //!
 //! One job at a time: a call made while another thread's job runs (the
 //! point-to-point engine's staging copies beside a collective) runs its

@@ -196,9 +196,30 @@ mod tests {
 
     #[test]
     fn work_uses_at_most_the_workers_threads() {
-        assert_eq!(threads_used(&Workers::new(1, "test", 64, SPIN).unwrap(), 8), 1);
-        assert!(threads_used(&Workers::new(2, "test", 64, SPIN).unwrap(), 8) <= 2);
-        assert!(threads_used(&Workers::new(4, "test", 64, SPIN).unwrap(), 8) >= 2);
+        // a spinning team, and rayon's pool (no spin)
+        for spin in [SPIN, Duration::ZERO] {
+            assert_eq!(threads_used(&Workers::new(1, "test", 64, spin).unwrap(), 8), 1);
+            assert!(threads_used(&Workers::new(2, "test", 64, spin).unwrap(), 8) <= 2);
+            assert!(threads_used(&Workers::new(4, "test", 64, spin).unwrap(), 8) >= 2);
+        }
+    }
+
+    #[test]
+    fn every_item_runs_once_and_the_first_error_comes_back() {
+        for spin in [SPIN, Duration::ZERO] {
+            let wk = Workers::new(3, "test", 64, spin).unwrap();
+            for _ in 0..20 {
+                let ran = Mutex::new(Vec::new());
+                let r = wk.for_each((0..10usize).collect(), 10 * wk.min_piece(), |i| {
+                    ran.lock().unwrap().push(i);
+                    if i == 7 { Err(i) } else { Ok(()) }
+                });
+                assert_eq!(r, Err(7));
+                let mut ran = ran.into_inner().unwrap();
+                ran.sort();
+                assert_eq!(ran, (0..10).collect::<Vec<_>>());
+            }
+        }
     }
 
     #[test]
