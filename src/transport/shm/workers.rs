@@ -29,7 +29,8 @@ enum Pool {
     /// team's spinning made most collectives 1.2-5x slower, and the team
     /// without spinning (its threads yield 32 times and sleep, the caller
     /// too) made 8-rank all_reduce and reduce 1.3-2.9x slower than rayon
-    /// (one run each; `benchmarks/results/2026-11-26-h100x4host-worker-team/`).
+    /// (fastest of two runs each;
+    /// `benchmarks/results/2026-11-26-h100x4host-worker-team/`).
     Rayon(Arc<rayon::ThreadPool>),
 }
 
