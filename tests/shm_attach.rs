@@ -290,21 +290,22 @@ fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
 
 /// `auto`: every rank measures for itself, and all end with the same
 /// thresholds, one of the two the host rule gives; with two threads per
-/// rank, the 16 MiB / 256 KiB pair without measuring.
+/// rank, the fast one (16 MiB / 256 KiB / 1 MiB) without measuring.
 #[test]
 fn the_host_rule_gives_every_rank_the_same_thresholds() {
     use rustccl::config::ATTACH_FROM_HOST;
     for threads in [1, 2] {
         let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads, attach_min: ATTACH_FROM_HOST, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
         let comms = mesh_comms(2, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
-        let th = |c: &Communicator| -> (Option<u64>, Option<u64>) {
+        let th = |c: &Communicator| -> (Option<u64>, Option<u64>, Option<u64>) {
             let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
-            (get("shm_attach_min_bytes"), get("shm_single_reader_min_bytes"))
+            (get("shm_attach_min_bytes"), get("shm_single_reader_min_bytes"), get("shm_block_read_min_bytes"))
         };
         let all: Vec<_> = comms.iter().map(th).collect();
         assert!(all.iter().all(|x| *x == all[0]), "{all:?}");
-        let fast = (Some(16u64 << 20), Some(256u64 << 10));
-        let slow = (Some(u64::MAX), Some(4u64 << 20));
+        // slow reads: no collective reads, blocks from 4 MiB, sends over 256 KiB
+        let fast = (Some(16u64 << 20), Some(256u64 << 10), Some(1u64 << 20));
+        let slow = (Some(u64::MAX), Some(256u64 << 10), Some(4u64 << 20));
         if threads == 2 {
             assert_eq!(all[0], fast);
         } else {

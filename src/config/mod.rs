@@ -72,7 +72,7 @@ pub struct ShmConfig {
     pub min_piece: usize,
     /// Point-to-point messages (and, where collectives do not read,
     /// gather / scatter blocks) over this many bytes are read directly;
-    /// 0: from the host (256 KiB, 4 MiB where reads are slow).
+    /// 0: from the host (256 KiB; blocks from 4 MiB where reads are slow).
     pub single_min: usize,
     /// all_to_all / gather / scatter blocks over this many bytes are read
     /// from the sender's tensor; smaller ones that fit the sender's slots

@@ -22,8 +22,8 @@ pub struct Attach {
     /// Point-to-point messages of more than this many bytes are read from
     /// the sender's tensor (or staged) even below `min_bytes`, and so are
     /// gather / scatter blocks where collectives do not read (the floor
-    /// of `block_min`): [`SINGLE_READER_MIN`], or [`SLOW_SINGLE_READER_MIN`]
-    /// where reads are slow (`host_attach_min`).
+    /// of `block_min`, which is [`SLOW_SINGLE_READER_MIN`] where reads are
+    /// slow, `host::reads_for`): [`SINGLE_READER_MIN`] unless set.
     pub single_min: usize,
     /// Smallest all_reduce that reads peers' buffers directly: `min_bytes`
     /// where it was set, else from the host (`host::all_reduce_attach_min`);
@@ -78,9 +78,11 @@ fn peer_arena(seg: &Segment, pid: i32) -> Option<PeerArena> {
 /// ones up to 3x less.
 pub const SINGLE_READER_MIN: usize = 256 << 10;
 
-/// Where one thread per rank reads slowly (`host_attach_min`): on the 2-core
-/// VM, 2 MiB scatters were 2x faster through shared memory, while sends,
+/// Where one thread per rank reads slowly (`host_attach_min`), the blocks
+/// of all_to_all / gather / scatter read from the sender's tensor: on the
+/// 2-core VM, 2 MiB scatters were 2x faster through shared memory, while
 /// gathers and scatters from 4-8 MiB on were 15-60% faster read directly.
+/// (Sends there are read over [`SINGLE_READER_MIN`]: `host::Reads::slow`.)
 pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 
 /// all_to_all / gather / scatter blocks up to this size go through the

@@ -71,8 +71,8 @@ pub(super) fn root_threads_for(sizes: ShmConfig, local_ranks: usize, threads: us
 /// against 45 GB/s for copies, and without them 16 MiB all_reduce was 2x
 /// and 1-4 MiB all_to_all and scatter 1.3-2x faster; only single large
 /// transfers still gained. Where reads are slower than [`READ_VS_COPY`]
-/// of a copy (or cannot be measured): no collective reads, and single
-/// readers from [`SLOW_SINGLE_READER_MIN`].
+/// of a copy (or cannot be measured): no collective reads, and blocks
+/// read from [`SLOW_SINGLE_READER_MIN`] (sends: `Reads::slow`).
 fn host_attach_min(me: Rank, threads: usize) -> (usize, usize) {
     if threads >= 2 {
         return (ATTACH_MIN, SINGLE_READER_MIN);
@@ -101,6 +101,17 @@ pub(super) struct Reads {
     /// 0: the group decides (`Attach::agreed`).
     pub block: usize,
     pub broadcast: usize,
+    /// Reads through the kernel are slower than copies here and a rank has
+    /// one thread (`host_attach_min`): sends over [`SINGLE_READER_MIN`]
+    /// are read by the receiver, not staged (`connect` makes no staging
+    /// area). On the 2-core VM, settings alternating (two runs each), the
+    /// 2-stage pipeline step (1 MiB micro-batches) took 1.83 / 2.12 ms so
+    /// against 3.08 / 3.77 ms when sends up to 4 MiB went through the
+    /// rings, and one-way 2-4 MiB 327-564 us against 395-981 us; staging
+    /// them instead made the step 3.10 / 2.17 ms. Blocks of all_to_all,
+    /// gather and scatter keep [`SLOW_SINGLE_READER_MIN`] (2 MiB scatters
+    /// were 2x faster through the slots).
+    pub slow: bool,
 }
 
 /// The thresholds from the settings, and from the host where they are
@@ -129,9 +140,13 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     };
     let reduce = if host && shared && n <= BLOCK_SLOT_RANKS { SHARED_FEW_RANKS_REDUCE_READ_MIN } else { attach };
     let all_gather = if host && crowded { SHARED_CROWDED_ALL_GATHER_READ_MIN } else { attach };
+    // Reads through the kernel slower than copies, one thread a rank
+    // (`host_attach_min`): blocks are read from 4 MiB, sends over 256 KiB.
+    let slow = host && !shared && attach == usize::MAX;
     let block = match sizes.block_min {
         0 if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
         0 if shared => SINGLE_READER_MIN,
+        0 if slow && sizes.single_min == 0 => single,
         set => set,
     };
     // Broadcast reads the root only with two or more threads a rank: with
@@ -141,8 +156,12 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
         usize::MAX if shared && threads > 1 => SHARED_BROADCAST_READ_MIN,
         set => set,
     };
-    let single = if sizes.single_min > 0 { sizes.single_min } else { single };
-    Reads { attach, single, all_reduce, reduce, all_gather, block, broadcast }
+    let single = match sizes.single_min {
+        0 if slow => SINGLE_READER_MIN,
+        0 => single,
+        set => set,
+    };
+    Reads { attach, single, all_reduce, reduce, all_gather, block, broadcast, slow }
 }
 
 /// Where a rank's tensors are shared (`arena.rs`, `RUSTCCL_SHM_TENSORS=1`)

@@ -367,6 +367,7 @@ pub fn connect(
     // No staging area where nothing is read (staged sends replace reads).
     let stage = match sizes.staged_max {
         _ if attach_off => 0,
+        STAGE_FROM_HOST if reads.slow => 0,
         STAGE_FROM_HOST => stage_for(threads),
         set => set,
     };
