@@ -298,14 +298,10 @@ fn copy_own(win: Option<&Window>, dst: &mut HostTensor, off: usize, src: &HostTe
     match win {
         Some(win) if !overlaps((d, d + len), (s, s + len)) => {
             let from = &src.bytes()[so..so + len];
-            let copied = win.workers().for_pieces_mut(&mut dst.bytes_mut()[off..off + len], |o, piece| {
+            let Ok(()) = win.workers().for_pieces_mut(&mut dst.bytes_mut()[off..off + len], |o, piece| {
                 piece.copy_from_slice(&from[o..o + piece.len()]);
                 Ok::<(), Infallible>(())
             });
-            match copied {
-                Ok(()) => {}
-                Err(never) => match never {},
-            }
         }
         _ => copy_region(dst, off, src, so, len),
     }

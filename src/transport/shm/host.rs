@@ -60,31 +60,31 @@ pub(super) fn root_threads_for(sizes: ShmConfig, local_ranks: usize, threads: us
     cores().saturating_sub(local_ranks.saturating_sub(1)).clamp(threads, threads.max(8))
 }
 
-/// The single-copy thresholds (collectives, single readers) when the
-/// setting is left to the host (`config::ATTACH_FROM_HOST`): 16 MiB and
-/// 256 KiB where a rank has two or more threads, as measured on a 32-core
-/// host (4-8 threads per rank: reading the peers' tensors won from 16-32
-/// MiB, and for all_to_all blocks from 2 MiB). With one thread per rank,
+/// The collectives' single-copy threshold when the setting is left to the
+/// host (`config::ATTACH_FROM_HOST`): 16 MiB where a rank has two or more
+/// threads, as measured on a 32-core host (4-8 threads per rank: reading
+/// the peers' tensors won from 16-32 MiB, and for all_to_all blocks from
+/// 2 MiB). With one thread per rank,
 /// the two ranks' user-space copies through shared memory run side by side
 /// where a single-copy read is one thread's kernel copy, so reads must be
 /// nearly as fast as copies to pay: on a 2-core VM they ran at 13 GB/s
 /// against 45 GB/s for copies, and without them 16 MiB all_reduce was 2x
 /// and 1-4 MiB all_to_all and scatter 1.3-2x faster; only single large
 /// transfers still gained. Where reads are slower than [`READ_VS_COPY`]
-/// of a copy (or cannot be measured): no collective reads, and blocks
-/// read from [`SLOW_SINGLE_READER_MIN`] (sends: `Reads::slow`).
-fn host_attach_min(me: Rank, threads: usize) -> (usize, usize) {
+/// of a copy (or cannot be measured): no collective reads (`usize::MAX`;
+/// blocks and sends: `Reads::slow`).
+fn host_attach_min(me: Rank, threads: usize) -> usize {
     if threads >= 2 {
-        return (ATTACH_MIN, SINGLE_READER_MIN);
+        return ATTACH_MIN;
     }
     match remote::read_and_copy_speed_once() {
-        Some((read, copy)) if read >= READ_VS_COPY * copy => (ATTACH_MIN, SINGLE_READER_MIN),
+        Some((read, copy)) if read >= READ_VS_COPY * copy => ATTACH_MIN,
         measured => {
             let speeds = measured.map_or("could not time reads through the kernel".to_string(), |(read, copy)| {
                 format!("reads memory through the kernel (as from a peer) at {:.1} GB/s and copies it at {:.1} GB/s", read / 1e9, copy / 1e9)
             });
             log_at!(LogLevel::Info, "rank {me}: one thread per rank, which {speeds}: no collective reads peers' tensors (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)");
-            (usize::MAX, SLOW_SINGLE_READER_MIN)
+            usize::MAX
         }
     }
 }
@@ -123,10 +123,10 @@ pub(super) struct Reads {
 pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads: usize, shared: bool) -> Reads {
     let n = local_ranks;
     let host = sizes.attach_min == ATTACH_FROM_HOST;
-    let (attach, single) = match sizes.attach_min {
-        ATTACH_FROM_HOST if shared => (SHARED_READ_MIN, SINGLE_READER_MIN),
+    let attach = match sizes.attach_min {
+        ATTACH_FROM_HOST if shared => SHARED_READ_MIN,
         ATTACH_FROM_HOST => host_attach_min(me, threads),
-        set => (set, SINGLE_READER_MIN),
+        set => set,
     };
     let crowded = shared && crowded(n, threads);
     let all_reduce = if !host {
@@ -146,7 +146,7 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     let block = match sizes.block_min {
         0 if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
         0 if shared => SINGLE_READER_MIN,
-        0 if slow && sizes.single_min == 0 => single,
+        0 if slow && sizes.single_min == 0 => SLOW_SINGLE_READER_MIN,
         set => set,
     };
     // Broadcast reads the root only with two or more threads a rank: with
@@ -157,8 +157,7 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
         set => set,
     };
     let single = match sizes.single_min {
-        0 if slow => SINGLE_READER_MIN,
-        0 => single,
+        0 => SINGLE_READER_MIN,
         set => set,
     };
     Reads { attach, single, all_reduce, reduce, all_gather, block, broadcast, slow }

@@ -64,7 +64,6 @@ fn wanted(state: u64) -> usize {
 
 pub struct Team {
     shared: Arc<Shared>,
-    threads: Vec<Thread>,
     handles: Vec<JoinHandle<()>>,
     busy: Mutex<()>,
 }
@@ -92,15 +91,14 @@ impl Team {
                 }
             }
         }
-        let threads = handles.iter().map(|h| h.thread().clone()).collect();
-        Ok(Team { shared, threads, handles, busy: Mutex::new(()) })
+        Ok(Team { shared, handles, busy: Mutex::new(()) })
     }
 
     /// Runs `job` on this thread and on `helpers` of the team's threads
     /// (at most all of them) and returns when all are done; a panic in
     /// any of them is raised here once all are done.
     pub fn run(&self, helpers: usize, job: &(dyn Fn() + Sync)) {
-        let k = helpers.min(self.threads.len());
+        let k = helpers.min(self.handles.len());
         let _busy = match self.busy.try_lock() {
             Ok(g) if k > 0 => g,
             Err(TryLockError::Poisoned(p)) if k > 0 => p.into_inner(),
@@ -117,8 +115,8 @@ impl Team {
         s.done.store(0, Ordering::Relaxed);
         let next = (generation(s.state.load(Ordering::Relaxed)) + 1) << 16 | k as u64;
         s.state.store(next, Ordering::Release);
-        for t in &self.threads[..k] {
-            t.unpark();
+        for h in &self.handles[..k] {
+            h.thread().unpark();
         }
         let all_done = AllDone { shared: s, k };
         job();
