@@ -49,3 +49,10 @@ def test_default_thresholds_all_reduce():
 def test_premul_sum(world):
     """PREMUL_SUM is scaled in the torch backend, summed by the engine."""
     launch.expect_ok(launch.run("w_collectives:premul_sum", world, timeout=240))
+
+
+def test_p2p_two_simulated_hosts():
+    """Sends of up to 32 MiB between two simulated hosts of 2 ranks each
+    (shared memory within, TCP between), one way and both ways, batched
+    with sends within the host."""
+    launch.expect_ok(launch.run("w_collectives:p2p_two_hosts", 4, init="none", timeout=120))

@@ -81,7 +81,7 @@ pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
                 }
             }
             let e = &mut *e;
-            waiter.take_ready(&mut e.pump_in, &mut e.watch);
+            waiter.take_ready(&mut e.pump_in, &mut e.pump_out, &mut e.watch);
             (e.pass(), e.next_deadline())
         };
         match pass {

@@ -279,15 +279,19 @@ impl Waiter {
     }
 
     /// Peers with events since the last call (all shared-memory peers are
-    /// looked at on every pass anyway). `watch[p]` is set for peers whose
-    /// connection reported something (a shared-memory peer's idle
+    /// looked at on every pass anyway): both their pumps run, as in mio
+    /// mode, since the watcher does not say whether a socket became
+    /// readable or writable (a send to a TCP peer that filled the socket
+    /// resumes only on the writable event). `watch[p]` is set for peers
+    /// whose connection reported something (a shared-memory peer's idle
     /// connection only does when it closes), or for every peer once per
     /// `ALIVE_EVERY`.
-    pub fn take_ready(&mut self, ready_out: &mut [bool], watch: &mut [bool]) {
+    pub fn take_ready(&mut self, pump_in: &mut [bool], pump_out: &mut [bool], watch: &mut [bool]) {
         if let Waiter::Futex { ready, last_alive, .. } = self {
             for (p, r) in ready.iter().enumerate() {
                 if r.swap(false, Ordering::AcqRel) {
-                    ready_out[p] = true;
+                    pump_in[p] = true;
+                    pump_out[p] = true;
                     watch[p] = true;
                 }
             }
