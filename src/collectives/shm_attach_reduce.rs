@@ -19,12 +19,19 @@ use crate::types::{DType, ReduceOp};
 /// block stays in the core's L2 cache between the read and the reduction.
 const BLOCK: usize = 64 << 10;
 
-/// Reduces `acc` with entry `entry` at `at` of every other local rank, on
+/// Where in every peer's posted entries a part starts.
+#[derive(Clone, Copy)]
+struct At {
+    entry: usize,
+    offset: usize,
+}
+
+/// Reduces `acc` with the bytes at `src` of every other local rank, on
 /// the worker threads. `acc` holds this rank's own values already, or they
 /// are in `own` (as long as `acc`), copied block by block by the same
 /// threads right before the block is reduced (a serial copy first ran
 /// 1/n of the bytes on one thread while the reduction used all of them).
-fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], own: Option<&[u8]>, entry: usize, at: usize, dtype: DType, op: ReduceOp) -> Result<()> {
+fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], own: Option<&[u8]>, src: At, dtype: DType, op: ReduceOp) -> Result<()> {
     debug_assert!(own.is_none_or(|o| o.len() == acc.len()));
     let (n, me) = (win.ranks().len(), win.me());
     let wk = win.workers();
@@ -42,14 +49,15 @@ fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], own: Option<&[u8
             for i in (0..n).filter(|&i| i != me) {
                 // A peer's shared tensor is reduced in place (no copy
                 // first), when its elements are aligned here too.
-                let src = match win.peek(i, entry, at + off + done, sub.len()) {
+                let at = src.offset + off + done;
+                let theirs = match win.peek(i, src.entry, at, sub.len()) {
                     Some(s) if s.as_ptr() as usize % dtype.size() == 0 => s,
                     _ => {
-                        win.pull(i, entry, at + off + done, tmp)?;
+                        win.pull(i, src.entry, at, tmp)?;
                         &*tmp
                     }
                 };
-                reduce_into(op, dtype, sub, src).map_err(|e| PullError { peer: i, detail: e.to_string() })?;
+                reduce_into(op, dtype, sub, theirs).map_err(|e| PullError { peer: i, detail: e.to_string() })?;
             }
             if op == ReduceOp::Avg {
                 finish_avg(dtype, sub, n).map_err(|e| PullError { peer: me, detail: e.to_string() })?;
@@ -68,7 +76,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
     // Peers read our chunk c (their own) until they publish p+2; we
     // change only chunk `me` before that.
     let mine = bytes(&chunks[me], e);
-    let r = reduce_part(win, w, &mut buf[mine.clone()], None, 0, mine.start, dtype, op);
+    let r = reduce_part(win, w, &mut buf[mine.clone()], None, At { entry: 0, offset: mine.start }, dtype, op);
     step.sync(win, w, 1)?;
     if r.is_err() {
         return step.end(win, w, 2, true, r);
@@ -99,9 +107,9 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
     // Peers read our chunk c (their own) until they publish p+2; the root
     // changes only chunk `me` before that, the others nothing.
     let r = if me == root {
-        reduce_part(win, w, &mut buf[mine.clone()], None, 0, mine.start, dtype, op)
+        reduce_part(win, w, &mut buf[mine.clone()], None, At { entry: 0, offset: mine.start }, dtype, op)
     } else {
-        reduce_part(win, w, part, Some(&buf[mine.clone()]), 0, mine.start, dtype, op)
+        reduce_part(win, w, part, Some(&buf[mine.clone()]), At { entry: 0, offset: mine.start }, dtype, op)
     };
     step.sync(win, w, 1)?;
     if r.is_err() || me != root {
@@ -126,7 +134,7 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
     let total = ins.iter().map(|i| i.len()).sum();
     let step = Step::begin(win, w, &Desc { name: "reduce_scatter", dtype, op, len: total, root: None }, ins, || ())?;
     let r = (0..win.ranks().len()).filter(|&c| c != me).try_for_each(|c| win.check_posted("reduce_scatter", c, me, out.len())).and_then(|()| {
-        reduce_part(win, w, out, Some(ins[me]), me, 0, dtype, op)
+        reduce_part(win, w, out, Some(ins[me]), At { entry: me, offset: 0 }, dtype, op)
     });
     step.end(win, w, 1, true, r)
 }

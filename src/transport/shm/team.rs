@@ -28,6 +28,8 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 type Job = &'static (dyn Fn() + Sync);
 
 /// How many looks a spinning thread takes between reads of the clock; it
@@ -41,12 +43,16 @@ const YIELDS: u32 = 32;
 
 struct Shared {
     /// `generation << 16 | helpers wanted`, bumped for every job: helper
-    /// `i` runs the job of a new generation when `i` < wanted.
-    state: AtomicU64,
+    /// `i` runs the job of a new generation when `i` < wanted. On a cache
+    /// line of its own: idle helpers spin reading it, and writes to the
+    /// fields beside it (`done` as each helper finishes) would take the
+    /// line from all of them.
+    state: CachePadded<AtomicU64>,
     /// The job of the current generation, while its call runs.
     job: Mutex<Option<Job>>,
-    /// Helpers done with the current generation's job.
-    done: AtomicUsize,
+    /// Helpers done with the current generation's job (the caller spins
+    /// reading it).
+    done: CachePadded<AtomicUsize>,
     /// The thread waiting for them (unparked by the last one).
     caller: Mutex<Option<Thread>>,
     panicked: AtomicBool,
@@ -72,9 +78,9 @@ impl Team {
     /// `helpers` threads named `{name}-{i}` that spin `spin` when idle.
     pub fn new(helpers: usize, name: &str, spin: Duration) -> std::io::Result<Team> {
         let shared = Arc::new(Shared {
-            state: AtomicU64::new(0),
+            state: CachePadded::new(AtomicU64::new(0)),
             job: Mutex::new(None),
-            done: AtomicUsize::new(0),
+            done: CachePadded::new(AtomicUsize::new(0)),
             caller: Mutex::new(None),
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
