@@ -30,6 +30,11 @@ def free_port() -> int:
 def _entry(fn_path, rank, world, init, backend, port, initfile, env, q, args, pg_timeout):
     try:
         os.environ.update(env)
+        hosts = int(env.get("RUSTCCL_TEST_HOSTS", "0"))
+        if hosts:
+            # simulated hosts of consecutive ranks (shared memory within,
+            # TCP between)
+            os.environ["RUSTCCL_HOST_ID"] = f"simhost{rank * hosts // world}"
         os.environ.update(
             RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
@@ -38,7 +43,7 @@ def _entry(fn_path, rank, world, init, backend, port, initfile, env, q, args, pg
 
         import torch.distributed as dist
 
-        import rustccl  # noqa: F401
+        import rustccl
 
         mod, name = fn_path.split(":")
         fn = getattr(importlib.import_module(mod), name)
@@ -49,6 +54,11 @@ def _entry(fn_path, rank, world, init, backend, port, initfile, env, q, args, pg
             dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, **kw)
         elif init == "file":
             dist.init_process_group(backend, init_method=f"file://{initfile}", rank=rank, world_size=world, **kw)
+        if hosts and init != "none":
+            links = rustccl.stats()["links"]
+            host = [p * hosts // world for p in range(world)]
+            want = ["" if p == rank else "shm" if host[p] == host[rank] else "tcp" for p in range(world)]
+            assert links == want, f"rank {rank}: links {links}, want {want} on {hosts} simulated hosts"
         result = fn(rank, world, *args)
         if init != "none" and dist.is_initialized():
             dist.destroy_process_group()

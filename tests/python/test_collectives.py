@@ -18,7 +18,10 @@ BODIES = ["all_reduce_matrix", "async_and_layouts", "rooted_and_gathers", "coale
 
 # shm-attach: every collective between the processes reads the peers'
 # tensors directly (cross-memory attach from 0 bytes); 2 and 3 ranks.
-CASES = [(t, w) for t in ("shm", "tcp") for w in (2, 3, 4)] + [("shm-attach", 2), ("shm-attach", 3)]
+# two-hosts: 4 ranks on two simulated hosts (RUSTCCL_HOST_ID), shared
+# memory within a host and TCP between: the hierarchical collectives, and
+# point-to-point engines with peers of both kinds.
+CASES = [(t, w) for t in ("shm", "tcp") for w in (2, 3, 4)] + [("shm-attach", 2), ("shm-attach", 3), ("two-hosts", 4)]
 
 
 @pytest.mark.parametrize("transport,world", CASES)
@@ -26,6 +29,8 @@ CASES = [(t, w) for t in ("shm", "tcp") for w in (2, 3, 4)] + [("shm-attach", 2)
 def test_collectives(body, world, transport):
     env = dict(SMALL_PATHS, RUSTCCL_TRANSPORT=transport.removesuffix("-attach"), RUSTCCL_SHM_SMALL_BYTES="1024",
                RUSTCCL_SHM_SEGMENT_BYTES="4096", RUSTCCL_SHM_RING_BYTES="65536")
+    if transport == "two-hosts":
+        env.update(RUSTCCL_TRANSPORT="auto", RUSTCCL_TEST_HOSTS="2")
     if transport == "shm":
         # copies split over a team of 2 threads a rank that spins when idle
         env.update(RUSTCCL_SHM_THREADS="2", RUSTCCL_SHM_SPIN_US="100")
@@ -55,4 +60,4 @@ def test_p2p_two_simulated_hosts():
     """Sends of up to 32 MiB between two simulated hosts of 2 ranks each
     (shared memory within, TCP between), one way and both ways, batched
     with sends within the host."""
-    launch.expect_ok(launch.run("w_collectives:p2p_two_hosts", 4, init="none", timeout=120))
+    launch.expect_ok(launch.run("w_collectives:p2p_two_hosts", 4, env={"RUSTCCL_TEST_HOSTS": "2"}, timeout=120))
