@@ -323,7 +323,7 @@ fn shm_all_reduce_every_dtype_and_op() {
 fn hosts_mix_shared_memory_and_tcp() {
     // Simulated hosts: shared memory within a host, TCP across, the
     // hierarchical all_reduce, and every other collective over mixed links.
-    let shm = rustccl::config::ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: usize::MAX, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
+    let shm = rustccl::config::ShmConfig { threads: 2, ..common::TINY_SHM };
     for layout in [vec![0, 0, 1, 1], vec![0, 1, 0, 1, 1], vec![0, 0, 1]] {
         let comms = hosts_comms(&layout, tiny_algo(), std::time::Duration::from_secs(60), rustccl::config::TransportMode::Auto, shm);
         assert_eq!(comms[0].transport_kind(), "shm+tcp", "{layout:?}");

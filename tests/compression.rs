@@ -13,7 +13,7 @@ use rustccl::comm::compression::{set_next, Setting};
 use rustccl::config::{ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
-const SHM: ShmConfig = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: usize::MAX, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
+const SHM: ShmConfig = ShmConfig { threads: 2, ..common::TINY_SHM };
 
 fn comms(layout: &[usize]) -> Vec<Communicator> {
     hosts_comms(layout, tiny_algo(), Duration::from_secs(60), TransportMode::Auto, SHM)

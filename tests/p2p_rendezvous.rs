@@ -31,7 +31,7 @@ const MODES: [Mode; 3] = [Mode::Rendezvous, Mode::Staged, Mode::Tcp];
 const STAGE: usize = 64 << 10;
 
 fn shm_cfg(staged_max: usize) -> ShmConfig {
-    ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: ATTACH_MIN, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max, stage_shared: false }
+    ShmConfig { threads: 3, attach_min: ATTACH_MIN, staged_max, ..common::TINY_SHM }
 }
 
 fn comms_on(mode: Mode, hosts: &[usize], timeout: Duration) -> Vec<Communicator> {

@@ -12,7 +12,7 @@ use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
 use rustccl::{DType, Error};
 
 fn tiny_shm() -> ShmConfig {
-    ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: usize::MAX, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false }
+    common::TINY_SHM
 }
 
 fn pattern(seed: usize, n: usize) -> Vec<f64> {

@@ -17,7 +17,7 @@ use rustccl::{Communicator, DType, OpKind, ReduceOp};
 /// Shared memory with attach from 0 bytes: every collective reads directly.
 /// Tiny slots and 3 threads, so the pieces of one read run in parallel.
 fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min, min_piece: 0, single_min: 0, block_min: 0, root_threads: 5, spin_us: 100, broadcast_min: attach_min, staged_min: 0, staged_max: 0, stage_shared: false };
+    let shm = ShmConfig { threads: 3, attach_min, root_threads: 5, broadcast_min: attach_min, ..common::TINY_SHM };
     mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
 }
 
@@ -160,7 +160,7 @@ fn the_threshold_picks_direct_reads_from_its_size_on() {
 #[test]
 fn broadcast_reads_the_root_only_from_its_own_setting() {
     for (broadcast_min, want) in [(usize::MAX, "shm_direct"), (1024, "shm_attach")] {
-        let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: 0, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min, staged_min: 0, staged_max: 0, stage_shared: false };
+        let shm = ShmConfig { threads: 3, attach_min: 0, broadcast_min, ..common::TINY_SHM };
         let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         let th = comms[0].thresholds().iter().find(|(k, _)| *k == "shm_broadcast_attach_min_bytes").map(|(_, v)| *v);
         assert_eq!(th, Some(broadcast_min as u64));
@@ -213,7 +213,7 @@ fn comms_with(shm: impl Fn(usize) -> ShmConfig + Sync) -> Vec<Communicator> {
 #[test]
 fn ranks_with_different_settings_agree() {
     let with = |mins: [usize; 3]| {
-        comms_with(|r| ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: mins[r], min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false })
+        comms_with(|r| ShmConfig { threads: 2, attach_min: mins[r], ..common::TINY_SHM })
     };
     let th = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
     for (mins, want) in [([0, 4096, 64], Some(4096u64)), ([0, usize::MAX, 0], Some(u64::MAX))] {
@@ -238,7 +238,7 @@ fn ranks_with_different_settings_agree() {
 /// tensor, sends of either size arrive, and the thresholds say so.
 #[test]
 fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
+    let shm = ShmConfig { attach_min: 1 << 40, single_min: 512 << 10, ..common::TINY_SHM };
     let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
     let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
     for c in &comms {
@@ -295,7 +295,7 @@ fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
 fn the_host_rule_gives_every_rank_the_same_thresholds() {
     use rustccl::config::ATTACH_FROM_HOST;
     for threads in [1, 2] {
-        let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads, attach_min: ATTACH_FROM_HOST, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
+        let shm = ShmConfig { threads, attach_min: ATTACH_FROM_HOST, ..common::TINY_SHM };
         let comms = mesh_comms(2, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         let th = |c: &Communicator| -> (Option<u64>, Option<u64>, Option<u64>) {
             let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
@@ -323,7 +323,7 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
 #[test]
 fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
     use rustccl::config::ATTACH_FROM_HOST;
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min: ATTACH_FROM_HOST, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
+    let shm = ShmConfig { threads: 2, attach_min: ATTACH_FROM_HOST, ..common::TINY_SHM };
     let comms = mesh_comms(5, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
     for c in &comms {
         let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
@@ -349,7 +349,7 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
 /// with the cause, either way round.
 #[test]
 fn slow_reads_different_algorithms_for_one_gather_or_scatter_fail_at_once() {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
+    let shm = ShmConfig { attach_min: 1 << 40, single_min: 512 << 10, ..common::TINY_SHM };
     // 128 Ki floats = 512 KiB (messages), 160 Ki over the threshold (read)
     let (small, large) = (128usize << 10, 160 << 10);
     let cause = "picked different algorithms";
@@ -408,7 +408,7 @@ fn slow_reads_different_algorithms_for_one_gather_or_scatter_fail_at_once() {
 /// with the right data.
 #[test]
 fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 1, attach_min: 1 << 40, min_piece: 0, single_min: 512 << 10, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
+    let shm = ShmConfig { attach_min: 1 << 40, single_min: 512 << 10, ..common::TINY_SHM };
     let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
     // large gather blocks over the 512 KiB threshold (read), the rest by messages
     let (small, large, a2a) = (3000usize, 160_000usize, 2000usize);
@@ -458,7 +458,7 @@ fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
 #[test]
 fn all_to_all_blocks_around_the_block_read_threshold_arrive_with_settings_that_differ() {
     let with = |blocks: [usize; 3]| {
-        comms_with(|r| ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: 1 << 20, min_piece: 0, single_min: 0, block_min: blocks[r], root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false })
+        comms_with(|r| ShmConfig { threads: 3, attach_min: 1 << 20, block_min: blocks[r], ..common::TINY_SHM })
     };
     let th = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_block_read_min_bytes").map(|(_, v)| *v);
     for (blocks, want) in [([0, 0, 0], 1u64 << 20), ([500, 0, 0], 500), ([0, 0, 500], 500), ([0, 200, 500], 500)] {

@@ -54,7 +54,7 @@ fn broadcast_all_gather_and_reduce_scatter_go_direct() {
 
 #[test]
 fn the_one_round_limit_follows_the_setting_or_the_host() {
-    let shm = |small| ShmConfig { ring_bytes: 4096, small_bytes: small, segment_bytes: 4096, threads: 2, attach_min: usize::MAX, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
+    let shm = |small| ShmConfig { small_bytes: small, segment_bytes: 4096, threads: 2, ..common::TINY_SHM };
     let algo = AlgoConfig::default();
     let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
     let set = mesh_comms(3, algo, std::time::Duration::from_secs(30), TransportMode::Shm, shm(1000));

@@ -135,7 +135,7 @@ fn ranks_that_would_take_one_step_and_several_fail_together() {
 /// Shared memory that reads peers' tensors from `attach_min` bytes, with
 /// 256-byte small slots (192 bytes of blocks with 3 ranks).
 fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
-    let shm = ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 2, attach_min, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false };
+    let shm = ShmConfig { threads: 2, attach_min, ..common::TINY_SHM };
     mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
 }
 

@@ -56,15 +56,35 @@ pub fn loopback_comms(n: usize, algo: AlgoConfig) -> Vec<Communicator> {
         .collect()
 }
 
+/// Tiny shared-memory areas (test-sized inputs wrap the rings and take many
+/// rounds), one thread a rank, idle threads spinning 100 us, no single-copy
+/// reads, no staging: the base the tests change a few fields of.
+pub const TINY_SHM: ShmConfig = ShmConfig {
+    ring_bytes: 4096,
+    small_bytes: 256,
+    segment_bytes: 256,
+    threads: 1,
+    attach_min: usize::MAX,
+    min_piece: 0,
+    single_min: 0,
+    block_min: 0,
+    root_threads: 0,
+    spin_us: 100,
+    broadcast_min: usize::MAX,
+    staged_min: 0,
+    staged_max: 0,
+    stage_shared: false,
+};
+
 /// Real sockets between ranks (threads of this process), TCP only.
 pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
-    mesh_comms(n, algo, timeout, TransportMode::Tcp, ShmConfig { ring_bytes: 1 << 20, small_bytes: 256 << 10, segment_bytes: 256 << 10, threads: 1, attach_min: usize::MAX, min_piece: 0, single_min: 0, block_min: 0, root_threads: 0, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false })
+    mesh_comms(n, algo, timeout, TransportMode::Tcp, ShmConfig { ring_bytes: 1 << 20, small_bytes: 256 << 10, segment_bytes: 256 << 10, ..TINY_SHM })
 }
 
 /// Shared memory between ranks (threads of this process), with tiny areas
 /// so that test-sized inputs wrap the rings and take many pipeline rounds.
 pub fn shm_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
-    mesh_comms(n, algo, timeout, TransportMode::Shm, ShmConfig { ring_bytes: 4096, small_bytes: 256, segment_bytes: 256, threads: 3, attach_min: usize::MAX, min_piece: 0, single_min: 0, block_min: 0, root_threads: 4, spin_us: 100, broadcast_min: usize::MAX, staged_min: 0, staged_max: 0, stage_shared: false })
+    mesh_comms(n, algo, timeout, TransportMode::Shm, ShmConfig { threads: 3, root_threads: 4, ..TINY_SHM })
 }
 
 pub fn mesh_comms(n: usize, algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig) -> Vec<Communicator> {
