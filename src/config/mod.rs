@@ -99,6 +99,9 @@ pub struct ShmConfig {
     /// Whether such sends of tensors in shared memory (`RUSTCCL_SHM_TENSORS`)
     /// are staged too (else the receiver copies them out of the tensor).
     pub stage_shared: bool,
+    /// A polling thread that shares its CPU with another local rank's
+    /// moves to a free one (`transport::shm::place`).
+    pub keep_apart: bool,
 }
 
 /// `ShmConfig::spin_us` when `RUSTCCL_SHM_SPIN_US` is unset or `auto`.
@@ -323,6 +326,7 @@ impl Config {
                     _ => env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST),
                 },
                 stage_shared: env_flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
+                keep_apart: std::env::var("RUSTCCL_SHM_KEEP_APART").map_or(true, |v| v.trim() != "0"),
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
             shm_tensors_min,
@@ -401,6 +405,7 @@ impl Config {
                 v => v.to_string(),
             }),
             ("RUSTCCL_SHM_STAGE_SHARED_SENDS", (self.shm.stage_shared as u8).to_string()),
+            ("RUSTCCL_SHM_KEEP_APART", (self.shm.keep_apart as u8).to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

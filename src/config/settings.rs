@@ -106,6 +106,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "1: sends of tensors in shared memory (RUSTCCL_SHM_TENSORS=1) are staged as RUSTCCL_SHM_STAGED_SEND_MAX_BYTES says, like other sends; 0: the receiver copies them straight out of the sender's tensor. On the 64-core host one pair's ping-pong of 512 KiB - 8 MiB took 1.1-1.9x less time staged with 2 and 4 ranks (8 threads each), but 1.15-1.5x more with 8 and 16 ranks, and the 4-stage pipeline step (1 MiB micro-batches) 1.6-1.7x more with 4 and 8 ranks",
     },
     Setting {
+        name: "RUSTCCL_SHM_KEEP_APART",
+        default: "1",
+        doc: "1: a thread of a rank polling in a shared-memory wait that has shared its CPU for 15 us with the polling thread of a local rank of lower index moves to an allowed CPU no local rank polls on (its affinity narrowed to that CPU and put back at once; at most once per 20 ms; a thread allowed on one CPU never moves). On a kernel whose scheduler lets a yielding thread keep its CPU (EEVDF, Linux 6.6 on), two polling ranks on one CPU see each other's messages about 25 us late; 0: no moves",
+    },
+    Setting {
         name: "RUSTCCL_SHM_TENSORS",
         default: "0",
         doc: "1: import rustccl installs a CPU allocator in torch that takes tensors of RUSTCCL_SHM_TENSORS_MIN_BYTES or more from memory the other ranks of the host map too (a memfd per process, as large as the host's memory but paid for only where used), so collectives and sends between ranks of one host read them with one copy in user space instead of through the kernel (with every local rank so, collectives read from 256 KiB, reduce with up to 4 local ranks from 16 MiB, all_reduce from 4 MiB (from 8 MiB, and all_gather from 16 MiB, with 8 or more local ranks of 32 or more threads among them), broadcast from 1 MiB with two or more threads a rank, blocks as RUSTCCL_SHM_BLOCK_READ_MIN_BYTES says; settings given by hand win); smaller tensors, and tensors made before the import or by numpy, come from torch's own allocator and are read as before. A process forked after (DataLoader workers) keeps its tensors as a private copy-on-write view and allocates from torch's allocator",

@@ -331,7 +331,10 @@ impl Mesh {
                 return Ok(());
             }
             if t0.elapsed() < YIELD_FOR {
-                std::thread::yield_now();
+                match &self.local {
+                    Some(l) => l.pause(),
+                    None => std::thread::yield_now(),
+                }
             } else {
                 break;
             }
@@ -396,7 +399,7 @@ impl Mesh {
                 return Err(timeout_error(self, behind()));
             }
             if t0.elapsed() < YIELD_FOR {
-                std::thread::yield_now();
+                local.pause();
             } else {
                 self.check_alive(&behind())?;
                 self.publish_blocked(Some(target), behind())?;

@@ -51,6 +51,13 @@ pub trait Progress: Send + Sync {
     /// has a deadline): whoever runs the operation without it (the host
     /// engine's worker) takes it now instead of waiting for it.
     fn release(&self) {}
+
+    /// Between two passes of a waiting thread: yields the CPU (the
+    /// point-to-point engine first checks that no other local rank's
+    /// polling thread shares it, `transport::shm::place`).
+    fn pause(&self) {
+        std::thread::yield_now();
+    }
 }
 
 /// How long `wait` drives a work's engine (`Progress`) before it sleeps.
@@ -213,8 +220,8 @@ impl Work {
         let _ = self.0.progress.set(p);
     }
 
-    /// Drives the work's engine (`Progress`) for up to `budget`, yielding
-    /// between passes, until the work finishes; nothing for a work without
+    /// Drives the work's engine (`Progress`) for up to `budget`, pausing
+    /// between passes ([`Progress::pause`]), until the work finishes; nothing for a work without
     /// one. A blocking `Progress` (the host engine) may run the whole
     /// operation in one pass, past `budget`. True once the work finished.
     pub fn drive(&self, budget: Duration) -> bool {
@@ -231,7 +238,7 @@ impl Work {
             if self.lock().result.is_some() {
                 return true;
             }
-            std::thread::yield_now();
+            p.pause();
         }
     }
 

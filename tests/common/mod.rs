@@ -74,6 +74,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     staged_min: 0,
     staged_max: 0,
     stage_shared: false,
+    keep_apart: true,
 };
 
 /// Real sockets between ranks (threads of this process), TCP only.

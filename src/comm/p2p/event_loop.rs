@@ -95,9 +95,9 @@ pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
 /// Lets a thread waiting for a point-to-point work run passes itself
 /// (`work::Progress`): a message that arrives while it waits is read and
 /// its receive finished on that thread, without a hand-off from the
-/// engine's thread. Holds the loop weakly: a work kept after shutdown
-/// keeps nothing alive.
-pub(super) struct Driver(pub(super) Weak<Mutex<EventLoop>>);
+/// engine's thread. Holds the loop and the shared-memory links weakly: a
+/// work kept after shutdown keeps nothing alive.
+pub(super) struct Driver(pub(super) Weak<Mutex<EventLoop>>, pub(super) Weak<ShmLocal>);
 
 impl Progress for Driver {
     fn progress(&self) {
@@ -108,6 +108,13 @@ impl Progress for Driver {
             Err(TryLockError::WouldBlock) => return,
         };
         e.pass();
+    }
+
+    fn pause(&self) {
+        match self.1.upgrade() {
+            Some(local) => local.pause(),
+            None => std::thread::yield_now(),
+        }
     }
 }
 

@@ -328,6 +328,8 @@ impl Waiter {
                     if word.load(Ordering::Acquire) != *sig0 {
                         return;
                     }
+                    // Not `ShmLocal::pause`: this thread does not move
+                    // (`place.rs`), the waiting threads do.
                     std::thread::yield_now();
                 }
                 let cap = timeout.unwrap_or(ALIVE_EVERY).min(ALIVE_EVERY);

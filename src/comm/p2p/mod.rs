@@ -269,6 +269,7 @@ impl P2pEngine {
         }
         let name = |what: &str| format!("rustccl-{what}-{}-r{}", self.group, self.rank);
         let attach = self.attach.clone();
+        let local_weak = local.as_ref().map(Arc::downgrade);
         let (waiter, wake) = match local {
             Some(local) => (Waiter::futex(poll, local.clone(), self.size, name("p2pw")).map_err(internal("watcher"))?, Wake::Futex(local)),
             None => {
@@ -279,7 +280,7 @@ impl P2pEngine {
         let (tx, rx) = mpsc::channel();
         let any_shm = peers.iter().flatten().any(|p| p.link.is_shm());
         let ev = Arc::new(Mutex::new(EventLoop::new(self.rank, self.group.clone(), peers, rx, attach)));
-        let driver = any_shm.then(|| Arc::new(Driver(Arc::downgrade(&ev))) as Arc<dyn Progress>);
+        let driver = local_weak.filter(|_| any_shm).map(|l| Arc::new(Driver(Arc::downgrade(&ev), l)) as Arc<dyn Progress>);
         let handle = std::thread::Builder::new()
             .name(name("p2p"))
             .spawn(move || event_loop::run(ev, waiter))

@@ -22,6 +22,7 @@
 pub mod arena;
 pub mod remote;
 mod host;
+mod place;
 pub mod segment;
 mod attach;
 mod stage;
@@ -93,6 +94,9 @@ pub struct ShmLocal {
     /// Whether sends of tensors in our shared arena are staged too (else
     /// the receiver copies them out of the tensor).
     pub stage_shared: bool,
+    /// Polling threads move off a CPU another local rank's polls on
+    /// (`place.rs`, `RUSTCCL_SHM_KEEP_APART`).
+    pub keep_apart: bool,
 }
 
 impl ShmLocal {
@@ -112,6 +116,16 @@ impl ShmLocal {
 
     pub fn mine(&self) -> &Segment {
         &self.segs[self.me]
+    }
+
+    /// Between two looks of a thread polling for a local peer: yields the
+    /// CPU, and first moves to another if a local rank's polling thread
+    /// shares it (`place.rs`).
+    pub fn pause(&self) {
+        if self.keep_apart {
+            place::look(&self.segs, self.me);
+        }
+        std::thread::yield_now();
     }
 
     pub fn local_index(&self, rank: Rank) -> Option<usize> {
@@ -478,7 +492,7 @@ pub fn connect(
     let workers = Workers::new(threads, &format!("rustccl-shm-r{me}"), min_piece, spin_for(sizes, n, threads))?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

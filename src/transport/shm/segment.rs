@@ -25,6 +25,7 @@
 //! 224    sleepers AtomicU32  > 0 while this rank sleeps on the point-to-point `signal`
 //! 232    reduce   AtomicU64  this rank's reduce attach threshold (the group takes the largest)
 //! 240    gather   AtomicU64  this rank's all_gather attach threshold (the group takes the largest)
+//! 248    poller   AtomicU64  CPU (+1) its polling thread was last seen on, and when (`place.rs`)
 //! 256+(c*n+i)*128            ring of channel c to local rank i: head (producer) at +0, tail (consumer) at +64
 //! ctrl   2n rings of `ring` bytes (ring c*n+i carries this rank's bytes of channel c to local rank i)
 //!        two small slots (`small` bytes each, by phase parity), input area (n x `seg`), output area (`seg`),
@@ -367,6 +368,11 @@ impl Segment {
     /// The owner's all_reduce attach threshold (`Attach::all_reduce_min`).
     pub fn all_reduce_min(&self) -> &AtomicU64 {
         self.u64_at(168)
+    }
+
+    /// Where and when this rank's polling thread last looked (`place.rs`).
+    pub fn poller(&self) -> &AtomicU64 {
+        self.u64_at(248)
     }
 
     /// The owner's block-read threshold setting (`Attach::block_min`).
