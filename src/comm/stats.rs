@@ -223,10 +223,18 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         v.push(("shm_staged_send_max_bytes", if l.attach.is_some() { l.stage_capacity() as u64 } else { 0 }));
         // 1: sends of shared tensors (RUSTCCL_SHM_TENSORS=1) are staged too.
         v.push(("shm_stage_shared_sends", l.stage_shared as u64));
+        // 1: waiting threads move off a CPU another local rank's poller shares.
+        v.push(("shm_keep_apart", l.keep_apart as u64));
         // Local peers whose shared tensors (RUSTCCL_SHM_TENSORS=1) this rank mapped.
         v.push(("shm_peer_tensor_arenas", l.attach.as_ref().map_or(0, |a| a.arenas.iter().flatten().count() as u64)));
     }
     v
+}
+
+/// Times this process's waiting threads moved off a CPU another local
+/// rank's polling thread shared (`transport::shm::place`).
+pub fn thread_moves() -> u64 {
+    shm::thread_moves()
 }
 
 /// This process's shared tensors now (`transport::shm::arena`; None

@@ -327,6 +327,7 @@ fn stats_dict<'py>(py: Python<'py>, c: &crate::comm::Communicator) -> PyResult<B
         th.set_item(*k, *v)?;
     }
     out.set_item("thresholds", th)?;
+    out.set_item("thread_moves", crate::comm::stats::thread_moves())?;
     match crate::comm::stats::shared_tensors() {
         Some(kv) => {
             let d = PyDict::new(py);
@@ -408,6 +409,13 @@ fn _flight_record(group: &str, dir: Option<&str>) -> PyResult<String> {
 fn _shutdown_all(py: Python<'_>) {
     let live = crate::comm::stats::all();
     py.detach(move || live.iter().for_each(|c| c.shutdown(false)));
+}
+
+/// Times this process's waiting threads moved off a CPU another local
+/// rank's polling thread shared (also `stats()["thread_moves"]`).
+#[pyfunction]
+fn _thread_moves() -> u64 {
+    crate::comm::stats::thread_moves()
 }
 
 /// Ranks of group `group` whose link to this rank broke (dead ranks).
@@ -500,6 +508,7 @@ fn _rustccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<PyCommunicator>()?;
     m.add_function(wrap_pyfunction!(config, m)?)?;
+    m.add_function(wrap_pyfunction!(_thread_moves, m)?)?;
     m.add_function(wrap_pyfunction!(host_identity, m)?)?;
     m.add_function(wrap_pyfunction!(_shm_tensors_requested, m)?)?;
     m.add_function(wrap_pyfunction!(_stats, m)?)?;

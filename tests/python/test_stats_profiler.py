@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,3 +34,10 @@ def test_debug_logging():
     err = out.stderr
     assert "connected over shm" in err and "recursive doubling" in err, err[-3000:]
     assert "all_reduce seq" in err, "TRACE logs each collective"
+
+
+@pytest.mark.parametrize("keep_apart", ["1", "0"])
+def test_waiting_threads_keep_apart(keep_apart):
+    """Two ranks' waiting threads put on one CPU: the higher rank's moves
+    off it (unless RUSTCCL_SHM_KEEP_APART=0), masks kept, messages intact."""
+    launch.expect_ok(launch.run("w_stats:keep_apart", 2, env={"RUSTCCL_SHM_KEEP_APART": keep_apart, "RUSTCCL_TRANSPORT": "shm"}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -95,4 +96,48 @@ def profiler(rank: int, world: int) -> tuple[int, list[str]]:
         c.true(f"{want} in profiler events ({sorted(n for n in names if 'rustccl' in n)})", want in names)
     shapes = [e.input_shapes for e in prof.events() if e.name == "rustccl:all_reduce"]
     c.true(f"all_reduce event has its input shape {shapes}", any([1000] in s for s in shapes))
+    return c.count, c.failures
+
+
+def keep_apart(rank: int, world: int) -> tuple[int, list[str]]:
+    """Both ranks' main threads are put on one CPU (then given their whole
+    mask back) before each round of 2 KiB ping-pongs. With
+    RUSTCCL_SHM_KEEP_APART on (the default) the higher rank's waiting
+    thread moves off that CPU (stats()["thread_moves"]) and the lower one
+    never does; off, nobody moves. Either way the masks are the ones the
+    threads had and every message arrives intact."""
+    c = Checker(rank)
+    mask = os.sched_getaffinity(0)
+    on = os.environ.get("RUSTCCL_SHM_KEEP_APART", "1") != "0"
+    th = rustccl.stats()["thresholds"]
+    c.true(f"setting in force: {th.get('shm_keep_apart')}", th.get("shm_keep_apart") == int(on))
+    x, y = torch.arange(512, dtype=torch.float32) + 1000 * rank, torch.empty(512)
+    want = torch.arange(512, dtype=torch.float32) + 1000 * (1 - rank)
+    moves = torch.zeros(2)
+    for _ in range(40):
+        dist.barrier()
+        os.sched_setaffinity(0, {min(mask)})
+        os.sched_setaffinity(0, mask)
+        for i in range(200):
+            y.fill_(-1)
+            if rank == 0:
+                dist.send(x, 1)
+                dist.recv(y, 1)
+            else:
+                dist.recv(y, 0)
+                dist.send(x, 0)
+            if not torch.equal(y, want):
+                c.true(f"ping-pong {i}: {y[:4]}", False)
+                break
+        moves = torch.zeros(2)
+        moves[rank] = rustccl.stats()["thread_moves"]
+        dist.all_reduce(moves)
+        if moves[1] > 0:
+            break
+    c.true(f"masks kept: {os.sched_getaffinity(0)} vs {mask}", os.sched_getaffinity(0) == mask)
+    c.true(f"the lower rank never moves: {moves}", moves[0] == 0)
+    if on and len(mask) > 1:
+        c.true(f"the higher rank moved off the shared CPU: {moves}", moves[1] > 0)
+    else:
+        c.true(f"nobody moves (setting off, or one CPU allowed): {moves}", moves[1] == 0)
     return c.count, c.failures

@@ -68,6 +68,14 @@ def _loadavg() -> list[float] | None:
         return None
 
 
+def _thread_moves() -> int:
+    """How often this process's waiting threads moved off a CPU another
+    local rank's polling thread shared (rustccl.stats()["thread_moves"])."""
+    from rustccl import _rustccl
+
+    return _rustccl._thread_moves()
+
+
 def header(cfg, world: int, device: torch.device, hosts: list[str], load_start, started) -> dict:
     """The JSONL header record: what ran where, with which software."""
     import rustccl
@@ -149,7 +157,8 @@ def rank_main(cfg) -> int:
         print(f"rustccl.bench: {e}", file=sys.stderr, flush=True)
 
     store.set(f"rustccl-bench/final/{rank}",
-              json.dumps({"host": socket.gethostname(), "mismatches": mismatches, "errors": errors}))
+              json.dumps({"host": socket.gethostname(), "mismatches": mismatches, "errors": errors,
+                          "thread_moves": _thread_moves()}))
     if rank != 0:
         return 1 if (mismatches or errors) else 0
 
@@ -160,6 +169,8 @@ def rank_main(cfg) -> int:
     all_errors = [e for f in finals for e in f["errors"]]
     head = header(cfg, world, device, [f["host"] for f in finals], load_start, started)
     head["method"] = cfg.method
+    # per rank: times its waiting threads moved off a CPU another rank's shared
+    head["thread_moves"] = [f.get("thread_moves") for f in finals]
     if copy:
         head["copy_GBps"] = copy
     if host_copy:

@@ -45,6 +45,7 @@ pub use workers::Workers;
 
 use host::{reads_for, root_threads_for, spin_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
+pub use place::moves as thread_moves;
 
 use crate::config::{LogLevel, ShmConfig, ATTACH_FROM_HOST, STAGE_FROM_HOST};
 use crate::config::log_at;

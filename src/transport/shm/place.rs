@@ -32,7 +32,7 @@
 #![forbid(unsafe_code)]
 
 use std::cell::Cell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
@@ -61,6 +61,15 @@ struct Seen {
     last_move: Option<Instant>,
     /// The thread's mask allows no other CPU (checked at its first move).
     stuck: bool,
+}
+
+/// Moves made by this process's threads.
+static MOVES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process's waiting threads moved off a CPU another
+/// local rank's polling thread shared (`stats()["thread_moves"]`).
+pub fn moves() -> u64 {
+    MOVES.load(Ordering::Relaxed)
 }
 
 thread_local! {
@@ -134,12 +143,124 @@ fn move_off(cpu: usize, segs: &[std::sync::Arc<Segment>], now: u64, s: &mut Seen
     if sched_setaffinity(me, &mask).is_err() {
         let _ = sched_setaffinity(me, &mask);
     }
+    MOVES.fetch_add(1, Ordering::Relaxed);
     true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::shm::Layout;
+    use std::path::PathBuf;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    fn segments(n: usize, tag: &str) -> Vec<Arc<Segment>> {
+        (0..n)
+            .map(|i| {
+                let path = PathBuf::from(format!("/dev/shm/rustccl-place-test-{}-{tag}-{i}", std::process::id()));
+                let seg = Segment::create(&path, Layout::new(n, 4096, 256, 256)).unwrap();
+                seg.unlink();
+                Arc::new(seg)
+            })
+            .collect()
+    }
+
+    fn only(cpu: usize) -> CpuSet {
+        let mut one = CpuSet::new();
+        one.set(cpu).unwrap();
+        one
+    }
+
+    fn cpus(mask: &CpuSet) -> Vec<usize> {
+        (0..CpuSet::count()).filter(|&c| mask.is_set(c).unwrap()).collect()
+    }
+
+    /// Local rank 0's poller stays on CPU `c` (pinned there) until `stop`.
+    fn poll_on(c: usize, segs: Vec<Arc<Segment>>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            sched_setaffinity(Pid::from_raw(0), &only(c)).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                look(&segs, 0);
+                std::thread::yield_now();
+            }
+        })
+    }
+
+    #[test]
+    fn a_poller_on_a_lower_ranks_cpu_moves_off_it_and_keeps_its_mask() {
+        let all = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let allowed = cpus(&all);
+        if allowed.len() < 2 {
+            eprintln!("one CPU allowed: nothing to move to, not tested");
+            return;
+        }
+        let c = allowed[0];
+        let segs = segments(2, "move");
+        let stop = Arc::new(AtomicBool::new(false));
+        let a = poll_on(c, segs.clone(), stop.clone());
+        let b = std::thread::spawn(move || {
+            let me = Pid::from_raw(0);
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(5) {
+                if sched_getcpu().unwrap() != c {
+                    // onto rank 0's CPU, with the whole mask back (the
+                    // scheduler may also have separated them meanwhile)
+                    sched_setaffinity(me, &only(c)).unwrap();
+                    sched_setaffinity(me, &all).unwrap();
+                }
+                if look(&segs, 1) {
+                    return (true, sched_getcpu().unwrap(), cpus(&sched_getaffinity(me).unwrap()));
+                }
+                std::thread::yield_now();
+            }
+            (false, c, vec![])
+        });
+        let (moved, now_on, mask) = b.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        a.join().unwrap();
+        assert!(moved, "local rank 1 shared CPU {c} with rank 0's poller for 5 s and never moved");
+        assert_ne!(now_on, c, "moved off CPU {c}");
+        assert_eq!(mask, allowed, "the thread's mask is the one it had");
+    }
+
+    #[test]
+    fn lower_ranks_and_pinned_threads_stay() {
+        let allowed = cpus(&sched_getaffinity(Pid::from_raw(0)).unwrap());
+        let c = allowed[0];
+        let segs = segments(2, "stay");
+        let stop = Arc::new(AtomicBool::new(false));
+        let a = poll_on(c, segs.clone(), stop.clone());
+        let (s1, s0) = (segs.clone(), segs.clone());
+        // rank 1 pinned to the same CPU: nowhere to go
+        let pinned = std::thread::spawn(move || {
+            sched_setaffinity(Pid::from_raw(0), &only(c)).unwrap();
+            let t0 = Instant::now();
+            let mut moved = false;
+            while t0.elapsed() < Duration::from_millis(100) {
+                moved |= look(&s1, 1);
+                std::thread::yield_now();
+            }
+            (moved, cpus(&sched_getaffinity(Pid::from_raw(0)).unwrap()))
+        });
+        let (moved, mask) = pinned.join().unwrap();
+        assert!(!moved && mask == vec![c], "a thread allowed on one CPU stays: moved {moved}, mask {mask:?}");
+        // rank 0 seeing rank 1 on its CPU does not move (the higher one does)
+        s0[1].poller().store((now_ticks() << 16) | (c as u64 + 1), Ordering::Relaxed);
+        let low = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut moved = false;
+            while t0.elapsed() < Duration::from_millis(50) {
+                s0[1].poller().store((now_ticks() << 16) | (sched_getcpu().unwrap() as u64 + 1), Ordering::Relaxed);
+                moved |= look(&s0, 0);
+                std::thread::yield_now();
+            }
+            moved
+        });
+        assert!(!low.join().unwrap(), "local rank 0 never moves for rank 1");
+        stop.store(true, Ordering::Relaxed);
+        a.join().unwrap();
+    }
 
     #[test]
     fn words_go_stale() {
