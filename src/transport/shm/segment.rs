@@ -25,8 +25,9 @@
 //! 224    sleepers AtomicU32  > 0 while this rank sleeps on the point-to-point `signal`
 //! 232    reduce   AtomicU64  this rank's reduce attach threshold (the group takes the largest)
 //! 240    gather   AtomicU64  this rank's all_gather attach threshold (the group takes the largest)
-//! 248    poller   AtomicU64  CPU (+1) its polling thread was last seen on, and when (`place.rs`)
 //! 256+(c*n+i)*128            ring of channel c to local rank i: head (producer) at +0, tail (consumer) at +64
+//! 256+2n*128 poller AtomicU64 CPU (+1) its polling thread was last seen on, and when (`place.rs`;
+//!                            a cache line of its own: it changes while peers read the words above)
 //! ctrl   2n rings of `ring` bytes (ring c*n+i carries this rank's bytes of channel c to local rank i)
 //!        two small slots (`small` bytes each, by phase parity), input area (n x `seg`), output area (`seg`),
 //!        table (2n x (address, length): the buffers a rank lets peers read),
@@ -47,7 +48,7 @@ use std::time::Duration;
 
 use memmap2::MmapRaw;
 
-const MAGIC: u64 = 0x364d_4853_4c43_4352; // "RCCLSHM6"
+const MAGIC: u64 = 0x374d_4853_4c43_4352; // "RCCLSHM7"
 
 /// Which pair of rings and futex word: collectives or point-to-point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +91,7 @@ impl Layout {
         let ring = ring.max(4096).next_power_of_two();
         let small = round_up(small.max(64), 64);
         let seg = round_up(seg.max(64), 64);
-        let ctrl = round_up(256 + 2 * n * 128, 4096);
+        let ctrl = round_up(Layout::poller_off_for(n) + 64, 4096);
         let small_off = ctrl + 2 * n * ring;
         let in_off = small_off + 2 * small;
         let out_off = in_off + n * seg;
@@ -110,6 +111,15 @@ impl Layout {
     /// Entries of the table: an input and an output span per local rank.
     pub fn table_entries(n: usize) -> usize {
         2 * n
+    }
+
+    fn poller_off_for(n: usize) -> usize {
+        256 + 2 * n * 128
+    }
+
+    /// The poller word (`Segment::poller`), after the rings' heads and tails.
+    pub fn poller_off(&self) -> usize {
+        Layout::poller_off_for(self.n)
     }
 
     pub fn ring_off(&self, c: Channel, to: usize) -> usize {
@@ -372,7 +382,7 @@ impl Segment {
 
     /// Where and when this rank's polling thread last looked (`place.rs`).
     pub fn poller(&self) -> &AtomicU64 {
-        self.u64_at(248)
+        self.u64_at(self.layout.poller_off())
     }
 
     /// The owner's block-read threshold setting (`Attach::block_min`).
