@@ -37,7 +37,9 @@ def stats(group=None) -> dict:
     was chosen from the host, e.g. the shared-memory one-round limit); and
     this process's shared tensors (``shared_tensors``: bytes in use, peak,
     freed but kept, tensors that did not fit; None unless
-    ``RUSTCCL_SHM_TENSORS=1``)."""
+    ``RUSTCCL_SHM_TENSORS=1``); and how often this process's waiting
+    threads moved off a CPU another local rank's polling thread shared
+    (``thread_moves``, ``RUSTCCL_SHM_KEEP_APART``)."""
     return _rustccl._stats(_group_name(group))
 
 

@@ -108,7 +108,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_KEEP_APART",
         default: "1",
-        doc: "1: a thread of a rank polling in a shared-memory wait that has shared its CPU for 15 us with the polling thread of a local rank of lower index moves to an allowed CPU no local rank polls on (its affinity narrowed to that CPU and put back at once; at most once per 20 ms; a thread allowed on one CPU never moves). On a kernel whose scheduler lets a yielding thread keep its CPU (EEVDF, Linux 6.6 on), two polling ranks on one CPU see each other's messages about 25 us late; 0: no moves",
+        doc: "1: a thread of a rank polling in a shared-memory wait that has shared its CPU for 15 us with the polling thread of a local rank of lower index moves to an allowed CPU no local rank polls on (its affinity narrowed to that CPU and the user's mask put back at once; at most once per 2 ms; a thread allowed on one CPU never moves). On a kernel whose scheduler lets a yielding thread keep its CPU (EEVDF, Linux 6.6 on), two polling ranks on one CPU see each other's messages about 25 us late: on the 2-core VM small send/recv took 7.5-34 us one way without moves and 7.5-16 with; on the 32-core host nothing moved with 2-4 ranks. 0: no moves",
     },
     Setting {
         name: "RUSTCCL_SHM_TENSORS",
