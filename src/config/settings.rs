@@ -73,7 +73,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_MIN_PIECE_BYTES",
         default: "0",
-        doc: "smallest piece of a shared-memory copy a rank's worker threads take (the threads are woken only for at least two such pieces); the reducing algorithms (pipelined all_reduce and reduce, reduce_scatter) take pieces half that size; 0: 262144, or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
+        doc: "smallest piece of a shared-memory copy a rank's worker threads take (the threads are woken only for at least two such pieces); the reducing algorithms (pipelined all_reduce and reduce, reduce_scatter) take pieces half that size; 0: 262144 (65536 where the threads spin between pieces, RUSTCCL_SHM_SPIN_US: no wake-up to pay for; on the 32-core host 512 KiB - 2 MiB collectives of 2 spinning ranks of 8 threads were 1.15-1.5x faster so), or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
     },
     Setting {
         name: "RUSTCCL_SHM_ROOT_THREADS",
@@ -83,7 +83,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_SPIN_US",
         default: "auto",
-        doc: "microseconds a rank's idle shared-memory worker threads spin (yielding every few dozen looks) waiting for the next piece of work, and the calling thread for their last piece, before they yield 32 times and sleep; 0: no spin (rayon's pool, as before: its idle threads look for work a few dozen times, yielding, and sleep); auto: 200 where the local ranks' threads (RUSTCCL_SHM_THREADS) take at most a quarter of the host's cores, else 0. On the 64-core host (a VM, where waking a sleeping thread cost 20-80 us) spinning made 512 KiB - 8 MiB collectives 1.1-2x faster with 2 ranks of 8 threads, was mixed with 4, and made them 1.2-5x slower with 8 ranks of 8 threads or 16 of 4 (every core busy)",
+        doc: "microseconds a rank's idle shared-memory worker threads spin (yielding every few dozen looks) waiting for the next piece of work, and the calling thread for their last piece, before they yield 32 times and sleep; 0: no spin (rayon's pool, as before: its idle threads look for work a few dozen times, yielding, and sleep); auto: 200 where the local ranks' threads (RUSTCCL_SHM_THREADS) take at most a quarter of the host's cores, else 0. On the 64-core host (a VM, where waking a sleeping thread cost 20-80 us) spinning made 512 KiB - 8 MiB collectives 1.1-2x faster with 2 ranks of 8 threads, was mixed with 4, and made them 1.2-5x slower with 8 ranks of 8 threads or 16 of 4 (every core busy); on the 32-core host 2 ranks of 8 spinning threads (half the cores, set by hand) were 1.8-2.4x faster at 512 KiB - 2 MiB in some sweeps and 4-18x slower in others, in which the hypervisor took 6-8 s of the VM's CPU time per 20 s sweep",
     },
     Setting {
         name: "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",

@@ -2,8 +2,13 @@
 //! reductions where the host has cores to spare (`host::spin_for`; else
 //! the workers use rayon's pool): the calling thread and up to `helpers`
 //! threads run one job (a closure that takes pieces of work from a shared
-//! counter, `Workers`), and the call returns once every one of them is
-//! done with it.
+//! counter, `Workers`), and the call returns once the caller's own run of
+//! it has returned (no piece left to take) and every helper that joined
+//! has finished its run. Once the caller's run returns the job is closed:
+//! a helper that had not joined yet (still waking up, or its core taken
+//! by the hypervisor) does not join, and nobody waits for it. Before, the
+//! caller waited for every helper it had asked for, so one helper that
+//! was slow to wake held up the whole phase after the work was done.
 //!
 //! Idle helpers spin on the team's state word for `spin` before they
 //! sleep (park), and the caller spins while it waits for the last of them.
@@ -50,9 +55,9 @@ struct Shared {
     state: CachePadded<AtomicU64>,
     /// The job of the current generation, while its call runs.
     job: Mutex<Option<Job>>,
-    /// Helpers done with the current generation's job (the caller spins
-    /// reading it).
-    done: CachePadded<AtomicUsize>,
+    /// Helpers running the current generation's job (the caller, once its
+    /// own run has returned, waits until none is).
+    active: CachePadded<AtomicUsize>,
     /// The thread waiting for them (unparked by the last one).
     caller: Mutex<Option<Thread>>,
     panicked: AtomicBool,
@@ -80,7 +85,7 @@ impl Team {
         let shared = Arc::new(Shared {
             state: CachePadded::new(AtomicU64::new(0)),
             job: Mutex::new(None),
-            done: CachePadded::new(AtomicUsize::new(0)),
+            active: CachePadded::new(AtomicUsize::new(0)),
             caller: Mutex::new(None),
             panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -100,9 +105,12 @@ impl Team {
         Ok(Team { shared, handles, busy: Mutex::new(()) })
     }
 
-    /// Runs `job` on this thread and on `helpers` of the team's threads
-    /// (at most all of them) and returns when all are done; a panic in
-    /// any of them is raised here once all are done.
+    /// Runs `job` on this thread and on up to `helpers` of the team's
+    /// threads (at most all of them): those that join before this
+    /// thread's own run of it returns. Returns when that run has returned
+    /// and every helper that joined is done; a panic in any of them is
+    /// raised here then. `job` must take its work from a shared source
+    /// until none is left (any run may do all of it, or none).
     pub fn run(&self, helpers: usize, job: &(dyn Fn() + Sync)) {
         let k = helpers.min(self.handles.len());
         let _busy = match self.busy.try_lock() {
@@ -111,20 +119,20 @@ impl Team {
             _ => return job(),
         };
         let s = &*self.shared;
-        // SAFETY: the 'static reference lives only in `s.job`, which the
-        // helpers read after the state bump below and use until they count
-        // themselves done; `AllDone` does not let this function return or
-        // unwind before all `k` of them have, and then empties the slot.
+        // SAFETY: the 'static reference lives only in `s.job`, which a
+        // helper reads only after joining (counted in `active`, with the
+        // job still open) and uses until it leaves; `AllDone` does not let
+        // this function return or unwind before it has closed the job and
+        // no joined helper is left, and then empties the slot.
         let erased: Job = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), Job>(job) };
         *lock(&s.job) = Some(erased);
         *lock(&s.caller) = Some(thread::current());
-        s.done.store(0, Ordering::Relaxed);
         let next = (generation(s.state.load(Ordering::Relaxed)) + 1) << 16 | k as u64;
-        s.state.store(next, Ordering::Release);
+        s.state.store(next, Ordering::SeqCst);
         for h in &self.handles[..k] {
             h.thread().unpark();
         }
-        let all_done = AllDone { shared: s, k };
+        let all_done = AllDone { shared: s, open: next };
         job();
         drop(all_done);
         if s.panicked.swap(false, Ordering::AcqRel) {
@@ -148,17 +156,21 @@ fn stop_all(shared: &Shared, handles: &mut Vec<JoinHandle<()>>) {
     }
 }
 
-/// Waits (on drop, so also while the caller's own job unwinds) until the
-/// helpers of the current job are done, then empties the job slot.
+/// On drop (so also while the caller's own run unwinds): closes the job
+/// (`open`'s generation with no helper wanted: later ones do not join),
+/// waits until the helpers that joined are done, then empties the slot.
 struct AllDone<'a> {
     shared: &'a Shared,
-    k: usize,
+    open: u64,
 }
 
 impl Drop for AllDone<'_> {
     fn drop(&mut self) {
         let s = self.shared;
-        wait_until(s.spin, Some(Duration::from_millis(1)), || s.done.load(Ordering::Acquire) >= self.k);
+        // SeqCst with the helpers' join (`active` up, then the state read):
+        // either a helper sees the job closed, or this thread sees it joined.
+        s.state.store(self.open & !0xffff, Ordering::SeqCst);
+        wait_until(s.spin, Some(Duration::from_millis(1)), || s.active.load(Ordering::SeqCst) == 0);
         *lock(&s.job) = None;
         *lock(&s.caller) = None;
     }
@@ -210,17 +222,20 @@ fn helper(s: &Shared, i: usize) {
         }
         let state = s.state.load(Ordering::Acquire);
         seen = generation(state);
-        let k = wanted(state);
-        if i >= k {
+        if i >= wanted(state) {
             continue;
         }
-        let job = *lock(&s.job);
-        if let Some(job) = job {
-            if catch_unwind(AssertUnwindSafe(job)).is_err() {
-                s.panicked.store(true, Ordering::Release);
+        // Join, then check that the job is still open (see `AllDone`).
+        s.active.fetch_add(1, Ordering::SeqCst);
+        if s.state.load(Ordering::SeqCst) == state {
+            let job = *lock(&s.job);
+            if let Some(job) = job {
+                if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                    s.panicked.store(true, Ordering::Release);
+                }
             }
         }
-        if s.done.fetch_add(1, Ordering::AcqRel) + 1 == k {
+        if s.active.fetch_sub(1, Ordering::SeqCst) == 1 {
             if let Some(t) = lock(&s.caller).as_ref() {
                 t.unpark();
             }
@@ -237,11 +252,18 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    fn run_counting(team: &Team, helpers: usize) -> HashSet<thread::ThreadId> {
+    /// Runs a job that keeps the team open until `expect` threads have
+    /// joined (at most 5 s): the threads that ran it, each once.
+    fn run_counting(team: &Team, helpers: usize, expect: usize) -> HashSet<thread::ThreadId> {
         let seen = Mutex::new(HashSet::new());
+        let runs = AtomicUsize::new(0);
         team.run(helpers, &|| {
-            seen.lock().unwrap().insert(thread::current().id());
-            thread::sleep(Duration::from_millis(2));
+            assert!(seen.lock().unwrap().insert(thread::current().id()), "a thread ran the job twice");
+            runs.fetch_add(1, Ordering::SeqCst);
+            let t0 = Instant::now();
+            while runs.load(Ordering::SeqCst) < expect && t0.elapsed() < Duration::from_secs(5) {
+                thread::yield_now();
+            }
         });
         seen.into_inner().unwrap()
     }
@@ -252,10 +274,45 @@ mod tests {
             let team = Team::new(3, "test", spin).unwrap();
             for round in 0..50 {
                 let k = round % 5;
-                let seen = run_counting(&team, k);
+                let seen = run_counting(&team, k, 1 + k.min(3));
                 assert_eq!(seen.len(), 1 + k.min(3), "round {round}");
                 assert!(seen.contains(&thread::current().id()));
             }
+        }
+    }
+
+    #[test]
+    fn no_helper_runs_a_job_after_its_call_returned() {
+        // Jobs that finish at once: helpers still waking up (no spin) or
+        // late are not waited for, and must not join a closed job.
+        for spin in [Duration::ZERO, Duration::from_micros(50)] {
+            let team = Team::new(3, "test", spin).unwrap();
+            let late = AtomicUsize::new(0);
+            let (mut by_helpers, mut alone) = (0, 0);
+            for _ in 0..2000 {
+                let closed = AtomicBool::new(false);
+                let runs = AtomicUsize::new(0);
+                let next = AtomicUsize::new(0);
+                team.run(3, &|| {
+                    if closed.load(Ordering::SeqCst) {
+                        late.fetch_add(1, Ordering::SeqCst);
+                    }
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    // 8 pieces of a few microseconds each
+                    while next.fetch_add(1, Ordering::SeqCst) < 8 {
+                        let t0 = Instant::now();
+                        while t0.elapsed() < Duration::from_micros(3) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                });
+                closed.store(true, Ordering::SeqCst);
+                let r = runs.load(Ordering::SeqCst);
+                if r == 1 { alone += 1 } else { by_helpers += 1 }
+                assert!((1..=4).contains(&r), "{r} runs");
+            }
+            assert_eq!(late.load(Ordering::SeqCst), 0, "a helper ran a job after its call returned");
+            eprintln!("spin {spin:?}: {alone} calls ran on the caller alone, {by_helpers} with helpers");
         }
     }
 
@@ -280,8 +337,14 @@ mod tests {
     fn a_helpers_panic_reaches_the_caller_after_all_are_done_and_the_team_goes_on() {
         let team = Team::new(2, "test", Duration::ZERO).unwrap();
         let finished = AtomicUsize::new(0);
+        let joined = AtomicUsize::new(0);
         let r = catch_unwind(AssertUnwindSafe(|| {
             team.run(2, &|| {
+                joined.fetch_add(1, Ordering::SeqCst);
+                let t0 = Instant::now();
+                while joined.load(Ordering::SeqCst) < 3 && t0.elapsed() < Duration::from_secs(5) {
+                    thread::yield_now();
+                }
                 if thread::current().name() == Some("test-1") {
                     panic!("boom");
                 }
@@ -291,7 +354,7 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(finished.load(Ordering::Relaxed), 2);
-        assert_eq!(run_counting(&team, 2).len(), 3);
+        assert_eq!(run_counting(&team, 2, 3).len(), 3);
     }
 
     #[test]
@@ -300,7 +363,7 @@ mod tests {
         let inner = Mutex::new(None);
         team.run(1, &|| {
             if thread::current().name() != Some("test-0") {
-                *inner.lock().unwrap() = Some(run_counting(&team, 2));
+                *inner.lock().unwrap() = Some(run_counting(&team, 2, 1));
             }
         });
         assert_eq!(inner.into_inner().unwrap().unwrap().len(), 1);
