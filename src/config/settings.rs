@@ -73,7 +73,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_MIN_PIECE_BYTES",
         default: "0",
-        doc: "smallest piece of a shared-memory copy a rank's worker threads take (the threads are woken only for at least two such pieces); the reducing algorithms (pipelined all_reduce and reduce, reduce_scatter) take pieces half that size; 0: 262144 (65536 where the threads spin between pieces, RUSTCCL_SHM_SPIN_US: no wake-up to pay for; on the 32-core host 512 KiB - 2 MiB collectives of 2 spinning ranks of 8 threads were 1.15-1.5x faster so), or RUSTCCL_SHM_SEGMENT_BYTES when smaller",
+        doc: "smallest piece of a shared-memory copy a rank's worker threads take (the threads are woken only for at least two such pieces); the reducing algorithms (pipelined all_reduce and reduce, reduce_scatter) take pieces half that size; 0: 262144, or RUSTCCL_SHM_SEGMENT_BYTES when smaller (with spinning threads, RUSTCCL_SHM_SPIN_US, 65536 was mixed on the 32-core host: 2 ranks of 8 threads, 512 KiB - 2 MiB all_reduce and all_to_all 1.15-1.4x faster, all_gather at 256 KiB and 4 MiB and all_to_all at 128 KiB 1.2-1.45x slower, one pair of runs)",
     },
     Setting {
         name: "RUSTCCL_SHM_ROOT_THREADS",

@@ -32,14 +32,13 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
     th = rustccl.stats()["thresholds"]
     if "shm_threads" in th and "RUSTCCL_SHM_SPIN_US" not in os.environ:
         # left to the host: the team spins 200 us only where the local
-        # ranks' threads take at most a quarter of the cores, and then
-        # splits work into 64 KiB pieces (256 KiB without the spin; both at
-        # most a slot, RUSTCCL_SHM_SEGMENT_BYTES)
+        # ranks' threads take at most a quarter of the cores; pieces of
+        # 256 KiB (at most a slot, RUSTCCL_SHM_SEGMENT_BYTES)
         roomy = th["shm_threads"] > 1 and th["local_ranks"] * th["shm_threads"] * 4 <= len(os.sched_getaffinity(0))
         c.true(f"idle threads spin as the host allows: {th}", th["shm_spin_us"] == (200 if roomy else 0))
         if "RUSTCCL_SHM_MIN_PIECE_BYTES" not in os.environ:
-            piece = min(64 << 10 if roomy else 256 << 10, th["shm_slot_bytes"])
-            c.true(f"pieces follow the spin: {th}", th["shm_min_piece_bytes"] == piece)
+            piece = min(256 << 10, th["shm_slot_bytes"])
+            c.true(f"pieces of 256 KiB or a slot: {th}", th["shm_min_piece_bytes"] == piece)
     elif "shm_threads" in th:
         c.true(f"spin setting in force: {th}", th["shm_spin_us"] == int(os.environ["RUSTCCL_SHM_SPIN_US"]))
     return c.count, c.failures

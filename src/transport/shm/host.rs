@@ -31,10 +31,9 @@ pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
 /// 1.4x slower) and made nearly everything 1.2-5x slower with 8 ranks of
 /// 8 threads and 16 of 4, every core then busy
 /// (`benchmarks/results/2026-11-26-h100x4host-worker-team/`). On the
-/// 32-core host, 2 ranks of 8 threads (half the cores) spinning with
-/// 64 KiB pieces ([`super::workers::SPINNING_MIN_PIECE`]) made 512 KiB -
-/// 2 MiB collectives 1.8-2.4x faster in some sweeps and 4-18x slower in
-/// others, in which the VM lost 6-8 s of CPU time a 20 s sweep to the
+/// 32-core host, 2 ranks of 8 threads (half the cores) spinning (with
+/// 64 KiB pieces) made 512 KiB - 2 MiB collectives 1.8-2.4x faster in
+/// some sweeps and 4-18x slower in others, in which the VM lost 6-8 s of CPU time a 20 s sweep to the
 /// hypervisor (steal), against < 1 s in the sweeps without spinning
 /// between them (`benchmarks/results/2026-11-26-h100x2host-team-pieces/`):
 /// a VM whose spinning threads the hypervisor takes away loses far more

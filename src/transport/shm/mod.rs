@@ -489,8 +489,7 @@ pub fn connect(
         None => log_at!(LogLevel::Info, "rank {me}: no single-copy reads from peers' tensors"),
     }
     let spin = spin_for(sizes, n, threads);
-    let default_piece = if spin.is_zero() { workers::MIN_PIECE } else { workers::SPINNING_MIN_PIECE };
-    let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { default_piece.min(sizes.segment_bytes) };
+    let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.segment_bytes) };
     let root_threads = root_threads_for(sizes, n, threads);
     let workers = Workers::new(threads, &format!("rustccl-shm-r{me}"), min_piece, spin)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);

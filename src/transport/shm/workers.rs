@@ -20,15 +20,6 @@ use super::team::Team;
 /// measured with rayon's pool, whose threads slept between phases).
 pub const MIN_PIECE: usize = 256 << 10;
 
-/// The smallest piece where the threads spin between pieces
-/// (`RUSTCCL_SHM_SPIN_US`): no wake-up to pay for, so four times smaller.
-/// On the 32-core host, 2 ranks of 8 spinning threads (spin set by hand):
-/// 512 KiB - 2 MiB all_reduce, broadcast, all_gather and all_to_all
-/// 1.15-1.5x faster than with 256 KiB pieces in the sweeps the hypervisor
-/// left alone; 64 KiB pieces without the spin were no faster
-/// (`benchmarks/results/2026-11-26-h100x2host-team-pieces/`).
-pub const SPINNING_MIN_PIECE: usize = 64 << 10;
-
 /// The threads beside the caller's.
 #[derive(Clone)]
 enum Pool {

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Shared tensors on the 64-core host: each SPEC "W:V:NAME[:VAR=VALUE]" runs one A/B sweep
+# (rustccl vs gloo alternating) with W ranks and RUSTCCL_SHM_TENSORS=V, plus the optional setting;
+# EXTRA PYTHONPATH=/tmp/st0 runs the build carried in .carry/st0 (st1 otherwise);
+# a NAME starting with "pp" runs the pipeline step (4 stages, 1 MiB micro-batches) instead.
+# OPS: only these ops (all when unset); FACTOR: size step (4 when unset); MAXB: largest size (32M). Results are tarred into $OUT/res.tgz after each SPEC.
+set -u
+export OMP_NUM_THREADS=1 NCCL_NVLS_ENABLE=0
+R=$OUT/res; mkdir -p $R
+for d in .carry/st*/; do python3 -m pip install -q --no-deps --target /tmp/$(basename $d) $d*.whl; done
+st() { echo "$(date +%T) $* $(grep '^cpu ' /proc/stat | awk '{print $9}')" >> $R/steal.txt; }
+(lscpu; free -g; df -h /dev/shm; cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/shmem_enabled) > $R/host.txt 2>&1
+for SPEC in $SPECS; do
+ IFS=: read W V NAME EXTRA <<< "$SPEC"
+ st $NAME
+ if [[ $NAME == pp* ]]; then
+  ARGS="--ops send_recv --min-bytes 1M --max-bytes 1M"
+ else
+  ARGS="--check --no-pp ${OPS:+--ops $OPS} --min-bytes ${MINB:-256K} --max-bytes ${MAXB:-32M} --iters ${ITERS:-10} ${FACTOR:+--factor $FACTOR}"
+ fi
+ env RUSTCCL_SHM_TENSORS=$V PYTHONPATH=/tmp/st1 ${EXTRA//,/ } timeout ${T:-100} python3 -m rustccl.bench --device cpu --world $W --no-progress $ARGS --machine $MACH --out $R --name $MACH-$NAME > $R/log-$NAME.txt 2>&1
+ echo "exit $?" >> $R/log-$NAME.txt
+ (cd $OUT && tar czf res.tgz res)
+done
+st end
+cd $OUT && tar czf res.tgz res && rm -rf res
