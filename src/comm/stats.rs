@@ -161,35 +161,6 @@ pub fn all() -> Vec<Arc<super::Communicator>> {
     registry().lock().unwrap_or_else(|p| p.into_inner()).values().filter_map(Weak::upgrade).collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_and_recent_window() {
-        let s = Stats::default();
-        for i in 0..40u64 {
-            s.record(Sample {
-                op: OpKind::AllReduce,
-                bytes: 100,
-                duration: Some(Duration::from_micros(10 + i)),
-                algorithm: "ring",
-                transport: "tcp",
-                ok: true,
-            });
-        }
-        s.record(Sample { op: OpKind::AllReduce, bytes: 5, duration: None, algorithm: "x", transport: "y", ok: false });
-        let snap = s.snapshot();
-        let a = &snap["all_reduce"];
-        assert_eq!((a.calls, a.errors, a.bytes, a.timed_calls), (41, 1, 4000, 40));
-        assert_eq!(a.recent.len(), RECENT);
-        assert_eq!(a.recent.back().unwrap().1, Duration::from_micros(49));
-        assert_eq!(a.algorithm, "ring");
-        s.reset();
-        assert!(s.snapshot().is_empty());
-        assert!((bus_factor("all_reduce", 4) - 1.5).abs() < 1e-12);
-    }
-}
 
 /// The thresholds of `algo`, plus the shared-memory ones of `local`.
 pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static str, u64)> {
@@ -244,4 +215,34 @@ pub fn shared_tensors() -> Option<Vec<(&'static str, u64)>> {
     let a = Arena::get()?;
     let s = a.stats();
     Some(vec![("min_bytes", a.min_bytes as u64), ("in_use_bytes", s.in_use), ("peak_bytes", s.peak), ("cached_bytes", s.cached), ("full", s.full)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_recent_window() {
+        let s = Stats::default();
+        for i in 0..40u64 {
+            s.record(Sample {
+                op: OpKind::AllReduce,
+                bytes: 100,
+                duration: Some(Duration::from_micros(10 + i)),
+                algorithm: "ring",
+                transport: "tcp",
+                ok: true,
+            });
+        }
+        s.record(Sample { op: OpKind::AllReduce, bytes: 5, duration: None, algorithm: "x", transport: "y", ok: false });
+        let snap = s.snapshot();
+        let a = &snap["all_reduce"];
+        assert_eq!((a.calls, a.errors, a.bytes, a.timed_calls), (41, 1, 4000, 40));
+        assert_eq!(a.recent.len(), RECENT);
+        assert_eq!(a.recent.back().unwrap().1, Duration::from_micros(49));
+        assert_eq!(a.algorithm, "ring");
+        s.reset();
+        assert!(s.snapshot().is_empty());
+        assert!((bus_factor("all_reduce", 4) - 1.5).abs() < 1e-12);
+    }
 }

@@ -326,7 +326,7 @@ impl Config {
                     _ => env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST),
                 },
                 stage_shared: env_flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
-                keep_apart: std::env::var("RUSTCCL_SHM_KEEP_APART").map_or(true, |v| v.trim() != "0"),
+                keep_apart: !matches!(std::env::var("RUSTCCL_SHM_KEEP_APART").as_deref().map(str::trim), Ok("0" | "false" | "FALSE" | "off")),
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
             shm_tensors_min,

@@ -1,9 +1,14 @@
 #!/bin/bash
-# Shared tensors on the 64-core host: each SPEC "W:V:NAME[:VAR=VALUE]" runs one A/B sweep
-# (rustccl vs gloo alternating) with W ranks and RUSTCCL_SHM_TENSORS=V, plus the optional setting;
-# EXTRA PYTHONPATH=/tmp/st0 runs the build carried in .carry/st0 (st1 otherwise);
+# A/B sweeps on a device machine (CPU only), for the `run` tool: carry the wheels in .carry/st*/
+# (built with scripts/build_wheel.sh), then e.g.
+#   MACH=h100x2host OPS=all_reduce,send_recv MINB=8 MAXB=2M SPECS="2:0:a:X=1 2:0:b:X=0,Y=2" bash benchmarks/device_sweeps.sh
+# Each SPEC "W:V:NAME[:VAR=VALUE[,VAR=VALUE...]]" runs one A/B sweep (rustccl vs gloo alternating)
+# with W ranks, RUSTCCL_SHM_TENSORS=V and the settings given;
+# a setting PYTHONPATH=/tmp/st0 runs the build carried in .carry/st0 (st1 otherwise);
 # a NAME starting with "pp" runs the pipeline step (4 stages, 1 MiB micro-batches) instead.
-# OPS: only these ops (all when unset); FACTOR: size step (4 when unset); MAXB: largest size (32M). Results are tarred into $OUT/res.tgz after each SPEC.
+# OPS: only these ops (all when unset); FACTOR: size step (4 when unset); MINB / MAXB: smallest (256K) and
+# largest size (32M); ITERS (10); T: seconds per sweep (100). Results (and the host's cumulative steal time
+# at the start of each sweep, steal.txt) are tarred into $OUT/res.tgz after each SPEC.
 set -u
 export OMP_NUM_THREADS=1 NCCL_NVLS_ENABLE=0
 R=$OUT/res; mkdir -p $R

@@ -1,0 +1,51 @@
+"""Compares two sets of A/B sweeps (JSONL files of python -m rustccl.bench):
+
+    python benchmarks/compare_runs.py 'results/x/*-on-*.jsonl' 'results/x/*-off-*.jsonl'
+
+prints a markdown table: per op and size, rustccl's time in each sweep of A
+and of B, B/A of their medians (> 1: A faster), and rustccl/gloo (the median
+over each set's sweeps of the ratio measured within a sweep); the pipeline
+step too when the sweeps have it."""
+
+import glob
+import json
+import statistics
+import sys
+
+
+def load(pattern: str) -> dict:
+    """{(op, bytes, backend): [us per sweep]} over the files matching `pattern`."""
+    d: dict = {}
+    for f in sorted(glob.glob(pattern)):
+        for line in open(f):
+            j = json.loads(line)
+            if j.get("kind") == "result" and "us" in j:
+                d.setdefault((j["op"], j["bytes"], j["backend"]), []).append(j["us"])
+            elif j.get("kind") == "ratio" and j["op"] == "pp_step":
+                d.setdefault(("pp_step", 0, "rustccl"), []).append(j["ms"] * 1000)
+                d.setdefault(("pp_step", 0, "gloo"), []).append(j["ms_vs"] * 1000)
+    return d
+
+
+def size(b: int) -> str:
+    return f"{b >> 20}M" if b >= 1 << 20 else f"{b >> 10}K" if b >= 1024 else str(b)
+
+
+def main(a_pattern: str, b_pattern: str) -> None:
+    a_runs, b_runs = load(a_pattern), load(b_pattern)
+    print("| op | bytes | A us | B us | B/A | A x gloo | B x gloo |")
+    print("|---|---|---|---|---|---|---|")
+    for op in dict.fromkeys(k[0] for k in a_runs):
+        for b in sorted({k[1] for k in a_runs if k[0] == op}):
+            a, bb = a_runs.get((op, b, "rustccl")), b_runs.get((op, b, "rustccl"))
+            ga, gb = a_runs.get((op, b, "gloo")), b_runs.get((op, b, "gloo"))
+            if not a or not bb or not ga or not gb:
+                continue
+            ratio_a = statistics.median(g / x for g, x in zip(ga, a))
+            ratio_b = statistics.median(g / x for g, x in zip(gb, bb))
+            print(f"| {op} | {size(b)} | {' / '.join(f'{x:.1f}' for x in a)} | {' / '.join(f'{x:.1f}' for x in bb)} "
+                  f"| {statistics.median(bb) / statistics.median(a):.2f} | {ratio_a:.1f} | {ratio_b:.1f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
