@@ -90,9 +90,10 @@ fn fresh_cpu(word: u64, now: u64) -> Option<usize> {
 /// rank's segment): publishes where it runs and, if it has shared its CPU
 /// with a lower-ranked poller for long enough, moves. True when it moved.
 pub fn look(segs: &[std::sync::Arc<Segment>], me: usize) -> bool {
-    let Ok(cpu) = sched_getcpu() else { return false };
+    // (a CPU number that does not fit the word's 16 bits: no looks)
+    let Some(cpu) = sched_getcpu().ok().filter(|&c| c < 0xffff) else { return false };
     let now = now_ticks();
-    let word = (now << 16) | ((cpu as u64 + 1) & 0xffff);
+    let word = (now << 16) | (cpu as u64 + 1);
     let mine = segs[me].poller();
     if mine.load(Ordering::Relaxed) != word {
         mine.store(word, Ordering::Relaxed);
