@@ -221,8 +221,8 @@ impl Work {
     }
 
     /// Drives the work's engine (`Progress`) for up to `budget`, pausing
-    /// between passes ([`Progress::pause`]), until the work finishes; nothing for a work without
-    /// one. A blocking `Progress` (the host engine) may run the whole
+    /// between passes ([`Progress::pause`]), until the work finishes;
+    /// nothing for a work without one. A blocking `Progress` (the host engine) may run the whole
     /// operation in one pass, past `budget`. True once the work finished.
     pub fn drive(&self, budget: Duration) -> bool {
         let Some(p) = self.0.progress.get() else { return self.lock().result.is_some() };

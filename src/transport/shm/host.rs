@@ -33,9 +33,9 @@ pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
 /// (`benchmarks/results/2026-11-26-h100x4host-worker-team/`). On the
 /// 32-core host, 2 ranks of 8 threads (half the cores) spinning (with
 /// 64 KiB pieces) made 512 KiB - 2 MiB collectives 1.8-2.4x faster in
-/// some sweeps and 4-18x slower in others, in which the VM lost 6-8 s of CPU time a 20 s sweep to the
-/// hypervisor (steal), against < 1 s in the sweeps without spinning
-/// between them (`benchmarks/results/2026-11-26-h100x2host-team-pieces/`):
+/// some sweeps and 4-18x slower in others, in which the VM lost 6-8 s of
+/// CPU time a 20 s sweep to the hypervisor (steal), against < 1 s in the
+/// sweeps without spinning between them (`benchmarks/results/2026-11-26-h100x2host-team-pieces/`):
 /// a VM whose spinning threads the hypervisor takes away loses far more
 /// than the wake-ups cost, so the rule stays at a quarter.
 pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> Duration {
