@@ -18,16 +18,26 @@ import torch
 import torch.distributed as dist
 
 import rustccl  # noqa: F401  (registers the backend)
+from rustccl import _rustccl
+
+PROFILE = os.environ.get("RUSTCCL_HOST_PROFILE") == "1"
+# With RUSTCCL_HOST_PROFILE=1: per op, the last round's rustccl spans
+# (calls and microseconds per call of the op), on every rank.
+SPANS = {}
 
 
-def per_call_us(fn, n=4000, warmup=300):
+def per_call_us(fn, n=4000, warmup=300, name=None):
     for _ in range(warmup):
         fn()
     dist.barrier()
+    _rustccl._host_profile(True)
     t0 = time.perf_counter()
     for _ in range(n):
         fn()
-    return (time.perf_counter() - t0) / n * 1e6
+    dt = (time.perf_counter() - t0) / n * 1e6
+    if PROFILE and name:
+        SPANS[name] = {s: (round(c / n, 2), round(ns / n / 1e3, 2)) for s, c, ns in _rustccl._host_profile(True) if c}
+    return dt
 
 
 def main():
@@ -62,10 +72,18 @@ def main():
     res = {k: [] for k in calls}
     for _ in range(5):
         for k, fn in calls.items():
-            res[k].append(per_call_us(fn) / (2 if k == "send_recv_oneway" else 1))
+            res[k].append(per_call_us(fn, name=k) / (2 if k == "send_recv_oneway" else 1))
     if dist.get_rank() == 0:
         env = {k: os.environ[k] for k in ("PYTHONPATH", "RUSTCCL_CALLER_RUNS_US") if k in os.environ}
         print(env, {k: round(statistics.median(v), 1) for k, v in res.items()})
+    if PROFILE:
+        spans = [None] * dist.get_world_size()
+        dist.all_gather_object(spans, SPANS)
+        if dist.get_rank() == 0:
+            for k in calls:
+                print(f"{k} (calls, us per {k} call):")
+                for r, s in enumerate(spans):
+                    print(f"  rank {r}: " + ", ".join(f"{n} {c}x {t}" for n, (c, t) in s.get(k, {}).items()))
     dist.destroy_process_group()
 
 

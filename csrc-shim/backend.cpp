@@ -267,6 +267,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& output
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM_P2P);
   checkOne(tensors, "send");
   Submission s(*this, "send", c10d::OpType::SEND, "rustccl:send");
   s.add(RUSTCCL_SEND, 0, dst, tag).in(tensors[0]);
@@ -274,6 +275,7 @@ c10::intrusive_ptr<c10d::Work> Backend::send(std::vector<at::Tensor>& tensors, i
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM_P2P);
   checkOne(tensors, "recv");
   Submission s(*this, "recv", c10d::OpType::RECV, "rustccl:recv");
   s.add(RUSTCCL_RECV, 0, src, tag).out(tensors[0]);
@@ -281,6 +283,7 @@ c10::intrusive_ptr<c10d::Work> Backend::recv(std::vector<at::Tensor>& tensors, i
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM_P2P);
   checkOne(tensors, "recv");
   Submission s(*this, "recv", c10d::OpType::RECVANYSOURCE, "rustccl:recv");
   s.add(RUSTCCL_RECV, 0, -1, tag).out(tensors[0]);

@@ -116,6 +116,7 @@ void rustccl_work_release(RustcclWork* work);
 enum RustcclSpan {
   RUSTCCL_SPAN_SHIM = 4,       // a collective entry point, C ABI call included
   RUSTCCL_SPAN_SHIM_WAIT = 5,  // Work::wait
+  RUSTCCL_SPAN_SHIM_P2P = 11,  // a send / recv entry point, C ABI call included
 };
 int32_t rustccl_host_profile_enabled(void);
 

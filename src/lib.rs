@@ -27,6 +27,7 @@ pub mod comm;
 pub mod config;
 pub mod cuda;
 pub mod error;
+pub mod hostprof;
 pub mod tensor;
 pub mod transport;
 pub mod types;

@@ -8,7 +8,6 @@ pub mod compression;
 mod check;
 pub mod flight;
 pub mod host;
-pub mod hostprof;
 pub mod nccl;
 pub mod monitor;
 pub mod p2p;

@@ -148,7 +148,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_HOST_PROFILE",
         default: "0",
-        doc: "1: sum the host time of rustccl's spans of each collective (C ABI submit, engine, driver calls, wait) for rustccl._rustccl._host_profile() (benchmarks/cuda_probe.py)",
+        doc: "1: sum the host time of rustccl's spans of each call (C ABI submit, engine, driver calls, completion callbacks, waits, shared-memory phase waits) for rustccl._rustccl._host_profile() (benchmarks/cuda_probe.py, cpu_small_latency.py, p2p_latency_parts.py)",
     },
     Setting {
         name: "RUSTCCL_CUSTOM_ALLREDUCE",

@@ -374,6 +374,7 @@ impl PhaseWait for Mesh {
     }
 
     fn wait_phase(&mut self, target: u64) -> Result<()> {
+        let _t = crate::hostprof::start(crate::hostprof::Span::PhaseWait);
         let r = self.wait_phase_for(target);
         self.clear_blocked();
         r
@@ -385,7 +386,6 @@ impl Mesh {
         let Some(local) = self.local.clone() else { return Err(Error::Internal("no shared memory".into())) };
         let t0 = Instant::now();
         loop {
-            let sig0 = local.mine().signal().load(Ordering::Acquire);
             let lags = |i: usize| i != local.me && local.segs[i].phase().load(Ordering::Acquire) < target;
             if !(0..local.segs.len()).any(lags) {
                 return Ok(());
@@ -404,7 +404,8 @@ impl Mesh {
                 self.check_alive(&behind())?;
                 self.publish_blocked(Some(target), behind())?;
                 let left = self.ctx.deadline.saturating_duration_since(Instant::now());
-                local.mine().sleep(sig0, left.min(Duration::from_millis(2)));
+                // Publishers wake only sleepers (`Window::publish`).
+                local.mine().sleep_unless(left.min(Duration::from_millis(2)), || !(0..local.segs.len()).any(lags));
                 self.clear_blocked();
             }
         }

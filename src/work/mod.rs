@@ -173,6 +173,10 @@ impl Work {
         if asleep {
             self.0.cv.notify_all();
         }
+        if callbacks.is_empty() {
+            return;
+        }
+        let _t = crate::hostprof::start(crate::hostprof::Span::Callbacks);
         for cb in callbacks {
             cb(&result, source);
         }

@@ -422,7 +422,7 @@ impl CustomAr {
             vec,
             pad: 0,
         };
-        let _t = crate::comm::hostprof::start(crate::comm::hostprof::Span::Kernel);
+        let _t = crate::hostprof::start(crate::hostprof::Span::Kernel);
         // SAFETY: `Args` mirrors the kernel's parameter. The tensors are
         // validated CUDA tensors of this device (matching sizes, checked by
         // `choose` and above) that the caller keeps alive until the kernel

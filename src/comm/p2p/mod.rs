@@ -290,6 +290,7 @@ impl P2pEngine {
 
     /// Hands a validated send or receive to the event loop.
     pub fn submit(&self, op: Op<HostTensor>, timeout: Duration, prepare: impl FnOnce(&Work)) -> Result<Work> {
+        let _t = crate::hostprof::start(crate::hostprof::Span::P2pSubmit);
         let kind = op.kind().name();
         let seq = {
             let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());

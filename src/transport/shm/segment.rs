@@ -43,7 +43,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use memmap2::MmapRaw;
@@ -419,12 +419,9 @@ impl Segment {
         self.u32_at(192 + 32 * c as usize)
     }
 
-    /// Tells the owner of this segment that something it may wait on changed.
-    pub fn notify(&self) {
-        self.notify_on(Channel::Coll)
-    }
-
-    /// As `notify`, for the owner's thread of channel `c`.
+    /// Tells the owner's thread of channel `c` that something it may wait
+    /// on changed: bumps the word it watches while it polls, wakes it if it
+    /// sleeps.
     pub fn notify_on(&self, c: Channel) {
         self.signal_of(c).fetch_add(1, Ordering::Release);
         if self.sleepers(c).load(Ordering::Acquire) > 0 {
@@ -432,7 +429,37 @@ impl Segment {
         }
     }
 
-    /// Sleeps (up to `timeout`) until `signal` differs from `seen`.
+    /// Wakes the owner's collective thread if it sleeps in
+    /// [`Segment::sleep_unless`], after a change (a published phase) that
+    /// such a sleeper checks for itself. While it polls, nothing is
+    /// written: a publish on 8 ranks otherwise made 7 atomic increments
+    /// on lines their owners were reading.
+    pub fn wake_if_asleep(&self) {
+        let c = Channel::Coll;
+        // Pairs with the fence in `sleep_unless`: either this load sees the
+        // sleeper, or its check sees what was stored before this fence.
+        fence(Ordering::SeqCst);
+        if self.sleepers(c).load(Ordering::Relaxed) > 0 {
+            self.notify_on(c);
+        }
+    }
+
+    /// Sleeps (up to `timeout`) on the collective thread's word unless
+    /// `ready()`, checked once this thread counts as a sleeper (see
+    /// [`Segment::wake_if_asleep`]); returns early on any wake-up.
+    pub fn sleep_unless(&self, timeout: Duration, ready: impl FnOnce() -> bool) {
+        let (sig, sleepers) = (self.signal_of(Channel::Coll), self.sleepers(Channel::Coll));
+        let seen = sig.load(Ordering::Acquire);
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !ready() {
+            futex_wait(sig, seen, timeout);
+        }
+        sleepers.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Sleeps (up to `timeout`) until the collective thread's word differs
+    /// from `seen` (ring pushes bump it: [`Segment::notify_on`]).
     pub fn sleep(&self, seen: u32, timeout: Duration) {
         self.sleep_on(Channel::Coll, seen, timeout)
     }
@@ -549,50 +576,5 @@ fn futex_wake(word: &AtomicU32) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn blocked_words_round_trip_and_find_ranks_waiting_for_each_other() {
-        let phase = Blocked::phase(7, 12);
-        let message = Blocked::Message { seq: 7, on: Blocked::mask([0]).unwrap() };
-        for b in [phase, message, Blocked::Failed { seq: u32::MAX }, Blocked::phase(1, u64::MAX)] {
-            assert_eq!(Blocked::decode(b.encode()), Some(b));
-        }
-        assert_eq!(Blocked::decode(0), None);
-        assert_eq!(Blocked::mask([BLOCKED_RANKS]), None);
-        // rank 0 waits in a step for rank 1 (at phase 11, below 12); rank 1
-        // waits for rank 0's message
-        assert!(message.stuck_with(phase, 0, 11, 1));
-        assert!(phase.stuck_with(message, 1, 11, 0));
-        // not once rank 1 published phase 12 (rank 0's word is stale)
-        assert!(!phase.stuck_with(message, 1, 12, 0));
-        assert!(!phase.stuck_with(message, 1, 13, 0));
-        // wrapping phases
-        assert!(Blocked::phase(7, 1 << 29).stuck_with(message, 1, (1 << 29) - 1, 0));
-        // not: another operation, the same way, or not waiting for us
-        assert!(!Blocked::Message { seq: 8, on: 1 }.stuck_with(phase, 0, 11, 1));
-        assert!(!Blocked::phase(7, 12).stuck_with(phase, 0, 11, 1));
-        assert!(!Blocked::Message { seq: 7, on: 0b100 }.stuck_with(phase, 0, 11, 1));
-        // a peer that gave the operation up, when we wait for it
-        assert!(Blocked::Failed { seq: 7 }.stuck_with(phase, 0, 11, 2));
-        assert!(!Blocked::Failed { seq: 8 }.stuck_with(message, 1, 11, 0));
-    }
-
-    #[test]
-    fn segments_are_private_exclusive_and_unlinked() {
-        let path = PathBuf::from(format!("/dev/shm/rustccl-test-{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
-        let layout = Layout::new(2, 4096, 256, 256);
-        let seg = Segment::create(&path, layout).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        assert!(Segment::create(&path, layout).is_err(), "a second job cannot take the same name");
-        let peer = Segment::open(&path, layout).unwrap();
-        seg.phase().store(7, Ordering::Release);
-        assert_eq!(peer.phase().load(Ordering::Acquire), 7, "both mappings see one memory");
-        seg.unlink();
-        assert!(!path.exists());
-        assert!(Segment::open(&path, Layout::new(3, 4096, 256, 256)).is_err());
-        drop(peer);
-    }
-}
+#[path = "segment_tests.rs"]
+mod tests;

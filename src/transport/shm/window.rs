@@ -353,12 +353,12 @@ impl Window {
     }
 
     /// Publishes phase `v` (everything written before it becomes visible to
-    /// peers that wait for it) and wakes them.
+    /// peers that wait for it) and wakes those asleep (those polling see it).
     pub fn publish(&self, v: u64) {
         self.local.mine().phase().store(v, Ordering::Release);
         for (i, s) in self.local.segs.iter().enumerate() {
             if i != self.local.me {
-                s.notify();
+                s.wake_if_asleep();
             }
         }
     }

@@ -1,6 +1,7 @@
-//! Where the host time of a CUDA collective goes inside rustccl
-//! (`RUSTCCL_HOST_PROFILE=1`; `benchmarks/cuda_probe.py --host-profile`
-//! reads it): per span, calls and nanoseconds, summed process-wide with
+//! Where the host time of a call goes inside rustccl
+//! (`RUSTCCL_HOST_PROFILE=1`; `benchmarks/cuda_probe.py --host-profile`,
+//! `benchmarks/p2p_latency_parts.py` and `benchmarks/cpu_small_latency.py`
+//! read it): per span, calls and nanoseconds, summed process-wide with
 //! relaxed atomics. Off, a span costs one branch on a cached setting.
 #![forbid(unsafe_code)]
 
@@ -30,10 +31,35 @@ pub enum Span {
     Kernel = 6,
     /// Within `Launch`: recording the work's `done` event.
     DoneEvent = 7,
+    /// CPU point-to-point: `P2pEngine::submit` (a small send written into
+    /// the ring and finished there).
+    P2pSubmit = 8,
+    /// `Work::finish`: the completion callbacks (stats, the shim's future).
+    Callbacks = 9,
+    /// `rustccl_work_drive`: a waiting thread reading the rings itself.
+    WorkDrive = 10,
+    /// The shim's send / recv entry points, C ABI call included.
+    ShimP2p = 11,
+    /// A shared-memory collective's phase waits (`transport::mesh`).
+    PhaseWait = 12,
 }
 
-const N: usize = 8;
-const NAMES: [&str; N] = ["capi_submit", "engine_submit", "launch", "order_stream", "shim", "shim_wait", "kernel", "done_event"];
+const N: usize = 13;
+const NAMES: [&str; N] = [
+    "capi_submit",
+    "engine_submit",
+    "launch",
+    "order_stream",
+    "shim",
+    "shim_wait",
+    "kernel",
+    "done_event",
+    "p2p_submit",
+    "callbacks",
+    "work_drive",
+    "shim_p2p",
+    "phase_wait",
+];
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicU64 = AtomicU64::new(0);
 static CALLS: [AtomicU64; N] = [ZERO; N];

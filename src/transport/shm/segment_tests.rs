@@ -1,0 +1,89 @@
+//! Tests of `segment.rs`: blocked words, segment files, sleeping on phases.
+
+use super::*;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Instant;
+
+#[test]
+fn blocked_words_round_trip_and_find_ranks_waiting_for_each_other() {
+    let phase = Blocked::phase(7, 12);
+    let message = Blocked::Message { seq: 7, on: Blocked::mask([0]).unwrap() };
+    for b in [phase, message, Blocked::Failed { seq: u32::MAX }, Blocked::phase(1, u64::MAX)] {
+        assert_eq!(Blocked::decode(b.encode()), Some(b));
+    }
+    assert_eq!(Blocked::decode(0), None);
+    assert_eq!(Blocked::mask([BLOCKED_RANKS]), None);
+    // rank 0 waits in a step for rank 1 (at phase 11, below 12); rank 1
+    // waits for rank 0's message
+    assert!(message.stuck_with(phase, 0, 11, 1));
+    assert!(phase.stuck_with(message, 1, 11, 0));
+    // not once rank 1 published phase 12 (rank 0's word is stale)
+    assert!(!phase.stuck_with(message, 1, 12, 0));
+    assert!(!phase.stuck_with(message, 1, 13, 0));
+    // wrapping phases
+    assert!(Blocked::phase(7, 1 << 29).stuck_with(message, 1, (1 << 29) - 1, 0));
+    // not: another operation, the same way, or not waiting for us
+    assert!(!Blocked::Message { seq: 8, on: 1 }.stuck_with(phase, 0, 11, 1));
+    assert!(!Blocked::phase(7, 12).stuck_with(phase, 0, 11, 1));
+    assert!(!Blocked::Message { seq: 7, on: 0b100 }.stuck_with(phase, 0, 11, 1));
+    // a peer that gave the operation up, when we wait for it
+    assert!(Blocked::Failed { seq: 7 }.stuck_with(phase, 0, 11, 2));
+    assert!(!Blocked::Failed { seq: 8 }.stuck_with(message, 1, 11, 0));
+}
+
+#[test]
+fn segments_are_private_exclusive_and_unlinked() {
+    let path = PathBuf::from(format!("/dev/shm/rustccl-test-{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
+    let layout = Layout::new(2, 4096, 256, 256);
+    let seg = Segment::create(&path, layout).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(Segment::create(&path, layout).is_err(), "a second job cannot take the same name");
+    let peer = Segment::open(&path, layout).unwrap();
+    seg.phase().store(7, Ordering::Release);
+    assert_eq!(peer.phase().load(Ordering::Acquire), 7, "both mappings see one memory");
+    seg.unlink();
+    assert!(!path.exists());
+    assert!(Segment::open(&path, Layout::new(3, 4096, 256, 256)).is_err());
+    drop(peer);
+}
+
+/// A phase waiter that sleeps is woken by the publisher's
+/// `wake_if_asleep` (which writes nothing while nobody sleeps), also when
+/// the publish races with the waiter going to sleep: 2000 rounds whose
+/// sleeps would each last 20 s if a wake-up were lost.
+#[test]
+fn sleepers_on_phases_are_never_missed() {
+    let path = PathBuf::from(format!("/dev/shm/rustccl-test-sleep-{}", std::process::id()));
+    let layout = Layout::new(2, 4096, 256, 256);
+    let owner = std::sync::Arc::new(Segment::create(&path, layout).unwrap());
+    // The publisher's mapping of the waiter's segment.
+    let peer = Segment::open(&path, layout).unwrap();
+    owner.unlink();
+    let waiter = {
+        let owner = owner.clone();
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            for round in 1..=2000u64 {
+                // (A publisher's phase lives in its own segment; the
+                // waiter's phase word stands in for it here.)
+                while owner.phase().load(Ordering::Acquire) < round {
+                    owner.sleep_unless(Duration::from_secs(20), || owner.phase().load(Ordering::Acquire) >= round);
+                }
+            }
+            t0.elapsed()
+        })
+    };
+    for round in 1..=2000u64 {
+        if round % 3 == 0 {
+            std::thread::sleep(Duration::from_micros(50)); // let the waiter fall asleep
+        }
+        peer.phase().store(round, Ordering::Release);
+        peer.wake_if_asleep();
+    }
+    let took = waiter.join().unwrap();
+    assert!(took < Duration::from_secs(20), "a sleeping waiter missed a publish ({took:?} for 2000 rounds)");
+    // Nobody sleeps: a publish leaves the word alone.
+    let word = owner.signal().load(Ordering::Relaxed);
+    peer.wake_if_asleep();
+    assert_eq!(owner.signal().load(Ordering::Relaxed), word);
+}
