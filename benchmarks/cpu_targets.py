@@ -15,7 +15,8 @@ figures of the same run:
   same call on a group of torch's ``fake`` backend, which does nothing): a
   backend that cost nothing beyond torch's own call would reach N;
 * from 256 KiB, ``(mem <= Nx)``: gloo's time over the memory floor: the
-  bytes every rank must read and write (``metrics.memory_traffic``) at the
+  bytes every rank must read and write (``metrics.memory_traffic``; for
+  send_recv, whose pairs all send at once, each message copied once) at the
   host's copy speed measured in the run (header ``host_copy``). A bound
   where the tensors stream through memory; where they fit in the
   last-level cache (``metrics.footprint`` < 2x ``llc``) caches may beat it.
@@ -62,7 +63,9 @@ def ceiling(head: dict, rows: dict, op: str, size: int) -> str:
         return f" (torch <= {gloo['us'] / floor['us']:.0f}x)" if floor and floor["us"] > 0 else ""
     hosts = head.get("host_copy") or {}
     hc = next(iter(hosts.values()), None) if len(hosts) == 1 else None
-    traffic = metrics.memory_traffic(op, gloo["bytes"], head["world"])
+    world = head["world"]
+    # send_recv: the bench's pairs all send at once, each byte copied once.
+    traffic = 2 * (world // 2) * gloo["bytes"] if op == "send_recv" else metrics.memory_traffic(op, gloo["bytes"], world)
     if not hc or not hc.get("GBps") or traffic is None:
         return ""
     floor_us = traffic / (2 * hc["GBps"] * 1e9) * 1e6

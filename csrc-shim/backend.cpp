@@ -82,6 +82,7 @@ void Backend::shutdown() { rustccl_comm_shutdown(comm_, 0); }
 
 c10::intrusive_ptr<c10d::Work> Backend::broadcast(std::vector<at::Tensor>& tensors,
                                                   const c10d::BroadcastOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   checkOne(tensors, "broadcast");
   Submission s(*this, "broadcast", c10d::OpType::BROADCAST, "rustccl:broadcast");
   s.add(RUSTCCL_BROADCAST, 0, opts.rootRank).inout(tensors[0]);
@@ -114,6 +115,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_coalesced(std::vector<at::Tens
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   checkOne(tensors, "reduce");
   Submission s(*this, "reduce", c10d::OpType::REDUCE, "rustccl:reduce");
   // Only the root's tensor receives the result: elsewhere a scaled copy
@@ -127,6 +129,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
 c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                   std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   checkOne(inputs, "all_gather");
   TORCH_CHECK(outputs.size() == 1, "rustccl all_gather: expected one output list, got ", outputs.size());
   Submission s(*this, "all_gather", c10d::OpType::ALLGATHER, "rustccl:all_gather");
@@ -177,6 +180,7 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_into_tensor_coalesced(std::vec
 
 c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   checkOne(inputs, "gather");
   Submission s(*this, "gather", c10d::OpType::GATHER, "rustccl:gather");
   s.add(RUSTCCL_GATHER, 0, opts.rootRank).in(inputs[0]);
@@ -196,6 +200,7 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   checkOne(outputs, "scatter");
   Submission s(*this, "scatter", c10d::OpType::SCATTER, "rustccl:scatter");
   s.add(RUSTCCL_SCATTER, 0, opts.rootRank);
@@ -252,6 +257,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
                                                       std::vector<int64_t>& output_splits,
                                                       std::vector<int64_t>& input_splits,
                                                       const c10d::AllToAllOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   Submission s(*this, "all_to_all_single", c10d::OpType::ALLTOALL_BASE, "rustccl:all_to_all_single");
   s.add(RUSTCCL_ALL_TO_ALL).splits(input_splits, output_splits).in(input).out(output);
   s.blocking(!opts.asyncOp);
@@ -260,6 +266,7 @@ c10::intrusive_ptr<c10d::Work> Backend::alltoall_base(at::Tensor& output, at::Te
 
 c10::intrusive_ptr<c10d::Work> Backend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                                  const c10d::AllToAllOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   Submission s(*this, "all_to_all", c10d::OpType::ALLTOALL, "rustccl:all_to_all");
   s.add(RUSTCCL_ALL_TO_ALL).ins(inputs).outs(outputs);
   s.blocking(!opts.asyncOp);
@@ -291,6 +298,7 @@ c10::intrusive_ptr<c10d::Work> Backend::recvAnysource(std::vector<at::Tensor>& t
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::barrier(const c10d::BarrierOptions& opts) {
+  ProfileSpan span(RUSTCCL_SPAN_SHIM);
   Submission s(*this, "barrier", c10d::OpType::BARRIER, "rustccl:barrier");
   s.add(RUSTCCL_BARRIER);
   s.blocking(!opts.asyncOp);

@@ -22,8 +22,8 @@ pub enum Span {
     Launch = 2,
     /// `rustccl_work_order_stream`: `work.wait()` ordering the caller's stream.
     OrderStream = 3,
-    /// The shim's collective entry point (all_reduce, all_gather_into_tensor,
-    /// reduce_scatter_tensor): checks, DLPack exports, Work, C ABI call.
+    /// The shim's collective entry points (all but the coalesced ones):
+    /// checks, DLPack exports, Work, C ABI call.
     Shim = 4,
     /// The shim's `Work::wait` (CUDA: ordering the caller's stream, errors).
     ShimWait = 5,
@@ -42,9 +42,14 @@ pub enum Span {
     ShimP2p = 11,
     /// A shared-memory collective's phase waits (`transport::mesh`).
     PhaseWait = 12,
+    /// A CPU collective's algorithm (`collectives::run`), waits included.
+    CollectiveRun = 13,
+    /// A CPU collective after its algorithm: stats, releasing the tensors,
+    /// finishing the work (its callbacks included).
+    JobEnd = 14,
 }
 
-const N: usize = 13;
+const N: usize = 15;
 const NAMES: [&str; N] = [
     "capi_submit",
     "engine_submit",
@@ -59,6 +64,8 @@ const NAMES: [&str; N] = [
     "work_drive",
     "shim_p2p",
     "phase_wait",
+    "collective_run",
+    "job_end",
 ];
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicU64 = AtomicU64::new(0);

@@ -179,6 +179,7 @@ impl Exec {
             log_at!(LogLevel::Trace, "group '{g}' rank {rank}: {op_name} seq {seq} ({} bytes) start", job.bytes);
             let Exec { transport, scratch, comp, algo, .. } = self;
             let t = transport.as_mut();
+            let _t = crate::hostprof::start(crate::hostprof::Span::CollectiveRun);
             catch_unwind(AssertUnwindSafe(|| -> Result<()> {
                 let base = comp.request.as_ref().map(|r| r.key.clone());
                 for (i, op) in job.ops.iter_mut().enumerate() {
@@ -191,6 +192,7 @@ impl Exec {
             }))
             .unwrap_or_else(|p| Err(Error::Internal(format!("{op_name} panicked: {}", panic_message(p.as_ref())))))
         };
+        let _t = crate::hostprof::start(crate::hostprof::Span::JobEnd);
         if let Err(e) = &result {
             log_at!(LogLevel::Warn, "group '{g}' rank {rank}: {e}");
             if e.poisons() && self.poisoned.is_none() {
