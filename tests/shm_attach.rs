@@ -483,3 +483,63 @@ fn all_to_all_blocks_around_the_block_read_threshold_arrive_with_settings_that_d
         });
     }
 }
+
+/// Where tensors are read through the kernel, a gather's root posts its
+/// outputs and the senders of blocks that no slot takes write them there.
+/// A rank that passed another size must not write anywhere: the root
+/// fails naming the size mismatch (whether it posted or not), and nothing
+/// lands in the odd rank's part of the root's output.
+#[test]
+fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
+    // 256-byte small slots: 40 floats fit after the header, 1000 do not.
+    let (small, large) = (40usize, 1000usize);
+    for (odd, rest) in [(small, large), (large, small)] {
+        let comms = attach_comms(3, 0);
+        let guard: Vec<f64> = vec![-7.0; rest];
+        let errs = on_ranks(&comms, |r, c| {
+            let mine = if r == 0 { odd } else { rest };
+            let input = buf(DType::F32, &vec![r as f64 + 1.0; mine]);
+            let outs: Vec<_> = if r == 1 { (0..3).map(|_| buf(DType::F32, &guard)).collect() } else { vec![] };
+            let mut s = spec(OpKind::Gather);
+            s.root = 1;
+            s.inputs = vec![t(&input)];
+            s.outputs = outs.iter().map(t).collect();
+            let e = c.submit(vec![s], None, None).unwrap().wait(None).err().map(|e| e.to_string());
+            if r == 1 {
+                assert_eq!(read(DType::F32, &outs[0]), guard, "odd={odd}: rank 0's part of the root's output");
+            }
+            e
+        });
+        let what = format!("rank 0 {odd} floats, others {rest}: {errs:?}");
+        let root_err = errs[1].as_deref().unwrap_or_else(|| panic!("the root must fail: {what}"));
+        assert!(root_err.contains("rustccl gather") && root_err.contains("expects"), "{what}");
+        assert!(errs[2].is_none(), "rank 2 passed the root's size: {what}");
+    }
+}
+
+/// Whether senders push is the root's choice (`RUSTCCL_SHM_GATHER_PUSH`),
+/// said in its header: ranks with the setting on and off gather
+/// correctly from every root, blocks in slots, read and pushed.
+#[test]
+fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
+    for pushing in [[true, false, true], [false, true, false]] {
+        let comms = comms_with(|r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
+        assert!(comms.iter().enumerate().all(|(r, c)| c.thresholds().iter().any(|(k, v)| *k == "shm_gather_push" && *v == pushing[r] as u64)));
+        on_ranks(&comms, |r, c| {
+            for len in [30usize, 1000, 70_000] {
+                for root in 0..3usize {
+                    let input = buf(DType::F32, &vec![(10 * r + root) as f64; len]);
+                    let outs: Vec<_> = if r == root { (0..3).map(|_| buf(DType::F32, &vec![0.0; len])).collect() } else { vec![] };
+                    let mut s = spec(OpKind::Gather);
+                    s.root = root as i64;
+                    s.inputs = vec![t(&input)];
+                    s.outputs = outs.iter().map(t).collect();
+                    c.submit(vec![s], None, None).unwrap().wait(None).unwrap();
+                    for (p, o) in outs.iter().enumerate() {
+                        assert_eq!(read(DType::F32, o), vec![(10 * p + root) as f64; len], "pushing={pushing:?} root={root} len={len} from {p}");
+                    }
+                }
+            }
+        });
+    }
+}

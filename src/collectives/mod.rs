@@ -458,12 +458,19 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
         Op::Gather { input, outputs, root } => {
             if n > 1 {
                 if let Some((win, wait)) = attach_host(t, Some(input.nbytes())) {
+                    // The root's own part: copied by the algorithm while the
+                    // senders' blocks arrive, unless it overlaps the input.
+                    let mut own = true;
                     let mut outs = outputs.as_mut().map(|o| {
                         let (dst, off, len) = locate_mut(o, r);
-                        copy_own(Some(&win), dst, off, input, 0, len);
+                        let (d, s) = (dst.bytes().as_ptr() as usize + off, input.bytes().as_ptr() as usize);
+                        if overlaps((d, d + len), (s, s + len)) {
+                            copy_region(dst, off, input, 0, len);
+                            own = false;
+                        }
                         o.views_mut()
                     });
-                    shm_attach::gather(&win, wait, input.bytes(), outs.as_deref_mut(), *root)?;
+                    shm_attach::gather(&win, wait, input.bytes(), outs.as_deref_mut(), *root, own)?;
                     return Ok("shm_attach");
                 }
             }

@@ -101,9 +101,19 @@ fn blocks_at(n: usize) -> usize {
     (8 * (n + 1)).div_ceil(64) * 64
 }
 
+/// A header's first word: the sender's blocks are in its small slot.
+const IN_SLOT: u64 = 1;
+/// A gather's root posted its outputs for the senders to push into.
+const POSTED_FOR_PUSHES: u64 = 2;
+/// A gather's sender could not push its block (written over its header's
+/// first word before its last publish).
+const PUSH_FAILED: u64 = 4;
+
 /// A sender's header, as written by [`offer`].
 struct Header {
     in_slot: bool,
+    /// The first word: [`IN_SLOT`], [`POSTED_FOR_PUSHES`].
+    flags: u64,
     lens: Vec<usize>,
 }
 
@@ -115,12 +125,13 @@ impl Header {
         (0..n)
             .map(|peer| {
                 if peer == win.me() {
-                    return Header { in_slot: mine, lens: vec![0; n] };
+                    return Header { in_slot: mine, flags: mine as u64, lens: vec![0; n] };
                 }
                 let mut raw = vec![0u8; 8 * (n + 1)];
                 win.get(peer, slot, 0, &mut raw);
-                let word = |i: usize| u64::from_ne_bytes(raw[8 * i..8 * i + 8].try_into().expect("8 bytes")) as usize;
-                Header { in_slot: word(0) == 1, lens: (0..n).map(|c| word(1 + c)).collect() }
+                let word = |i: usize| u64::from_ne_bytes(raw[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+                let flags = word(0);
+                Header { in_slot: flags & IN_SLOT != 0, flags, lens: (0..n).map(|c| word(1 + c) as usize).collect() }
             })
             .collect()
     }
@@ -136,15 +147,15 @@ impl Header {
 /// that the operation may end in one step (see [`all_in_slots`]); else
 /// the small ones into our input slots, split among the worker threads (a
 /// root's or an all_to_all's blocks add up: 7 x 256 KiB copied on one
-/// thread took ~350 us), and the large ones are read from our tensors.
-/// Every rank writes its header in every operation, with or without
-/// blocks. Returns whether the blocks are in the small slot.
-fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[u8])]) -> bool {
+/// thread took ~350 us), and the large ones are read from our tensors (or
+/// pushed, a gather's). Every rank writes its header in every operation,
+/// with or without blocks, `flags` (the gather's push flags) in its first
+/// word. Returns whether the blocks are in the small slot.
+fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[u8])], flags: u64) -> bool {
     let n = win.ranks().len();
-    let total: usize = blocks.iter().map(|(_, d)| d.len()).sum();
-    let in_slot = blocks_at(n) + total <= win.small_capacity();
+    let in_slot = fits_small(win, blocks.iter().map(|(_, d)| d.len()).sum());
     let mut header = vec![0u8; 8 * (n + 1)];
-    header[..8].copy_from_slice(&(in_slot as u64).to_ne_bytes());
+    header[..8].copy_from_slice(&(in_slot as u64 | flags).to_ne_bytes());
     let mut off = blocks_at(n);
     for (c, d) in blocks {
         header[8 * (1 + c)..8 * (2 + c)].copy_from_slice(&(d.len() as u64).to_ne_bytes());
@@ -158,6 +169,11 @@ fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[u8])]) -> b
     }
     win.put(slot, 0, &header);
     in_slot
+}
+
+/// Whether blocks of `total` bytes fit a small slot after its header.
+fn fits_small(win: &Window, total: usize) -> bool {
+    blocks_at(win.ranks().len()) + total <= win.small_capacity()
 }
 
 /// Whether every rank's blocks are in its small slot. Every rank reads the
@@ -233,7 +249,7 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     let slot = Window::small_slot(win.phase());
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, win.workers(), slot, &blocks))?;
+    let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, win.workers(), slot, &blocks, 0))?;
     let headers = Header::read_all(win, slot, mine);
     let r = take(win, w, win.workers(), "all_to_all", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
     if all_in_slots(&headers) {
@@ -243,28 +259,113 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     step.end(win, w, 1, read_from_us, r)
 }
 
-/// The root reads every rank's input into `outs` (ours already copied), on
-/// its solo-phase threads: the others only wait.
-pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&mut [&mut [u8]]>, root: usize) -> Result<()> {
+/// The root gets every rank's input into `outs`: blocks in the senders'
+/// slots it copies out, on its solo-phase threads; blocks no slot takes
+/// ([`by_tensor`]) it reads, or, where it posts its outputs for them
+/// ([`Window::gather_push`]), their senders write them there themselves,
+/// side by side, where the root made every copy. `own`: the root copies
+/// its own input into `outs` (after the first step, while the senders
+/// push); false when the caller did (they overlap).
+pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&mut [&mut [u8]]>, root: usize, own: bool) -> Result<()> {
     let me = win.me();
     debug_assert_eq!(outs.is_some(), me == root, "only the root has outputs");
     let slot = Window::small_slot(win.phase());
     let blocks = if me == root { vec![] } else { vec![(root, input)] };
+    // The root decides, from its setting and size, and says so in its
+    // header; it posts its outputs (entry c: rank c's part).
+    let posts = me == root && win.gather_push() && by_tensor(win, input.len());
+    let posted: Vec<&[u8]> = match (&outs, posts) {
+        (Some(o), true) => o.iter().map(|b| &**b).collect(),
+        _ => vec![input],
+    };
+    let flags = if posts { POSTED_FOR_PUSHES } else { 0 };
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &[input], || mine = offer(win, win.workers(), slot, &blocks))?;
+    let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &posted, || mine = offer(win, win.workers(), slot, &blocks, flags))?;
+    drop(posted);
     let headers = Header::read_all(win, slot, mine);
+    let pushes = me != root && headers[root].flags & POSTED_FOR_PUSHES != 0 && by_tensor(win, input.len());
     let r = match outs {
         Some(outs) => {
-            let blocks: Vec<_> = outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, 0, root, &mut **o)).collect();
-            let solo = win.solo_workers(blocks.iter().map(|b| b.3.len()).sum());
-            take(win, w, solo, "gather", slot, &headers, blocks)
+            if own {
+                let Ok(()) = win.workers().for_pieces_mut(outs[me], |off, piece| {
+                    piece.copy_from_slice(&input[off..off + piece.len()]);
+                    Ok::<(), Infallible>(())
+                });
+            }
+            gather_take(win, w, slot, &headers, outs, posts)
         }
+        None if pushes => push_to(win, w, root, input),
         None => Ok(()),
     };
     if all_in_slots(&headers) {
         return r;
     }
-    step.end(win, w, 1, !mine && me != root && !eager(win, input.len()), r)
+    if posts {
+        // The senders' pushes end with their last publish, their headers
+        // saying whether one failed; they start the next operation only
+        // after our publish.
+        w.wait_phase(step.p + 2)?;
+        let r = r.and_then(|()| push_failures(win, w, slot, &headers));
+        win.publish(step.p + 2);
+        return r;
+    }
+    if pushes && r.is_err() {
+        win.put(slot, 0, &PUSH_FAILED.to_ne_bytes());
+    }
+    step.end(win, w, 1, !mine && me != root && !pushes && !eager(win, input.len()), r)
+}
+
+/// Whether a gather block of `len` bytes goes through no slot: the root
+/// reads it, or its sender pushes it where the root posted for that.
+fn by_tensor(win: &Window, len: usize) -> bool {
+    !eager(win, len) && !fits_small(win, len)
+}
+
+/// Whether the sender of `h` pushes its block, when the root `posts`.
+fn pushed(win: &Window, h: &Header, posts: bool) -> bool {
+    posts && !h.in_slot && by_tensor(win, h.lens[win.me()])
+}
+
+/// The root's part of a gather after the first step: every block that its
+/// sender does not push (`posts`: the root posted its outputs).
+fn gather_take(win: &Window, w: &dyn PhaseWait, slot: Area, headers: &[Header], outs: &mut [&mut [u8]], posts: bool) -> Result<()> {
+    let me = win.me();
+    let mut blocks = Vec::new();
+    for (c, o) in outs.iter_mut().enumerate().filter(|(c, _)| *c != me) {
+        if pushed(win, &headers[c], posts) {
+            // The sender checks the size too, and writes nothing if wrong.
+            win.check_size("gather", c, o.len(), headers[c].lens[me])?;
+        } else {
+            blocks.push((c, 0, me, &mut **o));
+        }
+    }
+    let solo = win.solo_workers(blocks.iter().map(|b| b.3.len()).sum());
+    take(win, w, solo, "gather", slot, headers, blocks)
+}
+
+/// A sender's push of its gather block into the root's output (entry
+/// `me`), on its worker threads, after checking the size the root posted.
+fn push_to(win: &Window, w: &dyn PhaseWait, root: usize, input: &[u8]) -> Result<()> {
+    let me = win.me();
+    win.check_posted("gather", root, me, input.len())?;
+    let wk = win.workers();
+    wk.for_each(wk.ranges(input.len()), input.len(), |r: std::ops::Range<usize>| win.push(root, me, r.start, &input[r]))
+        .map_err(|e: PullError| win.failed(w, e))
+}
+
+/// After the senders' last publish: the first whose push failed.
+fn push_failures(win: &Window, w: &dyn PhaseWait, slot: Area, headers: &[Header]) -> Result<()> {
+    for (c, h) in headers.iter().enumerate().filter(|(c, _)| *c != win.me()) {
+        if !pushed(win, h, true) {
+            continue;
+        }
+        let mut word = [0u8; 8];
+        win.get(c, slot, 0, &mut word);
+        if u64::from_ne_bytes(word) & PUSH_FAILED != 0 {
+            return Err(w.mismatch(win.ranks()[c], "the peer could not write its gather block into this rank's output (its own error names the cause)".into()));
+        }
+    }
+    Ok(())
 }
 
 /// Every rank reads its part of the root's `ins` (the root's own part is
@@ -277,7 +378,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
     let solo = win.solo_workers(blocks.iter().map(|(_, d)| d.len()).sum());
-    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, solo, slot, &blocks))?;
+    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, solo, slot, &blocks, 0))?;
     let headers = Header::read_all(win, slot, mine);
     let r = if me != root { take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)]) } else { Ok(()) };
     if all_in_slots(&headers) {

@@ -102,6 +102,9 @@ pub struct ShmConfig {
     /// A polling thread that shares its CPU with another local rank's
     /// moves to a free one (`transport::shm::place`).
     pub keep_apart: bool,
+    /// A gather's root lets its senders write the blocks no slot takes
+    /// into its outputs (`collectives::shm_attach::gather`).
+    pub gather_push: bool,
 }
 
 /// `ShmConfig::spin_us` when `RUSTCCL_SHM_SPIN_US` is unset or `auto`.
@@ -227,6 +230,11 @@ pub fn env_flag(name: &str) -> bool {
     matches!(std::env::var(name).as_deref(), Ok("1") | Ok("true") | Ok("TRUE"))
 }
 
+/// A setting that is on unless set to 0 / false / off.
+fn env_on(name: &str) -> bool {
+    !matches!(std::env::var(name).as_deref().map(str::trim), Ok("0" | "false" | "FALSE" | "off"))
+}
+
 /// `RUSTCCL_SHM_TENSORS_MIN_BYTES` and `_CACHE_BYTES`, read now: the arena
 /// reads them when `import rustccl` enables it, before anything reads
 /// [`Config::get`] (which would freeze every setting a script makes after
@@ -326,7 +334,8 @@ impl Config {
                     _ => env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST),
                 },
                 stage_shared: env_flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
-                keep_apart: !matches!(std::env::var("RUSTCCL_SHM_KEEP_APART").as_deref().map(str::trim), Ok("0" | "false" | "FALSE" | "off")),
+                keep_apart: env_on("RUSTCCL_SHM_KEEP_APART"),
+                gather_push: env_on("RUSTCCL_SHM_GATHER_PUSH"),
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
             shm_tensors_min,
@@ -406,6 +415,7 @@ impl Config {
             }),
             ("RUSTCCL_SHM_STAGE_SHARED_SENDS", (self.shm.stage_shared as u8).to_string()),
             ("RUSTCCL_SHM_KEEP_APART", (self.shm.keep_apart as u8).to_string()),
+            ("RUSTCCL_SHM_GATHER_PUSH", (self.shm.gather_push as u8).to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

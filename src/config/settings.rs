@@ -106,6 +106,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "1: sends of tensors in shared memory (RUSTCCL_SHM_TENSORS=1) are staged as RUSTCCL_SHM_STAGED_SEND_MAX_BYTES says, like other sends; 0: the receiver copies them straight out of the sender's tensor. On the 64-core host one pair's ping-pong of 512 KiB - 8 MiB took 1.1-1.9x less time staged with 2 and 4 ranks (8 threads each), but 1.15-1.5x more with 8 and 16 ranks, and the 4-stage pipeline step (1 MiB micro-batches) 1.6-1.7x more with 4 and 8 ranks",
     },
     Setting {
+        name: "RUSTCCL_SHM_GATHER_PUSH",
+        default: "1",
+        doc: "1: a gather's root whose peers' tensors are read through the kernel (no shared arena) posts its outputs, and each rank whose block no shared-memory slot takes writes it there itself (process_vm_writev) while the root copies its own part, instead of the root reading every block: on the 16-core host 8 ranks' 16-256 MiB gathers took 0.47-0.63x the time, 4 ranks' 8-128 MiB 0.53-0.63x, 2 ranks' 64 MiB on the 2-core VM 0.43x; 0: the root reads them (decided by the root: ranks may differ)",
+    },
+    Setting {
         name: "RUSTCCL_SHM_KEEP_APART",
         default: "1",
         doc: "1: a thread of a rank polling in a shared-memory wait that has shared its CPU for 15 us with the polling thread of a local rank of lower index moves to an allowed CPU no local rank polls on (its affinity narrowed to that CPU and the user's mask put back at once; at most once per 2 ms; a thread allowed on one CPU never moves). On a kernel whose scheduler lets a yielding thread keep its CPU (EEVDF, Linux 6.6 on), two polling ranks on one CPU see each other's messages about 25 us late: on the 2-core VM small send/recv took 7.5-34 us one way without moves and 7.5-16 with; on the 32-core host nothing moved with 2-4 ranks. 0: no moves",

@@ -75,6 +75,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     staged_max: 0,
     stage_shared: false,
     keep_apart: true,
+    gather_push: true,
 };
 
 /// Real sockets between ranks (threads of this process), TCP only.

@@ -141,6 +141,18 @@ impl Attach {
         remote::read(self.pids[peer], addr, dst)
     }
 
+    /// Copies `src` to `addr` of local rank `peer`'s memory, through the
+    /// kernel: only into a buffer the peer posted for this rank to fill.
+    pub fn write(&self, peer: usize, addr: u64, src: &[u8]) -> io::Result<()> {
+        remote::write(self.pids[peer], addr, src)
+    }
+
+    /// Whether some local rank's tensors lie in a shared arena mapped here
+    /// (read with a plain copy instead of through the kernel).
+    pub fn any_arena(&self) -> bool {
+        self.arenas.iter().any(Option::is_some)
+    }
+
     /// The `len` bytes at `addr` of local rank `peer`'s memory, when they
     /// lie in its arena (see `PeerArena::slice` for how long they may be
     /// looked at).

@@ -98,6 +98,8 @@ pub struct ShmLocal {
     /// Polling threads move off a CPU another local rank's polls on
     /// (`place.rs`, `RUSTCCL_SHM_KEEP_APART`).
     pub keep_apart: bool,
+    /// This rank, as a gather's root, lets senders push (`RUSTCCL_SHM_GATHER_PUSH`).
+    pub gather_push: bool,
 }
 
 impl ShmLocal {
@@ -494,7 +496,7 @@ pub fn connect(
     let workers = Workers::new(threads, &format!("rustccl-shm-r{me}"), min_piece, spin)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

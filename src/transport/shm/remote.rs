@@ -3,8 +3,11 @@
 //! ranks of one host in one copy instead of two (into a shared segment
 //! and out of it).
 //!
-//! Only reads: a rank writes nothing but its own memory. The kernel checks
-//! every remote address (a wrong one is `EFAULT`, never a fault here) and
+//! Reads, and one kind of write ([`write`]): into a buffer the peer posted
+//! in its table for this rank to fill in the current operation (a gather's
+//! outputs, `Window::push`); nothing else of a peer's is ever written. The
+//! kernel checks every remote address (a wrong one is `EFAULT`, never a
+//! fault here) and
 //! the caller's permission to attach (same user; with Yama's
 //! `ptrace_scope` 1 the target must allow it, see [`allow_attach`]). A
 //! pid from another pid namespace reads the wrong process or fails: the
@@ -46,6 +49,34 @@ pub fn read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
         match got {
             n if n > 0 => done += n as usize,
             0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("process {pid} returned 0 bytes at {addr:#x}+{done}"))),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copies `src` to `addr` in process `pid`: only into a buffer that
+/// process posted for this one to fill (see the module docs).
+pub fn write(pid: i32, addr: u64, src: &[u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < src.len() {
+        let want = src.len() - done;
+        let local = libc::iovec { iov_base: src[done..].as_ptr() as *mut libc::c_void, iov_len: want };
+        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: want };
+        // SAFETY: `local` describes `src[done..]`, which the kernel only
+        // reads (the iovec's pointer is `*mut` by type alone); the remote
+        // range is checked by the kernel, which fails with EFAULT / ESRCH /
+        // EPERM rather than touching anything else, and is a buffer the
+        // peer posted for us to fill (the caller's contract).
+        let put = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+        match put {
+            n if n > 0 => done += n as usize,
+            0 => return Err(io::Error::new(io::ErrorKind::WriteZero, format!("process {pid} took 0 bytes at {addr:#x}+{done}"))),
             _ => {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {

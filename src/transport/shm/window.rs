@@ -297,6 +297,33 @@ impl Window {
             .map_err(|e| PullError { peer, detail: format!("reading the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
     }
 
+    /// Copies `src` to `off` of the buffer local rank `peer` posted as
+    /// `entry`, straight into the peer's memory (through the kernel). The
+    /// peer must have posted that buffer for this rank to fill, published
+    /// the phase after its post, and must leave it alone until this rank
+    /// publishes that it is done.
+    pub fn push(&self, peer: usize, entry: usize, off: usize, src: &[u8]) -> std::result::Result<(), PullError> {
+        let Some(a) = &self.local.attach else {
+            return Err(PullError { peer, detail: "cross-memory attach is off".into() });
+        };
+        let (addr, len) = self.entry(peer, entry);
+        if off.checked_add(src.len()).is_none_or(|end| end > len) {
+            return Err(PullError { peer, detail: format!("peer posted {len} bytes, this rank writes {}+{}: the ranks passed different sizes", off, src.len()) });
+        }
+        a.write(peer, addr + off as u64, src)
+            .map_err(|e| PullError { peer, detail: format!("writing the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
+    }
+
+    /// Whether this rank, as a gather's root, lets the senders of blocks
+    /// that no slot takes write them into its outputs ([`Window::push`])
+    /// rather than reading them: where the local ranks' tensors are read
+    /// through the kernel (no shared arena, whose reads are plain copies)
+    /// and `RUSTCCL_SHM_GATHER_PUSH` is on, so that the senders share the
+    /// copies instead of the root making them all.
+    pub fn gather_push(&self) -> bool {
+        self.local.gather_push && self.local.attach.as_ref().is_some_and(|a| !a.any_arena())
+    }
+
     /// The `len` bytes at `off` of the buffer local rank `peer` posted as
     /// `entry`, read in place, when that buffer lies in the peer's shared
     /// tensor arena (`arena.rs`); None otherwise ([`Window::pull`] them).
