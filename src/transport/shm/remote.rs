@@ -36,47 +36,42 @@ pub fn allow_attach() {
 
 /// Copies `dst.len()` bytes at `addr` in process `pid` into `dst`.
 pub fn read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
-    let mut done = 0;
-    while done < dst.len() {
-        let want = dst.len() - done;
-        let local = libc::iovec { iov_base: dst[done..].as_mut_ptr().cast(), iov_len: want };
-        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: want };
+    let len = dst.len();
+    whole(pid, addr, len, |done| {
+        let local = libc::iovec { iov_base: dst[done..].as_mut_ptr().cast(), iov_len: len - done };
+        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: len - done };
         // SAFETY: `local` describes `dst[done..]`, memory we own mutably
         // for the whole call; the remote range is checked by the kernel,
         // which fails with EFAULT / ESRCH / EPERM rather than touching
         // anything else. Nothing is read from `remote` in this process.
-        let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        match got {
-            n if n > 0 => done += n as usize,
-            0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("process {pid} returned 0 bytes at {addr:#x}+{done}"))),
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-    Ok(())
+        unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) }
+    })
 }
 
 /// Copies `src` to `addr` in process `pid`: only into a buffer that
 /// process posted for this one to fill (see the module docs).
 pub fn write(pid: i32, addr: u64, src: &[u8]) -> io::Result<()> {
-    let mut done = 0;
-    while done < src.len() {
-        let want = src.len() - done;
-        let local = libc::iovec { iov_base: src[done..].as_ptr() as *mut libc::c_void, iov_len: want };
-        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: want };
+    let len = src.len();
+    whole(pid, addr, len, |done| {
+        let local = libc::iovec { iov_base: src[done..].as_ptr() as *mut libc::c_void, iov_len: len - done };
+        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: len - done };
         // SAFETY: `local` describes `src[done..]`, which the kernel only
         // reads (the iovec's pointer is `*mut` by type alone); the remote
         // range is checked by the kernel, which fails with EFAULT / ESRCH /
         // EPERM rather than touching anything else, and is a buffer the
         // peer posted for us to fill (the caller's contract).
-        let put = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
-        match put {
+        unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) }
+    })
+}
+
+/// Calls `step(done)` (one transfer of the bytes from `done` on, returning
+/// what the system call returned) until `len` bytes moved; retries on EINTR.
+fn whole(pid: i32, addr: u64, len: usize, mut step: impl FnMut(usize) -> isize) -> io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        match step(done) {
             n if n > 0 => done += n as usize,
-            0 => return Err(io::Error::new(io::ErrorKind::WriteZero, format!("process {pid} took 0 bytes at {addr:#x}+{done}"))),
+            0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("process {pid} moved 0 bytes at {addr:#x}+{done}"))),
             _ => {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {

@@ -286,15 +286,23 @@ impl Window {
     /// have published the phase after its post and must keep the buffer
     /// unchanged until this rank publishes that it is done.
     pub fn pull(&self, peer: usize, entry: usize, off: usize, dst: &mut [u8]) -> std::result::Result<(), PullError> {
+        let (a, addr) = self.posted(peer, entry, off, dst.len(), "reads")?;
+        a.read(peer, addr, dst)
+            .map_err(|e| PullError { peer, detail: format!("reading the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
+    }
+
+    /// Cross-memory attach and the address of bytes `off..off + len` of
+    /// `peer`'s entry `entry`, when attach is on and the entry holds them
+    /// (else the error, naming the peer, for a rank that `does` them).
+    fn posted(&self, peer: usize, entry: usize, off: usize, len: usize, does: &str) -> std::result::Result<(&super::Attach, u64), PullError> {
         let Some(a) = &self.local.attach else {
             return Err(PullError { peer, detail: "cross-memory attach is off".into() });
         };
-        let (addr, len) = self.entry(peer, entry);
-        if off.checked_add(dst.len()).is_none_or(|end| end > len) {
-            return Err(PullError { peer, detail: format!("peer posted {len} bytes, this rank wants {}+{}: the ranks passed different sizes", off, dst.len()) });
+        let (addr, posted) = self.entry(peer, entry);
+        if off.checked_add(len).is_none_or(|end| end > posted) {
+            return Err(PullError { peer, detail: format!("peer posted {posted} bytes, this rank {does} {off}+{len}: the ranks passed different sizes") });
         }
-        a.read(peer, addr + off as u64, dst)
-            .map_err(|e| PullError { peer, detail: format!("reading the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
+        Ok((a, addr + off as u64))
     }
 
     /// Copies `src` to `off` of the buffer local rank `peer` posted as
@@ -303,14 +311,8 @@ impl Window {
     /// the phase after its post, and must leave it alone until this rank
     /// publishes that it is done.
     pub fn push(&self, peer: usize, entry: usize, off: usize, src: &[u8]) -> std::result::Result<(), PullError> {
-        let Some(a) = &self.local.attach else {
-            return Err(PullError { peer, detail: "cross-memory attach is off".into() });
-        };
-        let (addr, len) = self.entry(peer, entry);
-        if off.checked_add(src.len()).is_none_or(|end| end > len) {
-            return Err(PullError { peer, detail: format!("peer posted {len} bytes, this rank writes {}+{}: the ranks passed different sizes", off, src.len()) });
-        }
-        a.write(peer, addr + off as u64, src)
+        let (a, addr) = self.posted(peer, entry, off, src.len(), "writes")?;
+        a.write(peer, addr, src)
             .map_err(|e| PullError { peer, detail: format!("writing the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
     }
 
