@@ -17,6 +17,14 @@
 //! every rank's do, nobody reads a tensor or an input slot and the
 //! operation ends after the first step, as the one-step collectives of
 //! `shm_one_round` do (the small slots alternate between operations).
+//!
+//! A gather whose blocks no slot takes is the one place where data goes
+//! the other way: where tensors are read through the kernel, the root
+//! posts its outputs and says so in its header ([`POSTED_FOR_PUSHES`]),
+//! and each sender writes its block into them itself (`Window::push`),
+//! side by side, while the root copies its own part; the root waits for
+//! the senders' last publish and reports a failed write flagged in a
+//! sender's header.
 #![forbid(unsafe_code)]
 
 use std::convert::Infallible;
