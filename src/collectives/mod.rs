@@ -459,13 +459,14 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
             if n > 1 {
                 if let Some((win, wait)) = attach_host(t, Some(input.nbytes())) {
                     // The root's own part: copied by the algorithm while the
-                    // senders' blocks arrive, unless it overlaps the input.
+                    // senders' blocks arrive, unless the input overlaps an
+                    // output (theirs too: they may write it meanwhile);
+                    // then first, as before.
                     let mut own = true;
                     let mut outs = outputs.as_mut().map(|o| {
-                        let (dst, off, len) = locate_mut(o, r);
-                        let (d, s) = (dst.bytes().as_ptr() as usize + off, input.bytes().as_ptr() as usize);
-                        if overlaps((d, d + len), (s, s + len)) {
-                            copy_region(dst, off, input, 0, len);
+                        if any_overlap(&o.spans(), &[input.span()]) {
+                            let (dst, off, len) = locate_mut(o, r);
+                            copy_own(Some(&win), dst, off, input, 0, len);
                             own = false;
                         }
                         o.views_mut()
@@ -487,10 +488,13 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
         Op::Scatter { inputs, output, root } => {
             if n > 1 {
                 if let Some((win, wait)) = attach_host(t, Some(output.nbytes())) {
+                    // The root copies its own part while the others take
+                    // theirs, unless its output overlaps an input the
+                    // others read: then after them.
+                    let own = inputs.as_ref().is_some_and(|ins| !any_overlap(&ins.spans(), &[output.span()]));
                     let views = inputs.as_ref().map(|i| i.views());
-                    shm_attach::scatter(&win, wait, views.as_deref(), output.bytes_mut(), *root)?;
-                    if let Some(ins) = inputs.as_ref() {
-                        // After the peers read: our output may overlap the inputs.
+                    shm_attach::scatter(&win, wait, views.as_deref(), output.bytes_mut(), *root, own)?;
+                    if let (false, Some(ins)) = (own, inputs.as_ref()) {
                         let (src, so, len) = locate(ins, r);
                         copy_own(Some(&win), output, 0, src, so, len);
                     }

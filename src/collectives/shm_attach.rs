@@ -379,7 +379,10 @@ fn push_failures(win: &Window, w: &dyn PhaseWait, slot: Area, headers: &[Header]
 /// Every rank reads its part of the root's `ins` (the root's own part is
 /// copied by the caller). The root copies the blocks that go through its
 /// slots on its solo-phase threads: the others wait for them.
-pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, output: &mut [u8], root: usize) -> Result<()> {
+/// `own`: the root copies its own part of `ins` into `output` after the
+/// first step, while the others take theirs (false: the caller copies it
+/// after the operation, as `output` overlaps some of `ins`).
+pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, output: &mut [u8], root: usize, own: bool) -> Result<()> {
     let me = win.me();
     let ins = ins.unwrap_or(&[]);
     let slot = Window::small_slot(win.phase());
@@ -388,7 +391,18 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let solo = win.solo_workers(blocks.iter().map(|(_, d)| d.len()).sum());
     let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, solo, slot, &blocks, 0))?;
     let headers = Header::read_all(win, slot, mine);
-    let r = if me != root { take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)]) } else { Ok(()) };
+    let r = if me != root {
+        take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)])
+    } else {
+        if own {
+            let src = ins[me];
+            let Ok(()) = win.workers().for_pieces_mut(output, |off, piece| {
+                piece.copy_from_slice(&src[off..off + piece.len()]);
+                Ok::<(), Infallible>(())
+            });
+        }
+        Ok(())
+    };
     if all_in_slots(&headers) {
         return r;
     }

@@ -130,6 +130,24 @@ def rooted_and_gathers(rank: int, world: int) -> tuple[int, list[str]]:
             sl = [values(torch.float64, "SUM", r, n, salt=9) for r in range(world)] if rank == root else None
             dist.scatter(out, scatter_list=sl, src=root)
             c.eq(f"scatter root={root} n={n}", out, values(torch.float64, "SUM", rank, n, salt=9))
+            # the root's tensor is also another rank's part: scatter's
+            # output is the next rank's input block, gather's input the
+            # next rank's output (that rank's data must not be lost, nor
+            # the root's own part overwritten by it)
+            nxt = (root + 1) % world
+            sl = [values(torch.float64, "SUM", r, n, salt=5) for r in range(world)] if rank == root else None
+            out = sl[nxt] if rank == root else torch.zeros(n, dtype=torch.float64)
+            dist.scatter(out, scatter_list=sl, src=root)
+            c.eq(f"scatter into the next rank's block root={root} n={n}", out, values(torch.float64, "SUM", rank, n, salt=5))
+            gl = [torch.zeros(n, dtype=torch.int32) for _ in range(world)] if rank == root else None
+            x = values(torch.int32, "SUM", rank, n, salt=3)
+            if rank == root:
+                gl[nxt].copy_(x)
+                x = gl[nxt]
+            dist.gather(x, gather_list=gl, dst=root)
+            if rank == root:
+                for r in range(world):
+                    c.eq(f"gather from the next rank's part root={root} from {r} n={n}", gl[r], values(torch.int32, "SUM", r, n, salt=3))
     if os.environ.get("RUSTCCL_SHM_ATTACH_MIN_BYTES") == "0":
         # the ranks (separate processes) agreed on reading each other's memory
         st = rustccl.stats()
