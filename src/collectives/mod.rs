@@ -43,7 +43,6 @@ pub use op::{into_host, Op, OpSpec, Parts};
 pub use compressed::Compression;
 pub use reduce::Scratch;
 
-use std::convert::Infallible;
 
 use crate::config::AlgoConfig;
 use crate::error::{Error, Result};
@@ -296,13 +295,7 @@ fn copy_own(win: Option<&Window>, dst: &mut HostTensor, off: usize, src: &HostTe
     let d = dst.bytes().as_ptr() as usize + off;
     let s = src.bytes().as_ptr() as usize + so;
     match win {
-        Some(win) if !overlaps((d, d + len), (s, s + len)) => {
-            let from = &src.bytes()[so..so + len];
-            let Ok(()) = win.workers().for_pieces_mut(&mut dst.bytes_mut()[off..off + len], |o, piece| {
-                piece.copy_from_slice(&from[o..o + piece.len()]);
-                Ok::<(), Infallible>(())
-            });
-        }
+        Some(win) if !overlaps((d, d + len), (s, s + len)) => win.workers().copy(&mut dst.bytes_mut()[off..off + len], &src.bytes()[so..so + len]),
         _ => copy_region(dst, off, src, so, len),
     }
 }

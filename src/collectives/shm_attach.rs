@@ -295,10 +295,7 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     let r = match outs {
         Some(outs) => {
             if own {
-                let Ok(()) = win.workers().for_pieces_mut(outs[me], |off, piece| {
-                    piece.copy_from_slice(&input[off..off + piece.len()]);
-                    Ok::<(), Infallible>(())
-                });
+                win.workers().copy(outs[me], input);
             }
             gather_take(win, w, slot, &headers, outs, posts)
         }
@@ -395,11 +392,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)])
     } else {
         if own {
-            let src = ins[me];
-            let Ok(()) = win.workers().for_pieces_mut(output, |off, piece| {
-                piece.copy_from_slice(&src[off..off + piece.len()]);
-                Ok::<(), Infallible>(())
-            });
+            win.workers().copy(output, ins[me]);
         }
         Ok(())
     };

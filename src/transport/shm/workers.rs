@@ -174,6 +174,15 @@ impl Workers {
         let pieces: Vec<_> = self.pieces_mut(buf).collect();
         self.for_each(pieces, len, |(off, piece)| f(off, piece))
     }
+
+    /// Copies `src` into `dst` (the same length), in pieces, in parallel.
+    pub fn copy(&self, dst: &mut [u8], src: &[u8]) {
+        assert_eq!(dst.len(), src.len(), "copy between buffers of different lengths");
+        let Ok(()) = self.for_pieces_mut(dst, |off, piece| {
+            piece.copy_from_slice(&src[off..off + piece.len()]);
+            Ok::<(), std::convert::Infallible>(())
+        });
+    }
 }
 
 #[cfg(test)]
