@@ -253,6 +253,19 @@ fn env_usize(name: &str, default: usize) -> usize {
     }
 }
 
+/// A setting that counts something other than bytes (threads, entries,
+/// microseconds): a plain whole number; anything else is ignored, with a
+/// message.
+fn env_count(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            eprintln!("rustccl: ignoring {name}={v:?}: not a whole number");
+            default
+        }),
+        Err(_) => default,
+    }
+}
+
 /// Parses "65536", "64K", "64KiB", "1M", "2MiB".
 pub fn parse_size(s: &str) -> Option<usize> {
     let s = s.trim();
@@ -289,7 +302,7 @@ impl Config {
             small_allreduce_bytes: env_usize("RUSTCCL_SMALL_ALLREDUCE_BYTES", d.small_allreduce_bytes),
             small_broadcast_bytes: env_usize("RUSTCCL_SMALL_BROADCAST_BYTES", d.small_broadcast_bytes),
             segment_bytes: env_usize("RUSTCCL_SEGMENT_BYTES", d.segment_bytes).max(64),
-            caller_runs_us: env_usize("RUSTCCL_CALLER_RUNS_US", d.caller_runs_us as usize) as u64,
+            caller_runs_us: env_count("RUSTCCL_CALLER_RUNS_US", d.caller_runs_us as usize) as u64,
         };
         let (shm_tensors_min, shm_tensors_cache) = shm_tensors_sizes();
         Config {
@@ -310,7 +323,7 @@ impl Config {
                 ring_bytes: env_usize("RUSTCCL_SHM_RING_BYTES", 1 << 20),
                 small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 0),
                 segment_bytes: env_usize("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
-                threads: env_usize("RUSTCCL_SHM_THREADS", 0),
+                threads: env_count("RUSTCCL_SHM_THREADS", 0),
                 attach_min: match std::env::var("RUSTCCL_SHM_ATTACH_MIN_BYTES").as_deref() {
                     Ok("off") => usize::MAX,
                     Ok("auto") => ATTACH_FROM_HOST,
@@ -319,10 +332,10 @@ impl Config {
                 min_piece: env_usize("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
                 single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
                 block_min: env_usize("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", 0),
-                root_threads: env_usize("RUSTCCL_SHM_ROOT_THREADS", 0),
+                root_threads: env_count("RUSTCCL_SHM_ROOT_THREADS", 0),
                 spin_us: match std::env::var("RUSTCCL_SHM_SPIN_US").as_deref() {
                     Ok("auto") => SPIN_FROM_HOST,
-                    _ => env_usize("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST),
+                    _ => env_count("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST),
                 },
                 broadcast_min: match std::env::var("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES").as_deref() {
                     Ok("off") => usize::MAX,
@@ -341,7 +354,7 @@ impl Config {
             shm_tensors_min,
             shm_tensors_cache,
             flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
-            flight_size: env_usize("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
+            flight_size: env_count("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
             fault: std::env::var("RUSTCCL_FAULT").ok().filter(|s| !s.is_empty()).and_then(|s| match FaultSpec::parse(&s) {
                 Ok(f) => Some(f),
                 Err(e) => {
@@ -469,6 +482,17 @@ mod tests {
         assert_eq!(parse_size("64K"), Some(65536));
         assert_eq!(parse_size("2MiB"), Some(2 << 20));
         assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn counts_take_plain_numbers_only() {
+        // Names no other test reads, so setting them races with nothing.
+        std::env::set_var("RUSTCCL_TEST_COUNT_PLAIN", " 12 ");
+        std::env::set_var("RUSTCCL_TEST_COUNT_UNIT", "64K");
+        assert_eq!(env_count("RUSTCCL_TEST_COUNT_PLAIN", 3), 12);
+        assert_eq!(env_count("RUSTCCL_TEST_COUNT_UNIT", 3), 3, "a byte unit on a count is ignored");
+        assert_eq!(env_count("RUSTCCL_TEST_COUNT_UNSET", 3), 3);
+        assert_eq!(env_usize("RUSTCCL_TEST_COUNT_UNIT", 3), 65536);
     }
 
     #[test]
