@@ -1,13 +1,18 @@
 """Per-call time of small CPU collectives on rustccl alone (no other
 backend in the process): 5 loops of 4000 back-to-back calls of 8-byte
 broadcast, all_reduce, all_gather, gather, scatter, all_to_all and an async
-all_reduce waited through its future, and of a send/recv ping-pong between
-ranks 2k and 2k+1 (reported per one-way message), median per op, printed by
+all_reduce waited through its future, reduce and reduce_scatter, and of a
+send/recv ping-pong between ranks 2k and 2k+1 (reported per one-way
+message), median per op, printed by
 rank 0 with PYTHONPATH (which build ran) and RUSTCCL_CALLER_RUNS_US. For A/B of two builds installed with
 ``pip install --no-deps --target DIR wheel``, alternate:
 
     for v in A B A B; do PYTHONPATH=/tmp/$v OMP_NUM_THREADS=1 \\
         torchrun --nproc_per_node=2 benchmarks/cpu_small_latency.py; done
+
+Settings: ELEMS (float32 elements per tensor, 2 unless set: reduce_scatter's
+input is ranks x that), CALLS (calls per loop, 4000), OPS (only these, comma
+separated).
 """
 
 import os
@@ -26,7 +31,13 @@ PROFILE = os.environ.get("RUSTCCL_HOST_PROFILE") == "1"
 SPANS = {}
 
 
-def per_call_us(fn, n=4000, warmup=300, name=None):
+# ELEMS: float32 elements per tensor (2: 8 bytes); CALLS: calls per loop.
+ELEMS = int(os.environ.get("ELEMS", "2"))
+CALLS = int(os.environ.get("CALLS", "4000"))
+
+
+def per_call_us(fn, n=CALLS, warmup=None, name=None):
+    warmup = warmup if warmup is not None else max(n // 10, 5)
     for _ in range(warmup):
         fn()
     dist.barrier()
@@ -42,8 +53,9 @@ def per_call_us(fn, n=4000, warmup=300, name=None):
 
 def main():
     dist.init_process_group("rustccl")
-    x = torch.ones(2)
-    outs = [torch.empty(2) for _ in range(dist.get_world_size())]
+    x = torch.ones(ELEMS)
+    outs = [torch.empty(ELEMS) for _ in range(dist.get_world_size())]
+    flat = torch.ones(ELEMS * dist.get_world_size())
     rank, world = dist.get_rank(), dist.get_world_size()
     peer = rank ^ 1
 
@@ -57,7 +69,7 @@ def main():
             dist.recv(x, peer)
             dist.send(x, peer)
 
-    ins = [torch.ones(2) for _ in range(world)]
+    ins = [torch.ones(ELEMS) for _ in range(world)]
     calls = {
         "send_recv_oneway": ping_pong,
         "broadcast": lambda: dist.broadcast(x, 0),
@@ -66,9 +78,13 @@ def main():
         "gather": lambda: dist.gather(x, outs if rank == 0 else None, 0),
         "scatter": lambda: dist.scatter(x, ins if rank == 0 else None, 0),
         "all_to_all": lambda: dist.all_to_all(outs, ins),
+        "reduce": lambda: dist.reduce(x, 0),
+        "reduce_scatter": lambda: dist.reduce_scatter_tensor(x, flat),
         # async, waited through the c10 future (which cannot run it itself)
         "all_reduce_future": lambda: dist.all_reduce(x, async_op=True).get_future().wait(),
     }
+    only = [k for k in os.environ.get("OPS", "").split(",") if k]
+    calls = {k: fn for k, fn in calls.items() if not only or k in only}
     res = {k: [] for k in calls}
     for _ in range(5):
         for k, fn in calls.items():

@@ -47,9 +47,13 @@ pub enum Span {
     /// A CPU collective after its algorithm: stats, releasing the tensors,
     /// finishing the work (its callbacks included).
     JobEnd = 14,
+    /// A shared-memory worker pool's parallel region (`Workers::for_each`
+    /// with more than one thread): waking the threads, their copies or
+    /// reductions, until the last is done.
+    PoolRun = 15,
 }
 
-const N: usize = 15;
+const N: usize = 16;
 const NAMES: [&str; N] = [
     "capi_submit",
     "engine_submit",
@@ -66,6 +70,7 @@ const NAMES: [&str; N] = [
     "phase_wait",
     "collective_run",
     "job_end",
+    "pool_run",
 ];
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicU64 = AtomicU64::new(0);

@@ -82,6 +82,9 @@ pub struct ShmConfig {
     pub block_min: usize,
     /// Threads of a root's phases that only it works in; 0: from the host.
     pub root_threads: usize,
+    /// Threads of a rank's quick team (small parallel phases); 0: none;
+    /// [`QUICK_FROM_HOST`]: from the host.
+    pub quick_threads: usize,
     /// How long a rank's idle worker threads spin (microseconds) before
     /// they sleep (`transport::shm::team`); [`SPIN_FROM_HOST`]: from the
     /// share of the host's cores the local ranks' threads take.
@@ -106,6 +109,9 @@ pub struct ShmConfig {
     /// into its outputs (`collectives::shm_attach::gather`).
     pub gather_push: bool,
 }
+
+/// `ShmConfig::quick_threads` when `RUSTCCL_SHM_QUICK_THREADS` is unset or `auto`.
+pub const QUICK_FROM_HOST: usize = usize::MAX;
 
 /// `ShmConfig::spin_us` when `RUSTCCL_SHM_SPIN_US` is unset or `auto`.
 pub const SPIN_FROM_HOST: usize = usize::MAX;
@@ -333,6 +339,10 @@ impl Config {
                 single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
                 block_min: env_usize("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", 0),
                 root_threads: env_count("RUSTCCL_SHM_ROOT_THREADS", 0),
+                quick_threads: match std::env::var("RUSTCCL_SHM_QUICK_THREADS").as_deref().map(str::trim) {
+                    Ok("auto") => QUICK_FROM_HOST,
+                    _ => env_count("RUSTCCL_SHM_QUICK_THREADS", QUICK_FROM_HOST),
+                },
                 spin_us: match std::env::var("RUSTCCL_SHM_SPIN_US").as_deref() {
                     Ok("auto") => SPIN_FROM_HOST,
                     _ => env_count("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST),
@@ -416,6 +426,7 @@ impl Config {
             ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.to_string()),
             ("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", self.shm.block_min.to_string()),
             ("RUSTCCL_SHM_ROOT_THREADS", self.shm.root_threads.to_string()),
+            ("RUSTCCL_SHM_QUICK_THREADS", if self.shm.quick_threads == QUICK_FROM_HOST { "auto".to_string() } else { self.shm.quick_threads.to_string() }),
             ("RUSTCCL_SHM_SPIN_US", if self.shm.spin_us == SPIN_FROM_HOST { "auto".to_string() } else { self.shm.spin_us.to_string() }),
             ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", match self.shm.broadcast_min {
                 usize::MAX => "off".into(),

@@ -76,6 +76,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     stage_shared: false,
     keep_apart: true,
     gather_push: true,
+    quick_threads: 0,
 };
 
 /// Real sockets between ranks (threads of this process), TCP only.
@@ -84,9 +85,11 @@ pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communica
 }
 
 /// Shared memory between ranks (threads of this process), with tiny areas
-/// so that test-sized inputs wrap the rings and take many pipeline rounds.
+/// so that test-sized inputs wrap the rings and take many pipeline rounds;
+/// 3 workers a rank and a quick team of 2, which takes the parallel phases
+/// of up to 512 KiB.
 pub fn shm_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
-    mesh_comms(n, algo, timeout, TransportMode::Shm, ShmConfig { threads: 3, root_threads: 4, ..TINY_SHM })
+    mesh_comms(n, algo, timeout, TransportMode::Shm, ShmConfig { threads: 3, root_threads: 4, quick_threads: 2, ..TINY_SHM })
 }
 
 pub fn mesh_comms(n: usize, algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig) -> Vec<Communicator> {

@@ -36,11 +36,19 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
         # 256 KiB (at most a slot, RUSTCCL_SHM_SEGMENT_BYTES)
         roomy = th["shm_threads"] > 1 and th["local_ranks"] * th["shm_threads"] * 4 <= len(os.sched_getaffinity(0))
         c.true(f"idle threads spin as the host allows: {th}", th["shm_spin_us"] == (200 if roomy else 0))
+        if "RUSTCCL_SHM_QUICK_THREADS" not in os.environ:
+            # a quick team of a rank's share of a quarter of the cores
+            # where the workers sleep, none below 2
+            share = min(len(os.sched_getaffinity(0)) // 4 // th["local_ranks"], th["shm_threads"])
+            quick = 0 if roomy or share < 2 else share
+            c.true(f"a quick team as the host allows: {th}", th["shm_quick_threads"] == quick)
         if "RUSTCCL_SHM_MIN_PIECE_BYTES" not in os.environ:
             piece = min(256 << 10, th["shm_slot_bytes"])
             c.true(f"pieces of 256 KiB or a slot: {th}", th["shm_min_piece_bytes"] == piece)
     elif "shm_threads" in th:
         c.true(f"spin setting in force: {th}", th["shm_spin_us"] == int(os.environ["RUSTCCL_SHM_SPIN_US"]))
+        quick = int(os.environ.get("RUSTCCL_SHM_QUICK_THREADS", "0"))
+        c.true(f"no quick team beside a set spin unless set: {th}", th["shm_quick_threads"] == (quick if quick >= 2 else 0))
     return c.count, c.failures
 
 

@@ -6,7 +6,7 @@
 
 use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 use crate::config::log_at;
-use crate::config::{ShmConfig, SPIN_FROM_HOST};
+use crate::config::{ShmConfig, QUICK_FROM_HOST, SPIN_FROM_HOST};
 use crate::config::LogLevel;
 use crate::types::Rank;
 
@@ -49,6 +49,37 @@ pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> 
     }
 }
 
+/// Threads of a rank's quick team (`Workers::with_quick`): the setting,
+/// or where the rank's own `threads` sleep when idle (no [`room_to_spin`],
+/// and no spin set), the share of a quarter of the cores each local rank
+/// may spin on (as `room_to_spin` allows), at most `threads`; 0 (none)
+/// below 2. On the 64-core host, 8 ranks' 512 KiB all_reduce, reduce and
+/// reduce_scatter took 0.3-0.55x the time with 2 spinning threads a rank
+/// as with 8 sleeping ones (4 ranks, 4 spinning threads against 8 sleeping: 0.3-0.5x), but 8 MiB ones
+/// 1.2-1.7x longer (`benchmarks/results/2026-11-26-h200x4host-quick-team/`).
+pub(super) fn quick_threads_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
+    if sizes.quick_threads != QUICK_FROM_HOST {
+        return sizes.quick_threads;
+    }
+    if sizes.spin_us != SPIN_FROM_HOST {
+        return 0;
+    }
+    quick_share(local_ranks, threads, cores())
+}
+
+/// [`quick_threads_for`] from the host, on `cores` cores.
+fn quick_share(local_ranks: usize, threads: usize, cores: usize) -> usize {
+    if room_to_spin(local_ranks, threads, cores) {
+        return 0;
+    }
+    let q = (cores / 4 / local_ranks.max(1)).min(threads);
+    if q >= 2 {
+        q
+    } else {
+        0
+    }
+}
+
 /// Whether `local_ranks` ranks of `threads` threads take at most a
 /// quarter of `cores` (one thread a rank has nobody to spin for).
 fn room_to_spin(local_ranks: usize, threads: usize, cores: usize) -> bool {
@@ -56,7 +87,7 @@ fn room_to_spin(local_ranks: usize, threads: usize, cores: usize) -> bool {
 }
 
 /// How long idle worker threads spin where the host has room for it.
-const SPIN: Duration = Duration::from_micros(200);
+pub(super) const SPIN: Duration = Duration::from_micros(200);
 
 /// The cores this process may run on.
 fn cores() -> usize {
@@ -299,7 +330,17 @@ pub fn one_round_max(setting: usize, local_ranks: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::room_to_spin;
+    use super::{quick_share, room_to_spin};
+
+    #[test]
+    fn a_quick_team_takes_a_ranks_share_of_a_quarter_of_the_cores() {
+        // 64 cores: 4 ranks of 8 sleeping workers get 4, 8 ranks 2, 16
+        // none (1 a rank); 2 ranks of 8 spin themselves; 2 ranks of 8 on
+        // 16 cores get 2, 4 ranks of 4 none; the 2-core VM none.
+        assert_eq!((quick_share(4, 8, 64), quick_share(8, 8, 64), quick_share(16, 4, 64)), (4, 2, 0));
+        assert_eq!((quick_share(2, 8, 64), quick_share(2, 8, 16), quick_share(4, 4, 16)), (0, 2, 0));
+        assert_eq!((quick_share(2, 1, 2), quick_share(4, 2, 64)), (0, 0));
+    }
 
     #[test]
     fn threads_spin_where_they_take_at_most_a_quarter_of_the_cores() {

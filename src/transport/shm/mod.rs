@@ -43,7 +43,7 @@ pub use attach::{Attach, BLOCK_SLOT_RANKS, SINGLE_READER_MIN, SLOW_SINGLE_READER
 pub use stage::StillComing;
 pub use workers::Workers;
 
-use host::{reads_for, root_threads_for, spin_for, stage_for, threads_for, SMALL_SLOT};
+use host::{quick_threads_for, reads_for, root_threads_for, spin_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
 pub use place::moves as thread_moves;
 
@@ -493,7 +493,8 @@ pub fn connect(
     let spin = spin_for(sizes, n, threads);
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.segment_bytes) };
     let root_threads = root_threads_for(sizes, n, threads);
-    let workers = Workers::new(threads, &format!("rustccl-shm-r{me}"), min_piece, spin)?;
+    let name = format!("rustccl-shm-r{me}");
+    let workers = Workers::new(threads, &name, min_piece, spin)?.with_quick(quick_threads_for(sizes, n, threads), &name, host::SPIN)?;
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
     let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push });

@@ -36,10 +36,24 @@ enum Pool {
 
 pub struct Workers {
     pool: Option<Pool>,
+    /// A small spinning team for phases of at most `max_bytes`, beside a
+    /// pool whose threads sleep when idle (`Workers::with_quick`).
+    quick: Option<Quick>,
     threads: usize,
     min_piece: usize,
     spin: Duration,
 }
+
+#[derive(Clone)]
+struct Quick {
+    /// A [`Pool::Team`].
+    pool: Pool,
+    threads: usize,
+    max_bytes: usize,
+}
+
+/// Bytes a phase may hold per thread of a quick team to run there.
+pub const QUICK_BYTES_PER_THREAD: usize = 256 << 10;
 
 impl Workers {
     /// `threads` <= 1: everything runs on the caller's thread; otherwise
@@ -63,7 +77,26 @@ impl Workers {
             ))),
             _ => Some(Pool::Team(Arc::new(Team::new(threads - 1, name, spin)?))),
         };
-        Ok(Workers { pool, threads: threads.max(1), min_piece: min_piece.max(64), spin })
+        Ok(Workers { pool, quick: None, threads: threads.max(1), min_piece: min_piece.max(64), spin })
+    }
+
+    /// The same workers with a quick team of `threads` threads (the
+    /// caller's included; none below 2) that spin `spin` when idle and run
+    /// every phase of at most `threads` x [`QUICK_BYTES_PER_THREAD`] bytes:
+    /// where the workers' own threads sleep when idle, waking them costs
+    /// tens of microseconds a phase on a VM, more than a few spinning
+    /// threads need for such a phase (`host::quick_threads_for`).
+    pub fn with_quick(mut self, threads: usize, name: &str, spin: Duration) -> io::Result<Workers> {
+        if threads >= 2 {
+            let pool = Pool::Team(Arc::new(Team::new(threads - 1, &format!("{name}-q"), spin)?));
+            self.quick = Some(Quick { pool, threads, max_bytes: threads * QUICK_BYTES_PER_THREAD });
+        }
+        Ok(self)
+    }
+
+    /// Threads of the quick team (0: none).
+    pub fn quick_threads(&self) -> usize {
+        self.quick.as_ref().map_or(0, |q| q.threads)
     }
 
     pub fn min_piece(&self) -> usize {
@@ -77,7 +110,7 @@ impl Workers {
 
     /// The same threads, splitting work into pieces of at least `min_piece`.
     pub fn with_min_piece(&self, min_piece: usize) -> Workers {
-        Workers { pool: self.pool.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin }
+        Workers { pool: self.pool.clone(), quick: self.quick.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin }
     }
 
     /// Consecutive pieces of `0..len` (one per thread, at most).
@@ -117,13 +150,16 @@ impl Workers {
     /// it: 8 B all_gathers on 8 ranks took 131 us instead of 25 us).
     /// The pool's threads are all started at once (one job each, not
     /// rayon's chain of splits) and, with the calling thread, take items
-    /// from a shared counter until none is left. The first error is
+    /// from a shared counter until none is left. A phase of at most the
+    /// quick team's bytes runs on that team instead. The first error is
     /// returned.
     pub fn for_each<T: Send, E: Send>(&self, items: Vec<T>, bytes: usize, f: impl Fn(T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
-        let pool = match &self.pool {
+        let quick = self.quick.as_ref().filter(|q| bytes <= q.max_bytes).map(|q| &q.pool);
+        let pool = match quick.or(self.pool.as_ref()) {
             Some(t) if items.len() > 1 && bytes >= 2 * self.min_piece => t,
             _ => return items.into_iter().try_for_each(f),
         };
+        let _t = crate::hostprof::start(crate::hostprof::Span::PoolRun);
         let n = items.len();
         let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
         let next = AtomicUsize::new(0);
@@ -244,5 +280,38 @@ mod tests {
                 assert_eq!(b.start % 65536, 0, "{len}: {rs:?}");
             }
         }
+    }
+
+    /// Names of the threads that ran a phase of `items` slow items said
+    /// to hold `bytes`.
+    fn names(wk: &Workers, items: usize, bytes: usize) -> HashSet<String> {
+        let seen = Mutex::new(HashSet::new());
+        let r: Result<(), ()> = wk.for_each((0..items).collect(), bytes, |_| {
+            seen.lock().unwrap().insert(std::thread::current().name().unwrap_or("").to_string());
+            std::thread::sleep(Duration::from_millis(2));
+            Ok(())
+        });
+        r.unwrap();
+        seen.into_inner().unwrap()
+    }
+
+    #[test]
+    fn small_phases_run_on_the_quick_team_and_large_ones_on_the_workers() {
+        let wk = Workers::new(4, "wt", 64, Duration::ZERO).unwrap().with_quick(2, "wt", SPIN).unwrap();
+        assert_eq!(wk.quick_threads(), 2);
+        let max = 2 * QUICK_BYTES_PER_THREAD;
+        let me = std::thread::current().name().unwrap_or("").to_string();
+        let (mut quick, mut pool) = (HashSet::new(), HashSet::new());
+        for _ in 0..20 {
+            quick.extend(names(&wk, 8, max));
+            pool.extend(names(&wk, 8, max + 1));
+        }
+        let helpers = |seen: &HashSet<String>| seen.iter().filter(|n| **n != me).cloned().collect::<HashSet<_>>();
+        assert_eq!(helpers(&quick), HashSet::from(["wt-q-0".to_string()]), "a phase of {max} bytes: {quick:?}");
+        let pool = helpers(&pool);
+        assert!(!pool.is_empty() && pool.iter().all(|n| n.starts_with("wt-") && !n.starts_with("wt-q")), "larger phases: {pool:?}");
+        // The same threads under other piece sizes; none below 2 threads.
+        assert_eq!(wk.with_min_piece(128).quick_threads(), 2);
+        assert_eq!(Workers::new(4, "wt", 64, Duration::ZERO).unwrap().with_quick(1, "wt", SPIN).unwrap().quick_threads(), 0);
     }
 }
