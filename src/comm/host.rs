@@ -180,7 +180,10 @@ impl Exec {
             let Exec { transport, scratch, comp, algo, .. } = self;
             let t = transport.as_mut();
             let _t = crate::hostprof::start(crate::hostprof::Span::CollectiveRun);
-            catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+            let ran = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+                if let Some(FaultAction::Panic) = injected {
+                    panic!("RUSTCCL_FAULT: rank {rank} panics in {op_name} seq {seq}");
+                }
                 let base = comp.request.as_ref().map(|r| r.key.clone());
                 for (i, op) in job.ops.iter_mut().enumerate() {
                     if let (true, Some(r), Some(b)) = (i > 0, comp.request.as_mut(), base.as_ref()) {
@@ -189,8 +192,15 @@ impl Exec {
                     algo_name = collectives::run(t, op, algo, scratch, Some(&mut *comp))?;
                 }
                 Ok(())
-            }))
-            .unwrap_or_else(|p| Err(Error::Internal(format!("{op_name} panicked: {}", panic_message(p.as_ref())))))
+            }));
+            ran.unwrap_or_else(|p| {
+                // The rank left the algorithm at an unknown step; its peers
+                // would wait for the rest until the timeout. Its links close,
+                // as a crashed process's would, so they fail at once (the
+                // rank is poisoned below, as after a lost peer).
+                t.sever();
+                Err(Error::Internal(format!("{op_name} panicked: {}", panic_message(p.as_ref()))))
+            })
         };
         let _t = crate::hostprof::start(crate::hostprof::Span::JobEnd);
         if let Err(e) = &result {

@@ -146,11 +146,14 @@ pub enum FaultAction {
     Drop,
     /// Close all of the rank's links, as a crashed process would.
     Kill,
+    /// Panic inside the collective's algorithm (a bug's stand-in).
+    Panic,
 }
 
 impl FaultSpec {
     /// Parses `action:rank=R:seq=S[:ms=N][:group=G]`, e.g.
-    /// `delay:rank=1:seq=3:ms=2000`, `drop:rank=0:seq=5`, `kill:rank=1:seq=2`.
+    /// `delay:rank=1:seq=3:ms=2000`, `drop:rank=0:seq=5`, `kill:rank=1:seq=2`,
+    /// `panic:rank=2:seq=1`.
     pub fn parse(s: &str) -> Result<FaultSpec, String> {
         let mut parts = s.split(':');
         let action = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
@@ -170,7 +173,8 @@ impl FaultSpec {
             "delay" => FaultAction::Delay(std::time::Duration::from_millis(ms.ok_or("delay needs ms=N")?)),
             "drop" => FaultAction::Drop,
             "kill" => FaultAction::Kill,
-            other => return Err(format!("unknown action {other:?} (delay, drop or kill)")),
+            "panic" => FaultAction::Panic,
+            other => return Err(format!("unknown action {other:?} (delay, drop, kill or panic)")),
         };
         Ok(FaultSpec { action, rank: rank.ok_or("rank=R is required")?, seq: seq.ok_or("seq=S is required")?, group })
     }
@@ -511,6 +515,7 @@ mod tests {
         let f = FaultSpec::parse("delay:rank=1:seq=3:ms=2000").unwrap();
         assert_eq!((f.rank, f.seq, f.action), (1, 3, FaultAction::Delay(std::time::Duration::from_millis(2000))));
         assert_eq!(FaultSpec::parse("kill:rank=0:seq=5:group=7").unwrap().group.as_deref(), Some("7"));
+        assert_eq!(FaultSpec::parse("panic:rank=2:seq=1").unwrap().action, FaultAction::Panic);
         assert!(FaultSpec::parse("delay:rank=1:seq=3").is_err());
         assert!(FaultSpec::parse("explode:rank=1:seq=3").is_err());
     }

@@ -203,7 +203,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_FAULT",
         default: "",
-        doc: "fault injection for tests: action:rank=R:seq=S[:ms=N][:group=G], action delay (needs ms), drop or kill; CPU transport only",
+        doc: "fault injection for tests: action:rank=R:seq=S[:ms=N][:group=G], action delay (needs ms), drop, kill or panic (the rank's collective panics in its algorithm: it fails naming the panic and closes its links, so its peers fail at once, as with kill); CPU transport only",
     },
     Setting {
         name: "RUSTCCL_DEBUG",

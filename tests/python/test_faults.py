@@ -33,10 +33,18 @@ def test_wait_honours_its_own_timeout():
     assert res[0]["value"] == [3.0] * 8 and res[1]["value"] == [3.0] * 8  # the operation itself went on
 
 
-@pytest.mark.parametrize("how", ["sigkill", "fault"])
+@pytest.mark.parametrize("how", ["sigkill", "fault", "panic"])
 def test_dead_rank_fails_survivors_promptly(how):
-    env = {"RUSTCCL_FAULT": "kill:rank=2:seq=1"} if how == "fault" else {}
+    """A rank killed, whose links a fault closes, or whose collective
+    panics (`RUSTCCL_FAULT=panic`): the others fail at once, not at the
+    timeout, and so do their later calls; the panicking rank's call fails
+    naming the panic, and its later ones too."""
+    env = {"RUSTCCL_FAULT": {"fault": "kill:rank=2:seq=1", "panic": "panic:rank=2:seq=1"}[how]} if how != "sigkill" else {}
     res = launch.run("w_faults:killed", 3, how, env=env, pg_timeout=60, timeout=120, may_die=[2])
+    if how == "panic":
+        first = res[2]["first"]
+        assert first["runtime_error"] and "panicked" in first["msg"] and "RUSTCCL_FAULT: rank 2 panics" in first["msg"], first
+        assert res[2]["later"]["runtime_error"] and res[2]["later"]["s"] < 1, res[2]
     for r in (0, 1):
         first = res[r]["first"]
         assert first["runtime_error"] and first["type"] in ("DistNetworkError", "DistBackendError"), first

@@ -48,13 +48,18 @@ def wait_timeout(rank: int, world: int) -> dict:
 
 
 def killed(rank: int, world: int, how: str) -> dict | None:
-    """Rank 2 dies before collective seq 1 (SIGKILL, or RUSTCCL_FAULT=kill)."""
+    """Rank 2 dies before collective seq 1 (SIGKILL, or RUSTCCL_FAULT=kill),
+    or its collective seq 1 panics (RUSTCCL_FAULT=panic) and it lives on."""
     x = torch.ones(1 << 16)
     dist.all_reduce(x)
     if rank == 2 and how == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     first = _timed(lambda: dist.all_reduce(x))
     later = _timed(lambda: dist.all_reduce(x))
+    if rank == 2 and how == "panic":
+        # Alive well past the others' 10 s: they must fail on the closed
+        # links, not on this process's exit.
+        time.sleep(12)
     return {"first": first, "later": later}
 
 
