@@ -49,14 +49,15 @@ pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> 
     }
 }
 
-/// Threads of a rank's quick team (`Workers::with_quick`): the setting,
+/// Threads of a rank's quick team (`Workers::add_quick`): the setting,
 /// or where the rank's own `threads` sleep when idle (no [`room_to_spin`],
 /// and no spin set), the share of a quarter of the cores each local rank
 /// may spin on (as `room_to_spin` allows), at most `threads`; 0 (none)
 /// below 2. On the 64-core host, 8 ranks' 512 KiB all_reduce, reduce and
 /// reduce_scatter took 0.3-0.55x the time with 2 spinning threads a rank
-/// as with 8 sleeping ones (4 ranks, 4 spinning threads against 8 sleeping: 0.3-0.5x), but 8 MiB ones
-/// 1.2-1.7x longer (`benchmarks/results/2026-11-26-h200x4host-quick-team/`).
+/// as with 8 sleeping ones (4 ranks, 4 spinning against 8 sleeping:
+/// 0.3-0.5x), but 8 MiB ones 1.1-1.7x longer: hence only for the small
+/// phases (`benchmarks/results/2026-11-26-h200x4host-quick-team/`).
 pub(super) fn quick_threads_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
     if sizes.quick_threads != QUICK_FROM_HOST {
         return sizes.quick_threads;

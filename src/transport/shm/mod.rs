@@ -494,7 +494,10 @@ pub fn connect(
     let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.segment_bytes) };
     let root_threads = root_threads_for(sizes, n, threads);
     let name = format!("rustccl-shm-r{me}");
-    let workers = Workers::new(threads, &name, min_piece, spin)?.with_quick(quick_threads_for(sizes, n, threads), &name, host::SPIN)?;
+    let mut workers = Workers::new(threads, &name, min_piece, spin)?;
+    if let Err(e) = workers.add_quick(quick_threads_for(sizes, n, threads), &name, host::SPIN) {
+        log_at!(LogLevel::Info, "rank {me}: no quick team ({e}); the rank's own threads take every phase");
+    }
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.with_min_piece(min_piece / n.max(2));
     let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push });

@@ -37,7 +37,7 @@ enum Pool {
 pub struct Workers {
     pool: Option<Pool>,
     /// A small spinning team for phases of at most `max_bytes`, beside a
-    /// pool whose threads sleep when idle (`Workers::with_quick`).
+    /// pool whose threads sleep when idle (`Workers::add_quick`).
     quick: Option<Quick>,
     threads: usize,
     min_piece: usize,
@@ -80,18 +80,19 @@ impl Workers {
         Ok(Workers { pool, quick: None, threads: threads.max(1), min_piece: min_piece.max(64), spin })
     }
 
-    /// The same workers with a quick team of `threads` threads (the
+    /// Gives these workers a quick team of `threads` threads (the
     /// caller's included; none below 2) that spin `spin` when idle and run
     /// every phase of at most `threads` x [`QUICK_BYTES_PER_THREAD`] bytes:
     /// where the workers' own threads sleep when idle, waking them costs
     /// tens of microseconds a phase on a VM, more than a few spinning
-    /// threads need for such a phase (`host::quick_threads_for`).
-    pub fn with_quick(mut self, threads: usize, name: &str, spin: Duration) -> io::Result<Workers> {
+    /// threads need for such a phase (`host::quick_threads_for`). On an
+    /// error (no threads to be had) the workers stay as they were.
+    pub fn add_quick(&mut self, threads: usize, name: &str, spin: Duration) -> io::Result<()> {
         if threads >= 2 {
             let pool = Pool::Team(Arc::new(Team::new(threads - 1, &format!("{name}-q"), spin)?));
             self.quick = Some(Quick { pool, threads, max_bytes: threads * QUICK_BYTES_PER_THREAD });
         }
-        Ok(self)
+        Ok(())
     }
 
     /// Threads of the quick team (0: none).
@@ -297,7 +298,8 @@ mod tests {
 
     #[test]
     fn small_phases_run_on_the_quick_team_and_large_ones_on_the_workers() {
-        let wk = Workers::new(4, "wt", 64, Duration::ZERO).unwrap().with_quick(2, "wt", SPIN).unwrap();
+        let mut wk = Workers::new(4, "wt", 64, Duration::ZERO).unwrap();
+        wk.add_quick(2, "wt", SPIN).unwrap();
         assert_eq!(wk.quick_threads(), 2);
         let max = 2 * QUICK_BYTES_PER_THREAD;
         let me = std::thread::current().name().unwrap_or("").to_string();
@@ -312,6 +314,8 @@ mod tests {
         assert!(!pool.is_empty() && pool.iter().all(|n| n.starts_with("wt-") && !n.starts_with("wt-q")), "larger phases: {pool:?}");
         // The same threads under other piece sizes; none below 2 threads.
         assert_eq!(wk.with_min_piece(128).quick_threads(), 2);
-        assert_eq!(Workers::new(4, "wt", 64, Duration::ZERO).unwrap().with_quick(1, "wt", SPIN).unwrap().quick_threads(), 0);
+        let mut one = Workers::new(4, "wt", 64, Duration::ZERO).unwrap();
+        one.add_quick(1, "wt", SPIN).unwrap();
+        assert_eq!(one.quick_threads(), 0);
     }
 }
