@@ -63,7 +63,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_SINGLE_READER_MIN_BYTES",
         default: "0",
-        doc: "all_to_all, gather and scatter blocks and point-to-point messages to a rank of the host of more than this many bytes are read from the sender's tensor (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); 0: 262144 (where the host's reads are slow, see RUSTCCL_SHM_ATTACH_MIN_BYTES=auto, blocks over 4194304, and such sends are read, not staged: on the 2-core VM the 2-stage pipeline step took 1.7x less time so than with sends up to 4 MiB through the rings); above 262144 (set or chosen) all_to_all, and gathers and scatters of blocks up to this size, copy through shared memory instead",
+        doc: "all_to_all, gather and scatter blocks and point-to-point messages to a rank of the host of more than this many bytes are read from the sender's tensor (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); 0: 262144 (where the host's reads are slow, see RUSTCCL_SHM_ATTACH_MIN_BYTES=auto, blocks over 4194304, over 262144 with 2 local ranks (one peer reads or writes while the root copies its own part: on the 2-core VM 2-8 MiB scatters took 0.47-0.71x the time, 1-4 MiB gathers 0.52-0.73x), and such sends are read, not staged: on the 2-core VM the 2-stage pipeline step took 1.7x less time so than with sends up to 4 MiB through the rings); above 262144 (set or chosen) all_to_all, and gathers and scatters of blocks up to this size, copy through shared memory instead",
     },
     Setting {
         name: "RUSTCCL_SHM_BLOCK_READ_MIN_BYTES",

@@ -4,7 +4,7 @@
 //! one-round all-reduce limit.
 #![forbid(unsafe_code)]
 
-use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
+use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 use crate::config::log_at;
 use crate::config::{ShmConfig, QUICK_FROM_HOST, SPIN_FROM_HOST};
 use crate::config::LogLevel;
@@ -155,7 +155,8 @@ pub(super) struct Reads {
     /// rings, and one-way 2-4 MiB 327-564 us against 395-981 us; staging
     /// them instead made the step 3.10 / 2.17 ms. Blocks of all_to_all,
     /// gather and scatter keep [`SLOW_SINGLE_READER_MIN`] (2 MiB scatters
-    /// were 2x faster through the slots).
+    /// were 2x faster through the slots, before the root copied its own
+    /// part meanwhile), with 2 local ranks [`PAIR_BLOCK_READ_MIN`].
     pub slow: bool,
 }
 
@@ -191,6 +192,7 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     let block = match sizes.block_min {
         0 if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
         0 if shared => SINGLE_READER_MIN,
+        0 if slow && sizes.single_min == 0 && n == 2 => PAIR_BLOCK_READ_MIN,
         0 if slow && sizes.single_min == 0 => SLOW_SINGLE_READER_MIN,
         set => set,
     };
