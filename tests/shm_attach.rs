@@ -288,6 +288,40 @@ fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
     }
 }
 
+/// Where reads are slow (no collective reads, here set by hand) but the
+/// host has 2 ranks, all_to_all runs the single-copy algorithm whatever
+/// its blocks (small ones through the slots, larger ones read), while
+/// gathers and scatters of small blocks keep the messages.
+#[test]
+fn slow_reads_with_two_ranks_run_all_to_all_on_attach() {
+    let shm = ShmConfig { attach_min: 1 << 40, block_min: 2000, ..common::TINY_SHM };
+    let comms = mesh_comms(2, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
+    // rank r sends rank p (r + 2p + round) % 3 x 300 floats: 0, 1200 or 2400 bytes
+    let count = |r: usize, p: usize, round: usize| (r + 2 * p + round) % 3 * 300;
+    on_ranks(&comms, |r, c| {
+        for round in 0..3usize {
+            let ins: Vec<f64> = (0..2).flat_map(|p| (0..count(r, p, round)).map(move |i| (r * 10_000 + p * 1000 + i + round) as f64)).collect();
+            let want: Vec<f64> = (0..2).flat_map(|p| (0..count(p, r, round)).map(move |i| (p * 10_000 + r * 1000 + i + round) as f64)).collect();
+            let (ib, ob) = (buf(DType::F32, &ins), buf(DType::F32, &vec![-1.0; want.len()]));
+            let mut s = spec(OpKind::AllToAll);
+            s.inputs = vec![t(&ib)];
+            s.outputs = vec![t(&ob)];
+            s.in_splits = (0..2).map(|p| count(r, p, round) as i64).collect();
+            s.out_splits = (0..2).map(|p| count(p, r, round) as i64).collect();
+            run(c, s);
+            assert_eq!(read(DType::F32, &ob), want, "rank {r} round {round}");
+            assert_eq!(algorithm(c, "all_to_all"), "shm_attach");
+        }
+        let input = buf(DType::F32, &vec![r as f64; 100]);
+        let outs: Vec<_> = if r == 0 { (0..2).map(|_| buf(DType::F32, &vec![0.0; 100])).collect() } else { vec![] };
+        gather(c, &input, &outs, 0);
+        for (p, o) in outs.iter().enumerate() {
+            assert_eq!(read(DType::F32, o), vec![p as f64; 100]);
+        }
+        assert_ne!(algorithm(c, "gather"), "shm_attach", "a 400-byte block is not read");
+    });
+}
+
 /// `auto`: every rank measures for itself, and all end with the same
 /// thresholds, one of the two the host rule gives; with two threads per
 /// rank, the fast one (16 MiB / 256 KiB / 1 MiB) without measuring. Slow

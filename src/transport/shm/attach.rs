@@ -191,4 +191,15 @@ impl Attach {
     pub fn all_blocks(&self) -> bool {
         self.min_bytes < NO_COLLECTIVE_READS
     }
+
+    /// Whether every all_to_all runs the single-copy algorithm: where
+    /// [`Attach::all_blocks`], and where reads are slow but the host has 2
+    /// local ranks (each reads its one block from the other while copying
+    /// its own part; blocks up to `block_min` through the slots). On the
+    /// 2-core VM, 128 KiB - 32 MiB all_to_alls took 0.59-0.84x the time
+    /// of the rings' copies (settings alternating twice,
+    /// `benchmarks/results/2026-11-26-devbox-pair-block-reads/`).
+    pub fn all_to_all_blocks(&self) -> bool {
+        self.all_blocks() || self.pids.len() == 2
+    }
 }

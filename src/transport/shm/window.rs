@@ -251,9 +251,14 @@ impl Window {
     /// Whether all_to_all, gather and scatter run the single-copy
     /// algorithms (`collectives::shm_attach`) for blocks of `block` bytes
     /// (None: all_to_all, whose blocks differ between ranks): always where
-    /// reads are fast, else only for blocks read directly.
+    /// reads are fast, else gathers and scatters only for blocks read
+    /// directly and all_to_all only between 2 local ranks
+    /// (`Attach::all_to_all_blocks`).
     pub fn attach_blocks(&self, block: Option<usize>) -> bool {
-        self.local.attach.as_ref().is_some_and(|a| a.all_blocks() || block.is_some_and(|b| a.block_read(b)))
+        self.local.attach.as_ref().is_some_and(|a| match block {
+            None => a.all_to_all_blocks(),
+            Some(b) => a.all_blocks() || a.block_read(b),
+        })
     }
 
     /// Whether an all_to_all / gather / scatter block of `len` bytes is read
