@@ -87,12 +87,13 @@ pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 
 /// Where reads are slow but a host has only 2 local ranks, gather and
 /// scatter blocks over this size are read (or a gather's pushed) all the
-/// same (`host::reads_for`): one peer reads or writes while the root
-/// copies its own part. On
-/// the 2-core VM (settings alternating twice, `benchmarks/results/2026-11-26-devbox-pair-block-reads/`)
+/// same (`host::reads_for`), and all_to_all's
+/// ([`Attach::all_to_all_blocks`]): one peer reads or writes while the
+/// other copies its own part. On the 2-core VM (settings alternating
+/// twice, `benchmarks/results/2026-11-26-devbox-pair-block-reads/`)
 /// 2 / 8 MiB scatters took 0.71 / 0.47x the time of the copies through
 /// shared memory that [`SLOW_SINGLE_READER_MIN`] kept them to, 1 / 4 MiB
-/// gathers 0.52 / 0.57x; all_to_all does not read there either way.
+/// gathers 0.52 / 0.57x.
 pub const PAIR_BLOCK_READ_MIN: usize = SINGLE_READER_MIN;
 
 /// all_to_all / gather / scatter blocks up to this size go through the
