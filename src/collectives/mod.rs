@@ -43,7 +43,6 @@ pub use op::{into_host, Op, OpSpec, Parts};
 pub use compressed::Compression;
 pub use reduce::Scratch;
 
-
 use crate::config::AlgoConfig;
 use crate::error::{Error, Result};
 use crate::tensor::{copy_region, overlaps, HostTensor, Tensor};

@@ -1,14 +1,13 @@
 //! Cross-memory attach: reading another local rank's memory straight from
-//! its address space (`process_vm_readv`), so a byte crosses between two
-//! ranks of one host in one copy instead of two (into a shared segment
-//! and out of it).
+//! its address space (`process_vm_readv`), or writing into it
+//! (`process_vm_writev`), so a byte crosses between two ranks of one host
+//! in one copy instead of two (into a shared segment and out of it).
 //!
 //! Reads, and one kind of write ([`write`]): into a buffer the peer posted
 //! in its table for this rank to fill in the current operation (a gather's
 //! outputs, `Window::push`); nothing else of a peer's is ever written. The
 //! kernel checks every remote address (a wrong one is `EFAULT`, never a
-//! fault here) and
-//! the caller's permission to attach (same user; with Yama's
+//! fault here) and the caller's permission to attach (same user; with Yama's
 //! `ptrace_scope` 1 the target must allow it, see [`allow_attach`]). A
 //! pid from another pid namespace reads the wrong process or fails: the
 //! [`probe`] at setup compares a canary value read through the peer's
