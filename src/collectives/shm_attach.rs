@@ -30,7 +30,7 @@
 use std::convert::Infallible;
 
 use crate::error::Result;
-use crate::transport::shm::{Area, Desc, PhaseWait, PullError, Window, Workers};
+use crate::transport::shm::{Area, Desc, PhaseWait, AttachError, Window, Workers};
 use crate::types::{DType, ReduceOp};
 
 /// One single-copy operation in progress: its first phase.
@@ -90,7 +90,7 @@ pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, wk: &Workers, pulls: Vec
         items.extend(wk.pieces_mut(dst).map(|(o, piece)| (peer, entry, off + o, piece)));
     }
     wk.for_each(items, bytes, |(peer, entry, off, piece)| win.pull(peer, entry, off, piece))
-        .map_err(|e: PullError| win.failed(w, e))
+        .map_err(|e: AttachError| win.failed(w, e))
 }
 
 /// Whether a block of `len` bytes of all_to_all, gather or scatter goes
@@ -355,7 +355,7 @@ fn push_to(win: &Window, w: &dyn PhaseWait, root: usize, input: &[u8]) -> Result
     win.check_posted("gather", root, me, input.len())?;
     let wk = win.workers();
     wk.for_each(wk.ranges(input.len()), input.len(), |r: std::ops::Range<usize>| win.push(root, me, r.start, &input[r]))
-        .map_err(|e: PullError| win.failed(w, e))
+        .map_err(|e: AttachError| win.failed(w, e))
 }
 
 /// After the senders' last publish: the first whose push failed.

@@ -12,7 +12,7 @@ use super::reduce::{finish_avg, reduce_into};
 use super::shm_attach::{pull_all, Step};
 use super::split_chunks_mut;
 use crate::error::Result;
-use crate::transport::shm::{Desc, PhaseWait, PullError, Window};
+use crate::transport::shm::{Desc, PhaseWait, AttachError, Window};
 use crate::types::{DType, ReduceOp};
 
 /// Bytes read from a peer before they are reduced: small enough that the
@@ -57,10 +57,10 @@ fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], own: Option<&[u8
                         &*tmp
                     }
                 };
-                reduce_into(op, dtype, sub, theirs).map_err(|e| PullError { peer: i, detail: e.to_string() })?;
+                reduce_into(op, dtype, sub, theirs).map_err(|e| AttachError { peer: i, detail: e.to_string() })?;
             }
             if op == ReduceOp::Avg {
-                finish_avg(dtype, sub, n).map_err(|e| PullError { peer: me, detail: e.to_string() })?;
+                finish_avg(dtype, sub, n).map_err(|e| AttachError { peer: me, detail: e.to_string() })?;
             }
             done += sub.len();
         }

@@ -38,7 +38,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
-pub use window::{Area, Desc, PhaseWait, PullError, Window};
+pub use window::{Area, Desc, PhaseWait, AttachError, Window};
 pub use attach::{Attach, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 pub use stage::StillComing;
 pub use workers::Workers;

@@ -83,10 +83,10 @@ fn descriptor(seq: u32, d: &Desc) -> u64 {
     (seq as u64) << 32 | dtype_code(d.dtype) << 8 | d.op as u64
 }
 
-/// A failed read of a peer's buffer (cross-memory attach): which local
-/// peer, and why. Turned into an error naming the peer by [`Window::failed`].
+/// A failed read of a peer's buffer, or write into one it posted
+/// (cross-memory attach): which local peer, and why. Turned into an error naming the peer by [`Window::failed`].
 #[derive(Debug)]
-pub struct PullError {
+pub struct AttachError {
     pub peer: usize,
     pub detail: String,
 }
@@ -290,22 +290,22 @@ impl Window {
     /// posted as `entry` straight out of the peer's memory. The peer must
     /// have published the phase after its post and must keep the buffer
     /// unchanged until this rank publishes that it is done.
-    pub fn pull(&self, peer: usize, entry: usize, off: usize, dst: &mut [u8]) -> std::result::Result<(), PullError> {
+    pub fn pull(&self, peer: usize, entry: usize, off: usize, dst: &mut [u8]) -> std::result::Result<(), AttachError> {
         let (a, addr) = self.posted(peer, entry, off, dst.len(), "reads")?;
         a.read(peer, addr, dst)
-            .map_err(|e| PullError { peer, detail: format!("reading the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
+            .map_err(|e| AttachError { peer, detail: format!("reading the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
     }
 
     /// Cross-memory attach and the address of bytes `off..off + len` of
     /// `peer`'s entry `entry`, when attach is on and the entry holds them
     /// (else the error, naming the peer, for a rank that `does` them).
-    fn posted(&self, peer: usize, entry: usize, off: usize, len: usize, does: &str) -> std::result::Result<(&super::Attach, u64), PullError> {
+    fn posted(&self, peer: usize, entry: usize, off: usize, len: usize, does: &str) -> std::result::Result<(&super::Attach, u64), AttachError> {
         let Some(a) = &self.local.attach else {
-            return Err(PullError { peer, detail: "cross-memory attach is off".into() });
+            return Err(AttachError { peer, detail: "cross-memory attach is off".into() });
         };
         let (addr, posted) = self.entry(peer, entry);
         if off.checked_add(len).is_none_or(|end| end > posted) {
-            return Err(PullError { peer, detail: format!("peer posted {posted} bytes, this rank {does} {off}+{len}: the ranks passed different sizes") });
+            return Err(AttachError { peer, detail: format!("peer posted {posted} bytes, this rank {does} {off}+{len}: the ranks passed different sizes") });
         }
         Ok((a, addr + off as u64))
     }
@@ -315,10 +315,10 @@ impl Window {
     /// peer must have posted that buffer for this rank to fill, published
     /// the phase after its post, and must leave it alone until this rank
     /// publishes that it is done.
-    pub fn push(&self, peer: usize, entry: usize, off: usize, src: &[u8]) -> std::result::Result<(), PullError> {
+    pub fn push(&self, peer: usize, entry: usize, off: usize, src: &[u8]) -> std::result::Result<(), AttachError> {
         let (a, addr) = self.posted(peer, entry, off, src.len(), "writes")?;
         a.write(peer, addr, src)
-            .map_err(|e| PullError { peer, detail: format!("writing the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
+            .map_err(|e| AttachError { peer, detail: format!("writing the peer's buffer (process {}) failed: {e}", a.pids[peer]) })
     }
 
     /// Whether this rank, as a gather's root, lets the senders of blocks
@@ -377,7 +377,7 @@ impl Window {
     }
 
     /// The error for a failed [`Window::pull`], naming the peer.
-    pub fn failed(&self, w: &dyn PhaseWait, e: PullError) -> Error {
+    pub fn failed(&self, w: &dyn PhaseWait, e: AttachError) -> Error {
         w.mismatch(self.local.ranks[e.peer], e.detail)
     }
 
