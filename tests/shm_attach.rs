@@ -354,10 +354,12 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
 
 /// `auto` with two threads per rank and 5 ranks: all_reduce reads its
 /// peers only from 4 MiB per rank (20 MiB; it reads every peer twice),
-/// the collectives that read once from 16 MiB, and all_to_all / gather /
-/// scatter blocks over 256 KiB (1 MiB only up to 4 ranks: the
-/// all_to_all test above has 3); at 16 MiB all_reduce keeps two copies
-/// while reduce_scatter reads, and both give the reference result.
+/// the collectives that read once from 16 MiB, reduce (whose root takes
+/// pushes) from 8 MiB, and all_to_all / gather / scatter blocks over
+/// 256 KiB (1 MiB only up to 4 ranks: the all_to_all test above has 3);
+/// at 16 MiB all_reduce keeps two copies while reduce_scatter reads, an
+/// 8 MiB reduce reads (and pushes) and a smaller one copies, and all give
+/// the reference result.
 #[test]
 fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
     use rustccl::config::ATTACH_FROM_HOST;
@@ -368,6 +370,7 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
         assert_eq!(get("shm_attach_min_bytes"), Some(16 << 20));
         assert_eq!(get("shm_all_reduce_attach_min_bytes"), Some(20 << 20));
         assert_eq!(get("shm_block_read_min_bytes"), Some(256 << 10));
+        assert_eq!(get("shm_reduce_attach_min_bytes"), Some(8 << 20));
     }
     let len = 4 << 20; // floats: 16 MiB
     on_ranks(&comms, |r, c| {
@@ -377,6 +380,10 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
         assert_eq!(algorithm(c, "all_reduce"), "shm_pipelined");
         check_reduce_scatter_flat(c, r, 5, DType::F32, ReduceOp::Sum, len / 5 + 1, "16 MiB reduce_scatter");
         assert_eq!(algorithm(c, "reduce_scatter"), "shm_attach");
+        for (floats, algo) in [(2 << 20, "shm_attach"), ((2 << 20) - 1, "shm_pipelined")] {
+            check_reduce(c, r, 5, DType::F32, ReduceOp::Sum, 3, floats, &format!("reduce of {floats} floats"));
+            assert_eq!(algorithm(c, "reduce"), algo, "reduce of {floats} floats");
+        }
     });
 }
 
@@ -557,7 +564,10 @@ fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
 
 /// Whether senders push is the root's choice (`RUSTCCL_SHM_GATHER_PUSH`),
 /// said in its header: ranks with the setting on and off gather
-/// correctly from every root, blocks in slots, read and pushed.
+/// correctly from every root, blocks in slots, read and pushed; and
+/// reduce from every root, its parts pushed into the root's buffer or
+/// read by the root (Max and Avg over uneven chunks, pieces of several
+/// pushes each).
 #[test]
 fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
     for pushing in [[true, false, true], [false, true, false]] {
@@ -575,6 +585,9 @@ fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
                     c.submit(vec![s], None, None).unwrap().wait(None).unwrap();
                     for (p, o) in outs.iter().enumerate() {
                         assert_eq!(read(DType::F32, o), vec![(10 * p + root) as f64; len], "pushing={pushing:?} root={root} len={len} from {p}");
+                    }
+                    for (dt, op) in [(DType::F32, ReduceOp::Max), (DType::F64, ReduceOp::Avg)] {
+                        check_reduce(c, r, 3, dt, op, root, len + 1, &format!("reduce {dt:?} {op:?} pushing={pushing:?} root={root} len={len}"));
                     }
                 }
             }

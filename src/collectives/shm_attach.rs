@@ -111,11 +111,12 @@ fn blocks_at(n: usize) -> usize {
 
 /// A header's first word: the sender's blocks are in its small slot.
 const IN_SLOT: u64 = 1;
-/// A gather's root posted its outputs for the senders to push into.
-const POSTED_FOR_PUSHES: u64 = 2;
-/// A gather's sender could not push its block (written over its header's
-/// first word before its last publish).
-const PUSH_FAILED: u64 = 4;
+/// A gather's root posted its outputs for the senders to push into (a
+/// reduce's root its buffer, `shm_attach_reduce`).
+pub(super) const POSTED_FOR_PUSHES: u64 = 2;
+/// A sender could not push its block (written over its header's first
+/// word before its last publish).
+pub(super) const PUSH_FAILED: u64 = 4;
 
 /// A sender's header, as written by [`offer`].
 struct Header {
@@ -360,14 +361,23 @@ fn push_to(win: &Window, w: &dyn PhaseWait, root: usize, input: &[u8]) -> Result
 
 /// After the senders' last publish: the first whose push failed.
 fn push_failures(win: &Window, w: &dyn PhaseWait, slot: Area, headers: &[Header]) -> Result<()> {
-    for (c, h) in headers.iter().enumerate().filter(|(c, _)| *c != win.me()) {
-        if !pushed(win, h, true) {
-            continue;
-        }
-        let mut word = [0u8; 8];
-        win.get(c, slot, 0, &mut word);
-        if u64::from_ne_bytes(word) & PUSH_FAILED != 0 {
-            return Err(w.mismatch(win.ranks()[c], "the peer could not write its gather block into this rank's output (its own error names the cause)".into()));
+    let senders = headers.iter().enumerate().filter(|(c, h)| *c != win.me() && pushed(win, h, true)).map(|(c, _)| c);
+    first_failed_push(win, w, slot, senders, "its gather block into this rank's output")
+}
+
+/// The first word of local rank `peer`'s small slot `slot`.
+pub(super) fn slot_word(win: &Window, peer: usize, slot: Area) -> u64 {
+    let mut word = [0u8; 8];
+    win.get(peer, slot, 0, &mut word);
+    u64::from_ne_bytes(word)
+}
+
+/// After the `senders`' last publish: an error naming the first whose
+/// small slot says that its push (of `what`) failed.
+pub(super) fn first_failed_push(win: &Window, w: &dyn PhaseWait, slot: Area, senders: impl Iterator<Item = usize>, what: &str) -> Result<()> {
+    for c in senders {
+        if slot_word(win, c, slot) & PUSH_FAILED != 0 {
+            return Err(w.mismatch(win.ranks()[c], format!("the peer could not write {what} (its own error names the cause)")));
         }
     }
     Ok(())

@@ -4,15 +4,18 @@
 //! cache-sized block at a time, into its output. all_reduce then reads
 //! every other rank's finished part out of that rank's buffer. Every part
 //! is reduced by one rank, in the same order (its own input first, then
-//! the peers' in rank order), so all ranks hold the same bits.
+//! the peers' in rank order), so all ranks hold the same bits. A reduce's
+//! root lets the others write their finished parts into its buffer
+//! themselves, side by side, where it would read them all (as a gather's,
+//! `shm_attach`).
 #![forbid(unsafe_code)]
 
 use super::plan::{bytes, even_chunks};
 use super::reduce::{finish_avg, reduce_into};
-use super::shm_attach::{pull_all, Step};
+use super::shm_attach::{first_failed_push, pull_all, slot_word, Step, POSTED_FOR_PUSHES, PUSH_FAILED};
 use super::split_chunks_mut;
 use crate::error::Result;
-use crate::transport::shm::{Desc, PhaseWait, AttachError, Window};
+use crate::transport::shm::{AttachError, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
 
 /// Bytes read from a peer before they are reduced: small enough that the
@@ -31,7 +34,18 @@ struct At {
 /// are in `own` (as long as `acc`), copied block by block by the same
 /// threads right before the block is reduced (a serial copy first ran
 /// 1/n of the bytes on one thread while the reduction used all of them).
-fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], own: Option<&[u8]>, src: At, dtype: DType, op: ReduceOp) -> Result<()> {
+/// `then(offset, piece)`: called by the same thread with each finished
+/// piece of `acc`, while it is still in its cache.
+fn reduce_part(
+    win: &Window,
+    w: &dyn PhaseWait,
+    acc: &mut [u8],
+    own: Option<&[u8]>,
+    src: At,
+    dtype: DType,
+    op: ReduceOp,
+    then: impl Fn(usize, &[u8]) -> std::result::Result<(), AttachError> + Sync + Send,
+) -> Result<()> {
     debug_assert!(own.is_none_or(|o| o.len() == acc.len()));
     let (n, me) = (win.ranks().len(), win.me());
     let wk = win.workers();
@@ -64,7 +78,7 @@ fn reduce_part(win: &Window, w: &dyn PhaseWait, acc: &mut [u8], own: Option<&[u8
             }
             done += sub.len();
         }
-        Ok(())
+        then(off, piece)
     })
     .map_err(|e| win.failed(w, e))
 }
@@ -76,7 +90,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
     // Peers read our chunk c (their own) until they publish p+2; we
     // change only chunk `me` before that.
     let mine = bytes(&chunks[me], e);
-    let r = reduce_part(win, w, &mut buf[mine.clone()], None, At { entry: 0, offset: mine.start }, dtype, op);
+    let r = reduce_part(win, w, &mut buf[mine.clone()], None, At { entry: 0, offset: mine.start }, dtype, op, |_, _| Ok(()));
     step.sync(win, w, 1)?;
     if r.is_err() {
         return step.end(win, w, 2, true, r);
@@ -95,26 +109,49 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
 
 /// Reduce to `root`: every rank reduces its own chunk as in `all_reduce`
 /// (the root in its buffer, the others into `part`, one chunk of scratch,
-/// posted as entry 1), then the root reads the other chunks on its
-/// solo-phase threads (the others only wait). The caller's buffer changes
-/// only on the root.
+/// posted as entry 1). Where the root takes pushes ([`Window::gather_push`],
+/// said in the first word of its small slot), each other rank writes every
+/// finished piece of its chunk into the root's buffer at once (only it
+/// reads the root's bytes of that chunk, and it has read them by then);
+/// else the root reads the other chunks on its solo-phase threads while
+/// the others wait. The caller's buffer changes only on the root.
 pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp, root: usize, part: &mut [u8]) -> Result<()> {
     let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
     let chunks = even_chunks(buf.len() / e, n);
     let mine = bytes(&chunks[me], e);
     let part = &mut part[..if me == root { 0 } else { mine.len() }];
-    let step = Step::begin(win, w, &Desc { name: "reduce", dtype, op, len: buf.len(), root: Some(root) }, &[&*buf, &*part], || ())?;
+    let slot = Window::small_slot(win.phase());
+    let posts = me == root && win.gather_push();
+    let desc = Desc { name: "reduce", dtype, op, len: buf.len(), root: Some(root) };
+    let step = Step::begin(win, w, &desc, &[&*buf, &*part], || {
+        if me == root {
+            win.put(slot, 0, &(if posts { POSTED_FOR_PUSHES } else { 0 }).to_ne_bytes());
+        }
+    })?;
+    let pushes = me != root && slot_word(win, root, slot) & POSTED_FOR_PUSHES != 0;
     // Peers read our chunk c (their own) until they publish p+2; the root
-    // changes only chunk `me` before that, the others nothing.
+    // changes only chunk `me` before that (and the others push into its
+    // chunk of theirs), the others nothing.
+    let at = At { entry: 0, offset: mine.start };
     let r = if me == root {
-        reduce_part(win, w, &mut buf[mine.clone()], None, At { entry: 0, offset: mine.start }, dtype, op)
+        reduce_part(win, w, &mut buf[mine.clone()], None, at, dtype, op, |_, _| Ok(()))
+    } else if pushes {
+        reduce_part(win, w, part, Some(&buf[mine.clone()]), at, dtype, op, |off, piece| win.push(root, 0, mine.start + off, piece))
     } else {
-        reduce_part(win, w, part, Some(&buf[mine.clone()]), At { entry: 0, offset: mine.start }, dtype, op)
+        reduce_part(win, w, part, Some(&buf[mine.clone()]), at, dtype, op, |_, _| Ok(()))
     };
+    if pushes {
+        // Read by the root after our next publish, before its last one.
+        win.put(slot, 0, &(if r.is_err() { PUSH_FAILED } else { 0 }).to_ne_bytes());
+    }
     step.sync(win, w, 1)?;
     if r.is_err() || me != root {
-        // The root reads our part until it publishes p+3.
+        // The root reads our part (or our slot's word) until it publishes p+3.
         return step.end(win, w, 2, me != root, r);
+    }
+    if posts {
+        let r = first_failed_push(win, w, slot, (0..n).filter(|&c| c != me), "its reduced part into this rank's buffer");
+        return step.end(win, w, 2, false, r);
     }
     let pulls: Vec<_> = split_chunks_mut(buf, &chunks, e)
         .into_iter()
@@ -134,7 +171,7 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
     let total = ins.iter().map(|i| i.len()).sum();
     let step = Step::begin(win, w, &Desc { name: "reduce_scatter", dtype, op, len: total, root: None }, ins, || ())?;
     let r = (0..win.ranks().len()).filter(|&c| c != me).try_for_each(|c| win.check_posted("reduce_scatter", c, me, out.len())).and_then(|()| {
-        reduce_part(win, w, out, Some(ins[me]), At { entry: me, offset: 0 }, dtype, op)
+        reduce_part(win, w, out, Some(ins[me]), At { entry: me, offset: 0 }, dtype, op, |_, _| Ok(()))
     });
     step.end(win, w, 1, true, r)
 }

@@ -184,7 +184,13 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     } else {
         all_reduce_attach_min(attach, n)
     };
-    let reduce = if host && shared && n <= BLOCK_SLOT_RANKS { SHARED_FEW_RANKS_REDUCE_READ_MIN } else { attach };
+    let reduce = if host && shared && n <= BLOCK_SLOT_RANKS {
+        SHARED_FEW_RANKS_REDUCE_READ_MIN
+    } else if host && !shared && sizes.gather_push {
+        pushed_reduce_attach_min(attach, n)
+    } else {
+        attach
+    };
     let all_gather = if host && crowded { SHARED_CROWDED_ALL_GATHER_READ_MIN } else { attach };
     // Reads through the kernel slower than copies, one thread a rank
     // (`host_attach_min`): blocks are read from 4 MiB, sends over 256 KiB.
@@ -293,6 +299,34 @@ fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
     attach_min.max(local_ranks.saturating_mul(4 << 20))
 }
 
+/// The reduce's single-copy threshold when left to the host, where its
+/// root takes the others' parts as pushes (`RUSTCCL_SHM_GATHER_PUSH`, no
+/// shared tensors) and reads are fast (`attach_min` is [`ATTACH_MIN`]):
+/// from [`PUSHED_REDUCE_READ_MIN`] with 5-8 local ranks and
+/// [`PUSHED_REDUCE_MANY_READ_MIN`] with more, else `attach_min`. The
+/// two-copy reduce leaves the root to copy every other rank's part out
+/// of its slot alone while they wait; with pushes nobody waits for one
+/// rank's copies. On the 64-core host (settings alternating, reading from
+/// 512 KiB against the default) reading with pushes made 8-rank reduces of
+/// 8 MiB 0.76x the time but 512 KiB / 2 MiB ones 1.45 / 1.23x longer (two
+/// runs), 16-rank ones of 512 KiB - 32 MiB 0.60-0.93x (one run), 4-rank
+/// ones 1.13-1.49x longer below 32 MiB; reading without pushes (the root
+/// reads every part) took 1.2-2x as long as with them at every size
+/// (`benchmarks/results/2026-11-27-x4host-s20-call2/`).
+fn pushed_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
+    match local_ranks {
+        _ if attach_min != ATTACH_MIN => attach_min,
+        n if n > 8 => PUSHED_REDUCE_MANY_READ_MIN,
+        n if n > BLOCK_SLOT_RANKS => PUSHED_REDUCE_READ_MIN,
+        _ => attach_min,
+    }
+}
+
+/// See [`pushed_reduce_attach_min`].
+const PUSHED_REDUCE_READ_MIN: usize = 8 << 20;
+/// See [`pushed_reduce_attach_min`].
+const PUSHED_REDUCE_MANY_READ_MIN: usize = 512 << 10;
+
 /// The default single-copy threshold where reads pay.
 const ATTACH_MIN: usize = 16 << 20;
 /// How fast a read through the kernel must be, as a fraction of a copy,
@@ -333,7 +367,15 @@ pub fn one_round_max(setting: usize, local_ranks: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{quick_share, room_to_spin};
+    use super::{pushed_reduce_attach_min, quick_share, room_to_spin, ATTACH_MIN};
+
+    #[test]
+    fn a_reduce_with_pushes_reads_from_8_mib_with_5_to_8_ranks_and_512_kib_with_more() {
+        let at = |n| pushed_reduce_attach_min(ATTACH_MIN, n);
+        assert_eq!((at(2), at(4), at(5), at(8), at(9), at(16)), (ATTACH_MIN, ATTACH_MIN, 8 << 20, 8 << 20, 512 << 10, 512 << 10));
+        // slow reads (no collective reads) stay so
+        assert_eq!(pushed_reduce_attach_min(usize::MAX, 16), usize::MAX);
+    }
 
     #[test]
     fn a_quick_team_takes_a_ranks_share_of_a_quarter_of_the_cores() {

@@ -73,7 +73,8 @@ pub struct ShmLocal {
     /// of a reduction reads every local rank's copy, so `min_piece / n`
     /// of it moves about as much memory as a copied piece, which is what
     /// waking a thread is worth (a copied 128 KiB piece takes about what
-    /// the wake-up costs).
+    /// the wake-up costs); only phases `n` times smaller than a copy's
+    /// run on the quick team (`Workers::reducing`).
     pub sum_workers: Workers,
     /// More threads for a root's phases in which the other ranks only
     /// wait (gather's and reduce's reads of every block, scatter's copies
@@ -499,7 +500,7 @@ pub fn connect(
         log_at!(LogLevel::Info, "rank {me}: no quick team ({e}); the rank's own threads take every phase");
     }
     let reduce_workers = workers.with_min_piece(min_piece / 2);
-    let sum_workers = workers.with_min_piece(min_piece / n.max(2));
+    let sum_workers = workers.reducing(n);
     let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {

@@ -114,6 +114,21 @@ impl Workers {
         Workers { pool: self.pool.clone(), quick: self.quick.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin }
     }
 
+    /// The same threads for the reductions of `inputs` buffers (at least
+    /// 2): a byte of such a phase reads `inputs` bytes, so its pieces may
+    /// be that much smaller for the same work, and only a phase that much
+    /// smaller runs on the quick team. On the 64-core host, with the quick
+    /// team taking reductions by their output alone, 2 MiB all_reduce,
+    /// reduce and reduce_scatter with 4 and 8 ranks took 1.3-1.7x longer
+    /// (the 256-512 KiB reduction, reading 2 MiB, on 2-4 threads) while
+    /// 512 KiB ones took 0.55-0.63x the time
+    /// (`benchmarks/results/2026-11-27-x4host-s20-call1/`).
+    pub fn reducing(&self, inputs: usize) -> Workers {
+        let inputs = inputs.max(2);
+        let quick = self.quick.clone().map(|q| Quick { max_bytes: q.max_bytes / inputs, ..q });
+        Workers { quick, ..self.with_min_piece(self.min_piece / inputs) }
+    }
+
     /// Consecutive pieces of `0..len` (one per thread, at most).
     pub fn ranges(&self, len: usize) -> Vec<Range<usize>> {
         self.ranges_aligned(len, 1)
@@ -298,7 +313,7 @@ mod tests {
 
     #[test]
     fn small_phases_run_on_the_quick_team_and_large_ones_on_the_workers() {
-        let mut wk = Workers::new(4, "wt", 64, Duration::ZERO).unwrap();
+        let mut wk = Workers::new(4, "wt", 1024, Duration::ZERO).unwrap();
         wk.add_quick(2, "wt", SPIN).unwrap();
         assert_eq!(wk.quick_threads(), 2);
         let max = 2 * QUICK_BYTES_PER_THREAD;
@@ -312,6 +327,17 @@ mod tests {
         assert_eq!(helpers(&quick), HashSet::from(["wt-q-0".to_string()]), "a phase of {max} bytes: {quick:?}");
         let pool = helpers(&pool);
         assert!(!pool.is_empty() && pool.iter().all(|n| n.starts_with("wt-") && !n.starts_with("wt-q")), "larger phases: {pool:?}");
+        // A reduction of 4 inputs: only a quarter of that on the quick team.
+        let sum = wk.reducing(4);
+        let (mut quick, mut pool) = (HashSet::new(), HashSet::new());
+        for _ in 0..20 {
+            quick.extend(names(&sum, 8, max / 4));
+            pool.extend(names(&sum, 8, max / 4 + 1));
+        }
+        assert_eq!(helpers(&quick), HashSet::from(["wt-q-0".to_string()]), "a reduction of {} bytes: {quick:?}", max / 4);
+        let pool = helpers(&pool);
+        assert!(!pool.is_empty() && pool.iter().all(|n| !n.starts_with("wt-q")), "larger reductions: {pool:?}");
+        assert_eq!(sum.min_piece(), 256);
         // The same threads under other piece sizes; none below 2 threads.
         assert_eq!(wk.with_min_piece(128).quick_threads(), 2);
         let mut one = Workers::new(4, "wt", 64, Duration::ZERO).unwrap();
