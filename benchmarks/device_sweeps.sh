@@ -1,6 +1,7 @@
 #!/bin/bash
 # A/B sweeps on a device machine (CPU only), for the `run` tool: carry the wheels in .carry/st*/
-# (built with scripts/build_wheel.sh), then e.g.
+# (built with scripts/build_wheel.sh; `python scripts/strip_wheel.py wheelhouse/*.whl .carry/st1/` drops their
+# debug information, 8 MB -> 1.3 MB a wheel, so the working tree stays under the tool's 64 MiB), then e.g.
 #   MACH=h100x2host OPS=all_reduce,send_recv MINB=8 MAXB=2M SPECS="2:0:a:X=1 2:0:b:X=0,Y=2" bash benchmarks/device_sweeps.sh
 # Each SPEC "W:V:NAME[:VAR=VALUE[,VAR=VALUE...]]" runs one A/B sweep (rustccl vs gloo alternating)
 # with W ranks, RUSTCCL_SHM_TENSORS=V and the settings given;
