@@ -106,7 +106,9 @@ pub struct ShmConfig {
     /// moves to a free one (`transport::shm::place`).
     pub keep_apart: bool,
     /// A gather's root lets its senders write the blocks no slot takes
-    /// into its outputs (`collectives::shm_attach::gather`).
+    /// into its outputs (`collectives::shm_attach::gather`), a reduce's
+    /// root the others their reduced parts into its buffer
+    /// (`collectives::shm_attach_reduce::reduce`).
     pub gather_push: bool,
 }
 

@@ -113,7 +113,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_GATHER_PUSH",
         default: "1",
-        doc: "1: a gather's root whose peers' tensors are read through the kernel (no shared arena) posts its outputs, and each rank whose block no shared-memory slot takes writes it there itself (process_vm_writev) while the root copies its own part, instead of the root reading every block: on the 16-core host 8 ranks' 16-256 MiB gathers took 0.47-0.63x the time, 4 ranks' 8-128 MiB 0.53-0.63x, on the 32-core host 8 and 16 ranks' 0.47-0.62x, 2 ranks' 16 / 64 MiB on the 2-core VM 0.67 / 0.45x; 0: the root reads them (decided by the root: ranks may differ)",
+        doc: "1: a gather's root whose peers' tensors are read through the kernel (no shared arena) posts its outputs, and each rank whose block no shared-memory slot takes writes it there itself (process_vm_writev) while the root copies its own part, instead of the root reading every block: on the 16-core host 8 ranks' 16-256 MiB gathers took 0.47-0.63x the time, 4 ranks' 8-128 MiB 0.53-0.63x, on the 32-core host 8 and 16 ranks' 0.47-0.62x, 2 ranks' 16 / 64 MiB on the 2-core VM 0.67 / 0.45x; likewise a reduce's root that reads the peers' tensors takes their reduced parts as pushes (64-core host, 4-16 ranks, 512 KiB - 32 MiB: 0.51-0.87x the time of reading them), and reduce then reads from 8 MiB with 5-8 local ranks and 512 KiB with more; 0: the root reads them (decided by the root: ranks may differ)",
     },
     Setting {
         name: "RUSTCCL_SHM_KEEP_APART",

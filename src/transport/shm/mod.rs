@@ -99,7 +99,7 @@ pub struct ShmLocal {
     /// Polling threads move off a CPU another local rank's polls on
     /// (`place.rs`, `RUSTCCL_SHM_KEEP_APART`).
     pub keep_apart: bool,
-    /// This rank, as a gather's root, lets senders push (`RUSTCCL_SHM_GATHER_PUSH`).
+    /// This rank, as a gather's or reduce's root, lets senders push (`RUSTCCL_SHM_GATHER_PUSH`).
     pub gather_push: bool,
 }
 

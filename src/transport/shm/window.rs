@@ -323,7 +323,8 @@ impl Window {
 
     /// Whether this rank, as a gather's root, lets the senders of blocks
     /// that no slot takes write them into its outputs ([`Window::push`])
-    /// rather than reading them: where the local ranks' tensors are read
+    /// rather than reading them (as a reduce's root that reads, the others
+    /// their reduced parts into its buffer): where the local ranks' tensors are read
     /// through the kernel (no shared arena, whose reads are plain copies)
     /// and `RUSTCCL_SHM_GATHER_PUSH` is on, so that the senders share the
     /// copies instead of the root making them all.
