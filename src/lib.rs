@@ -20,6 +20,9 @@
 //!   thread, point-to-point engine and sequence numbers.
 //! - `capi` (extern "C", used by the C++ c10d shim) and `py` (PyO3 module),
 //!   both only with the `python` feature.
+// These docs are for the engine's developers: they link private items
+// (helpers, constants) on purpose.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod bootstrap;
 pub mod collectives;

@@ -1,6 +1,6 @@
 //! Moving bytes between the ranks of one communicator.
 //!
-//! A [`Transport`] owns one [`Link`]-like connection per peer and drives a
+//! A [`Transport`] owns one connection per peer (`tcp::TcpLink`, `shm::ShmLink`) and drives a
 //! set of transfers ([`Xfer`]) to completion at once, so an algorithm can
 //! send to one neighbour while it receives from another without threads.
 //! Every message carries a small header (`frame`) with the operation's

@@ -3,7 +3,7 @@
 //! (`process_vm_writev`), so a byte crosses between two ranks of one host
 //! in one copy instead of two (into a shared segment and out of it).
 //!
-//! Reads, and one kind of write ([`write`]): into a buffer the peer posted
+//! Reads, and one kind of write ([`write()`]): into a buffer the peer posted
 //! in its table for this rank to fill in the current operation (a gather's
 //! outputs, `Window::push`); nothing else of a peer's is ever written. The
 //! kernel checks every remote address (a wrong one is `EFAULT`, never a
