@@ -13,7 +13,7 @@
 set -u
 export OMP_NUM_THREADS=1 NCCL_NVLS_ENABLE=0
 R=$OUT/res; mkdir -p $R
-for d in .carry/st*/; do python3 -m pip install -q --no-deps --target /tmp/$(basename $d) $d*.whl; done
+for d in .carry/st*/; do rm -rf /tmp/$(basename $d); python3 -m pip install -q --no-deps --target /tmp/$(basename $d) $d*.whl; done
 st() { echo "$(date +%T) $* $(grep '^cpu ' /proc/stat | awk '{print $9}')" >> $R/steal.txt; }
 (lscpu; free -g; df -h /dev/shm; cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/shmem_enabled) > $R/host.txt 2>&1
 for SPEC in $SPECS; do
