@@ -189,21 +189,54 @@ fn a_size_mismatch_fails_on_the_rank_that_sees_it_and_the_group_goes_on() {
 /// Three ranks of one host over shared memory, each with its own
 /// settings (`shm(r)`).
 fn comms_with(shm: impl Fn(usize) -> ShmConfig + Sync) -> Vec<Communicator> {
+    n_comms_with(3, shm)
+}
+
+/// `n` ranks of one host over shared memory, each with its own settings.
+fn n_comms_with(n: usize, shm: impl Fn(usize) -> ShmConfig + Sync) -> Vec<Communicator> {
     let store = std::sync::Arc::new(rustccl::bootstrap::MemStore::new());
     std::thread::scope(|s| {
-        let hs: Vec<_> = (0..3)
+        let hs: Vec<_> = (0..n)
             .map(|r| {
                 let (store, shm) = (store.clone(), &shm);
                 s.spawn(move || {
                     let mut o = opts(Duration::from_secs(30), tiny_algo());
                     o.transport = TransportMode::Shm;
                     o.shm = shm(r);
-                    Communicator::bootstrap(store.as_ref(), r, 3, o, "127.0.0.1".parse().unwrap()).unwrap()
+                    Communicator::bootstrap(store.as_ref(), r, n, o, "127.0.0.1".parse().unwrap()).unwrap()
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
+}
+
+/// Between two ranks a broadcast that reads the root's buffer has the
+/// root write the second half into the other's itself, where the root
+/// takes pushes (its choice, `RUSTCCL_SHM_GATHER_PUSH`); ranks that
+/// differ in it still agree, from either root, at lengths around the
+/// 64-byte-aligned half and over several pieces; back to back, so a fast
+/// root's next broadcast meets a peer still reading its slot's word.
+#[test]
+fn a_broadcast_between_two_ranks_is_split_between_them() {
+    for pushing in [[true, true], [true, false], [false, true]] {
+        let comms = n_comms_with(2, |r| ShmConfig { threads: 2, attach_min: 0, broadcast_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
+        on_ranks(&comms, |r, c| {
+            for len in [0usize, 1, 15, 16, 17, 33, 1000, 70_001] {
+                for root in 0..2usize {
+                    for k in 0..3usize {
+                        let data: Vec<f64> = (0..len).map(|i| ((i * 7 + root * 3 + k) % 251) as f64).collect();
+                        let b = buf(DType::F32, &if r == root { data.clone() } else { vec![-1.0; len] });
+                        broadcast(c, &b, root);
+                        assert_eq!(read(DType::F32, &b), data, "pushing={pushing:?} len={len} root={root} k={k} rank {r}");
+                    }
+                }
+            }
+        });
+        for c in &comms {
+            assert_eq!(algorithm(c, "broadcast"), "shm_attach", "pushing={pushing:?}");
+        }
+    }
 }
 
 /// Ranks given different thresholds (or attach off on one of them) still
@@ -330,9 +363,9 @@ fn slow_reads_with_two_ranks_run_all_to_all_on_attach() {
 /// 256 KiB.
 #[test]
 fn the_host_rule_gives_every_rank_the_same_thresholds() {
-    use rustccl::config::ATTACH_FROM_HOST;
+    use rustccl::config::{ATTACH_FROM_HOST, BROADCAST_FROM_HOST};
     for (n, threads) in [(2, 1), (3, 1), (2, 2)] {
-        let shm = ShmConfig { threads, attach_min: ATTACH_FROM_HOST, ..common::TINY_SHM };
+        let shm = ShmConfig { threads, attach_min: ATTACH_FROM_HOST, broadcast_min: BROADCAST_FROM_HOST, ..common::TINY_SHM };
         let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         let th = |c: &Communicator| -> (Option<u64>, Option<u64>, Option<u64>) {
             let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
@@ -349,6 +382,11 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
         } else {
             assert!(all[0] == fast || all[0] == slow, "n={n}: {all:?}");
         }
+        // broadcast reads the root only where reads are slow and 2 ranks
+        // share the copy (from 1 MiB), else never by default
+        let bc: Vec<_> = comms.iter().map(|c| c.thresholds().iter().find(|(k, _)| *k == "shm_broadcast_attach_min_bytes").map(|(_, v)| *v)).collect();
+        let want = if all[0] == slow && n == 2 { 1u64 << 20 } else { u64::MAX };
+        assert!(bc.iter().all(|b| *b == Some(want)), "n={n} threads={threads}: {bc:?}");
     }
 }
 

@@ -232,13 +232,54 @@ fn desc(name: &'static str, len: usize, root: Option<usize>) -> Desc {
     Desc { name, dtype: DType::U8, op: ReduceOp::Sum, len, root }
 }
 
-/// `root`: local index of the root.
+/// `root`: local index of the root. Every other rank reads the root's
+/// buffer. Between two ranks the root, idle otherwise, writes the second
+/// half into the other's buffer itself meanwhile ([`Window::push`]), so
+/// both ranks' cores copy: the root's choice ([`Window::gather_push`]),
+/// said in its small slot, whose first word keeps that flag and gets
+/// [`PUSH_FAILED`] beside it if a write failed. The other rank then
+/// publishes its last phase only after reading that word (so the root's
+/// next operation cannot have written the slot yet).
 pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usize) -> Result<()> {
     let me = win.me();
-    let d = desc("broadcast", buf.len(), Some(root));
-    let step = if me == root { Step::begin(win, w, &d, &[&*buf], || ())? } else { Step::begin(win, w, &d, &[], || ())? };
-    let r = if me != root { pull_all(win, w, win.workers(), vec![(root, 0, 0, buf)]) } else { Ok(()) };
-    step.end(win, w, 1, me == root, r)
+    let slot = Window::small_slot(win.phase());
+    let posts = me == root && win.ranks().len() == 2 && win.gather_push();
+    let flags = if posts { POSTED_FOR_PUSHES } else { 0 };
+    // Ours: the root's data, or where the root may write the second half.
+    let step = Step::begin(win, w, &desc("broadcast", buf.len(), Some(root)), &[&*buf], || {
+        if me == root {
+            win.put(slot, 0, &flags.to_ne_bytes());
+        }
+    })?;
+    let half = (buf.len() / 2).div_ceil(64).saturating_mul(64).min(buf.len());
+    if me == root {
+        let r = if posts { push_tail(win, w, 1 - me, buf, half) } else { Ok(()) };
+        if posts && r.is_err() {
+            win.put(slot, 0, &(flags | PUSH_FAILED).to_ne_bytes());
+        }
+        return step.end(win, w, 1, true, r);
+    }
+    let split = slot_word(win, root, slot) & POSTED_FOR_PUSHES != 0;
+    let mine = if split { half } else { buf.len() };
+    let r = pull_all(win, w, win.workers(), vec![(root, 0, 0, &mut buf[..mine])]);
+    if !split {
+        return step.end(win, w, 1, false, r);
+    }
+    // The root writes our second half until it publishes p+2.
+    w.wait_phase(step.p + 2)?;
+    let r = r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "the second half of its broadcast into this rank's buffer"));
+    win.publish(step.p + 2);
+    r
+}
+
+/// A broadcast root's writes of `buf[from..]` into the same bytes of the
+/// buffer local rank `peer` posted, on the worker threads.
+fn push_tail(win: &Window, w: &dyn PhaseWait, peer: usize, buf: &[u8], from: usize) -> Result<()> {
+    win.check_posted("broadcast", peer, 0, buf.len())?;
+    let tail = &buf[from..];
+    let wk = win.workers();
+    wk.for_each(wk.ranges(tail.len()), tail.len(), |r: std::ops::Range<usize>| win.push(peer, 0, from + r.start, &tail[r]))
+        .map_err(|e: AttachError| win.failed(w, e))
 }
 
 /// `outs[c]`: rank c's part of the output; ours already holds our input.

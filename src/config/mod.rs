@@ -90,7 +90,8 @@ pub struct ShmConfig {
     /// share of the host's cores the local ranks' threads take.
     pub spin_us: usize,
     /// Smallest broadcast that reads the root's tensor (cross-memory
-    /// attach); `usize::MAX` (the default): never.
+    /// attach); `usize::MAX`: never; [`BROADCAST_FROM_HOST`] (the
+    /// default): from the host (`transport::shm::host::reads_for`).
     pub broadcast_min: usize,
     /// Point-to-point sends to a rank of this host of more than
     /// `staged_min` and at most `staged_max` bytes that would be read from
@@ -126,6 +127,9 @@ pub const STAGE_FROM_HOST: usize = usize::MAX - 1;
 /// `auto`: the shared-memory setup decides from the host
 /// (`transport::shm::host_attach_min`).
 pub const ATTACH_FROM_HOST: usize = usize::MAX - 1;
+/// `ShmConfig::broadcast_min` when `RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES`
+/// is unset or `auto` (`off`: `usize::MAX`, never).
+pub const BROADCAST_FROM_HOST: usize = usize::MAX - 1;
 
 /// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
 /// handling on the CPU transport.
@@ -355,7 +359,8 @@ impl Config {
                 },
                 broadcast_min: match std::env::var("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES").as_deref() {
                     Ok("off") => usize::MAX,
-                    _ => env_usize("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", usize::MAX),
+                    Ok("auto") => BROADCAST_FROM_HOST,
+                    _ => env_usize("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", BROADCAST_FROM_HOST),
                 },
                 staged_min: env_usize("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", 0),
                 staged_max: match std::env::var("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES").as_deref() {
@@ -436,6 +441,7 @@ impl Config {
             ("RUSTCCL_SHM_SPIN_US", if self.shm.spin_us == SPIN_FROM_HOST { "auto".to_string() } else { self.shm.spin_us.to_string() }),
             ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", match self.shm.broadcast_min {
                 usize::MAX => "off".into(),
+                BROADCAST_FROM_HOST => "auto".into(),
                 v => v.to_string(),
             }),
             ("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", self.shm.staged_min.to_string()),

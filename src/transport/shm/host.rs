@@ -6,7 +6,7 @@
 
 use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 use crate::config::log_at;
-use crate::config::{ShmConfig, QUICK_FROM_HOST, SPIN_FROM_HOST};
+use crate::config::{ShmConfig, BROADCAST_FROM_HOST, QUICK_FROM_HOST, SPIN_FROM_HOST};
 use crate::config::LogLevel;
 use crate::types::Rank;
 
@@ -204,9 +204,12 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     };
     // Broadcast reads the root only with two or more threads a rank: with
     // one (2 ranks on 2 cores) the pipelined copies were 1.1-1.2x faster
-    // at 4-16 MiB even with shared tensors.
+    // at 4-16 MiB even with shared tensors; unless the root, idle
+    // otherwise, writes half of it ([`PAIR_BROADCAST_READ_MIN`]).
     let broadcast = match sizes.broadcast_min {
-        usize::MAX if shared && threads > 1 => SHARED_BROADCAST_READ_MIN,
+        BROADCAST_FROM_HOST if shared && threads > 1 => SHARED_BROADCAST_READ_MIN,
+        BROADCAST_FROM_HOST if slow && n == 2 && sizes.gather_push => PAIR_BROADCAST_READ_MIN,
+        BROADCAST_FROM_HOST => usize::MAX,
         set => set,
     };
     let single = match sizes.single_min {
@@ -321,6 +324,18 @@ fn pushed_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
         _ => attach_min,
     }
 }
+
+/// Where reads are slow and a host has 2 local ranks, broadcasts from this
+/// size read the root's tensor, the root writing the second half into the
+/// other's (`collectives::shm_attach::broadcast`, where the root takes
+/// pushes): both ranks' one thread copies, where the pipelined copies
+/// through the root's slot move every byte twice, one copy on each. On the
+/// 2-core VM (settings alternating) 2-32 MiB broadcasts took 0.46-0.69x the
+/// time of the pipelined ones (two runs) and 1 MiB 0.77x, 128-512 KiB
+/// 1.3-2x longer (three runs); reading the whole buffer without the
+/// root's half took 1.03-1.3x longer at 2-32 MiB
+/// (`benchmarks/results/2026-11-27-devbox-pair-broadcast/`).
+const PAIR_BROADCAST_READ_MIN: usize = 1 << 20;
 
 /// See [`pushed_reduce_attach_min`].
 const PUSHED_REDUCE_READ_MIN: usize = 8 << 20;
