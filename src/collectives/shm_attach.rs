@@ -18,8 +18,9 @@
 //! operation ends after the first step, as the one-step collectives of
 //! `shm_one_round` do (the small slots alternate between operations).
 //!
-//! A gather whose blocks no slot takes is the one place where data goes
-//! the other way: where tensors are read through the kernel, the root
+//! A gather whose blocks no slot takes is where data goes the other way
+//! (so do a 2-rank broadcast's second half, [`broadcast`], and a reduce's
+//! parts, `shm_attach_reduce`): where tensors are read through the kernel, the root
 //! posts its outputs and says so in its header ([`POSTED_FOR_PUSHES`]),
 //! and each sender writes its block into them itself (`Window::push`),
 //! side by side, while the root copies its own part; the root waits for
