@@ -249,14 +249,14 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
     // Ours: the root's data, or where the root may write the second half.
     let step = Step::begin(win, w, &desc("broadcast", buf.len(), Some(root)), &[&*buf], || {
         if me == root {
-            win.put(slot, 0, &flags.to_ne_bytes());
+            set_slot_word(win, slot, flags);
         }
     })?;
     let half = (buf.len() / 2).div_ceil(64).saturating_mul(64).min(buf.len());
     if me == root {
         let r = if posts { push_tail(win, w, 1 - me, buf, half) } else { Ok(()) };
         if posts && r.is_err() {
-            win.put(slot, 0, &(flags | PUSH_FAILED).to_ne_bytes());
+            set_slot_word(win, slot, flags | PUSH_FAILED);
         }
         return step.end(win, w, 1, true, r);
     }
@@ -358,7 +358,7 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
         return r;
     }
     if pushes && r.is_err() {
-        win.put(slot, 0, &PUSH_FAILED.to_ne_bytes());
+        set_slot_word(win, slot, PUSH_FAILED);
     }
     step.end(win, w, 1, !mine && me != root && !pushes && !eager(win, input.len()), r)
 }
@@ -405,6 +405,11 @@ fn push_to(win: &Window, w: &dyn PhaseWait, root: usize, input: &[u8]) -> Result
 fn push_failures(win: &Window, w: &dyn PhaseWait, slot: Area, headers: &[Header]) -> Result<()> {
     let senders = headers.iter().enumerate().filter(|(c, h)| *c != win.me() && pushed(win, h, true)).map(|(c, _)| c);
     first_failed_push(win, w, slot, senders, "its gather block into this rank's output")
+}
+
+/// Writes the first word of this rank's small slot `slot` (push flags).
+pub(super) fn set_slot_word(win: &Window, slot: Area, word: u64) {
+    win.put(slot, 0, &word.to_ne_bytes());
 }
 
 /// The first word of local rank `peer`'s small slot `slot`.

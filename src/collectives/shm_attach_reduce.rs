@@ -12,7 +12,7 @@
 
 use super::plan::{bytes, even_chunks};
 use super::reduce::{finish_avg, reduce_into};
-use super::shm_attach::{first_failed_push, pull_all, slot_word, Step, POSTED_FOR_PUSHES, PUSH_FAILED};
+use super::shm_attach::{first_failed_push, pull_all, set_slot_word, slot_word, Step, POSTED_FOR_PUSHES, PUSH_FAILED};
 use super::split_chunks_mut;
 use crate::error::Result;
 use crate::transport::shm::{AttachError, Desc, PhaseWait, Window};
@@ -125,7 +125,7 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
     let desc = Desc { name: "reduce", dtype, op, len: buf.len(), root: Some(root) };
     let step = Step::begin(win, w, &desc, &[&*buf, &*part], || {
         if me == root {
-            win.put(slot, 0, &(if posts { POSTED_FOR_PUSHES } else { 0 }).to_ne_bytes());
+            set_slot_word(win, slot, if posts { POSTED_FOR_PUSHES } else { 0 });
         }
     })?;
     let pushes = me != root && slot_word(win, root, slot) & POSTED_FOR_PUSHES != 0;
@@ -142,7 +142,7 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
     };
     if pushes {
         // Read by the root after our next publish, before its last one.
-        win.put(slot, 0, &(if r.is_err() { PUSH_FAILED } else { 0 }).to_ne_bytes());
+        set_slot_word(win, slot, if r.is_err() { PUSH_FAILED } else { 0 });
     }
     step.sync(win, w, 1)?;
     if r.is_err() || me != root {

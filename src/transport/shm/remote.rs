@@ -5,7 +5,8 @@
 //!
 //! Reads, and one kind of write ([`write()`]): into a buffer the peer posted
 //! in its table for this rank to fill in the current operation (a gather's
-//! outputs, `Window::push`); nothing else of a peer's is ever written. The
+//! outputs, a reduce root's buffer, a 2-rank broadcast's receiving buffer;
+//! `Window::push`); nothing else of a peer's is ever written. The
 //! kernel checks every remote address (a wrong one is `EFAULT`, never a
 //! fault here) and the caller's permission to attach (same user; with Yama's
 //! `ptrace_scope` 1 the target must allow it, see [`allow_attach`]). A

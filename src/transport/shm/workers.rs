@@ -318,24 +318,24 @@ mod tests {
         assert_eq!(wk.quick_threads(), 2);
         let max = 2 * QUICK_BYTES_PER_THREAD;
         let me = std::thread::current().name().unwrap_or("").to_string();
-        let (mut quick, mut pool) = (HashSet::new(), HashSet::new());
-        for _ in 0..20 {
-            quick.extend(names(&wk, 8, max));
-            pool.extend(names(&wk, 8, max + 1));
-        }
-        let helpers = |seen: &HashSet<String>| seen.iter().filter(|n| **n != me).cloned().collect::<HashSet<_>>();
-        assert_eq!(helpers(&quick), HashSet::from(["wt-q-0".to_string()]), "a phase of {max} bytes: {quick:?}");
-        let pool = helpers(&pool);
+        // The helper threads (not the caller) that ran 20 phases of `limit`
+        // bytes, and 20 of one byte more.
+        let helpers_at = |w: &Workers, limit: usize| {
+            let (mut quick, mut pool) = (HashSet::new(), HashSet::new());
+            for _ in 0..20 {
+                quick.extend(names(w, 8, limit));
+                pool.extend(names(w, 8, limit + 1));
+            }
+            let helpers = |seen: HashSet<String>| seen.into_iter().filter(|n| *n != me).collect::<HashSet<_>>();
+            (helpers(quick), helpers(pool))
+        };
+        let (quick, pool) = helpers_at(&wk, max);
+        assert_eq!(quick, HashSet::from(["wt-q-0".to_string()]), "a phase of {max} bytes: {quick:?}");
         assert!(!pool.is_empty() && pool.iter().all(|n| n.starts_with("wt-") && !n.starts_with("wt-q")), "larger phases: {pool:?}");
         // A reduction of 4 inputs: only a quarter of that on the quick team.
         let sum = wk.reducing(4);
-        let (mut quick, mut pool) = (HashSet::new(), HashSet::new());
-        for _ in 0..20 {
-            quick.extend(names(&sum, 8, max / 4));
-            pool.extend(names(&sum, 8, max / 4 + 1));
-        }
-        assert_eq!(helpers(&quick), HashSet::from(["wt-q-0".to_string()]), "a reduction of {} bytes: {quick:?}", max / 4);
-        let pool = helpers(&pool);
+        let (quick, pool) = helpers_at(&sum, max / 4);
+        assert_eq!(quick, HashSet::from(["wt-q-0".to_string()]), "a reduction of {} bytes: {quick:?}", max / 4);
         assert!(!pool.is_empty() && pool.iter().all(|n| !n.starts_with("wt-q")), "larger reductions: {pool:?}");
         assert_eq!(sum.min_piece(), 256);
         // The same threads under other piece sizes; none below 2 threads.
