@@ -36,6 +36,9 @@ struct At {
 /// 1/n of the bytes on one thread while the reduction used all of them).
 /// `then(offset, piece)`: called by the same thread with each finished
 /// piece of `acc`, while it is still in its cache.
+// Eight arguments: the part, where it comes from, the reduction and what
+// follows each piece are all independent of each other.
+#[allow(clippy::too_many_arguments)]
 fn reduce_part(
     win: &Window,
     w: &dyn PhaseWait,
