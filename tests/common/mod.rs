@@ -388,3 +388,40 @@ pub fn scatter(c: &Communicator, ins: &[Arc<SharedBuf>], out: &Arc<SharedBuf>, r
     s.outputs = vec![t(out)];
     run(c, s);
 }
+
+/// Shared memory with attach from 0 bytes: every collective reads directly.
+/// Tiny slots and 3 threads, so the pieces of one read run in parallel.
+pub fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
+    let shm = ShmConfig { threads: 3, attach_min, root_threads: 5, broadcast_min: attach_min, ..TINY_SHM };
+    mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
+}
+
+/// The algorithm that ran `op` last on `c`.
+pub fn algorithm(c: &Communicator, op: &str) -> &'static str {
+    c.stats().snapshot()[op].algorithm
+}
+
+/// Three ranks of one host over shared memory, each with its own
+/// settings (`shm(r)`).
+pub fn comms_with(shm: impl Fn(usize) -> ShmConfig + Sync) -> Vec<Communicator> {
+    n_comms_with(3, shm)
+}
+
+/// `n` ranks of one host over shared memory, each with its own settings.
+pub fn n_comms_with(n: usize, shm: impl Fn(usize) -> ShmConfig + Sync) -> Vec<Communicator> {
+    let store = std::sync::Arc::new(rustccl::bootstrap::MemStore::new());
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (store, shm) = (store.clone(), &shm);
+                s.spawn(move || {
+                    let mut o = opts(Duration::from_secs(30), tiny_algo());
+                    o.transport = TransportMode::Shm;
+                    o.shm = shm(r);
+                    Communicator::bootstrap(store.as_ref(), r, n, o, "127.0.0.1".parse().unwrap()).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}

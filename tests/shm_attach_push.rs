@@ -1,0 +1,107 @@
+//! Collectives between ranks of one host that write into a peer's buffer
+//! (cross-memory attach, `process_vm_writev`) where that peer posted it: a
+//! gather's senders into the root's outputs, a reduce's ranks into the
+//! root's buffer, a 2-rank broadcast's root into the other's. Whether
+//! anyone writes is the receiving root's choice (`RUSTCCL_SHM_GATHER_PUSH`),
+//! so ranks whose settings differ still agree. Ranks are threads of this
+//! process (the same system calls, on our own pid).
+
+mod common;
+
+use common::*;
+use rustccl::config::ShmConfig;
+use rustccl::{DType, OpKind, ReduceOp};
+
+/// Between two ranks a broadcast that reads the root's buffer has the
+/// root write the second half into the other's itself, where the root
+/// takes pushes (its choice, `RUSTCCL_SHM_GATHER_PUSH`); ranks that
+/// differ in it still agree, from either root, at lengths around the
+/// 64-byte-aligned half and over several pieces; back to back, so a fast
+/// root's next broadcast meets a peer still reading its slot's word.
+#[test]
+fn a_broadcast_between_two_ranks_is_split_between_them() {
+    for pushing in [[true, true], [true, false], [false, true]] {
+        let comms = n_comms_with(2, |r| ShmConfig { threads: 2, attach_min: 0, broadcast_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
+        on_ranks(&comms, |r, c| {
+            for len in [0usize, 1, 15, 16, 17, 33, 1000, 70_001] {
+                for root in 0..2usize {
+                    for k in 0..3usize {
+                        let data: Vec<f64> = (0..len).map(|i| ((i * 7 + root * 3 + k) % 251) as f64).collect();
+                        let b = buf(DType::F32, &if r == root { data.clone() } else { vec![-1.0; len] });
+                        broadcast(c, &b, root);
+                        assert_eq!(read(DType::F32, &b), data, "pushing={pushing:?} len={len} root={root} k={k} rank {r}");
+                    }
+                }
+            }
+        });
+        for c in &comms {
+            assert_eq!(algorithm(c, "broadcast"), "shm_attach", "pushing={pushing:?}");
+        }
+    }
+}
+
+/// Where tensors are read through the kernel, a gather's root posts its
+/// outputs and the senders of blocks that no slot takes write them there.
+/// A rank that passed another size must not write anywhere: the root
+/// fails naming the size mismatch (whether it posted or not), and nothing
+/// lands in the odd rank's part of the root's output.
+#[test]
+fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
+    // 256-byte small slots: 40 floats fit after the header, 1000 do not.
+    let (small, large) = (40usize, 1000usize);
+    for (odd, rest) in [(small, large), (large, small)] {
+        let comms = attach_comms(3, 0);
+        let guard: Vec<f64> = vec![-7.0; rest];
+        let errs = on_ranks(&comms, |r, c| {
+            let mine = if r == 0 { odd } else { rest };
+            let input = buf(DType::F32, &vec![r as f64 + 1.0; mine]);
+            let outs: Vec<_> = if r == 1 { (0..3).map(|_| buf(DType::F32, &guard)).collect() } else { vec![] };
+            let mut s = spec(OpKind::Gather);
+            s.root = 1;
+            s.inputs = vec![t(&input)];
+            s.outputs = outs.iter().map(t).collect();
+            let e = c.submit(vec![s], None, None).unwrap().wait(None).err().map(|e| e.to_string());
+            if r == 1 {
+                assert_eq!(read(DType::F32, &outs[0]), guard, "odd={odd}: rank 0's part of the root's output");
+            }
+            e
+        });
+        let what = format!("rank 0 {odd} floats, others {rest}: {errs:?}");
+        let root_err = errs[1].as_deref().unwrap_or_else(|| panic!("the root must fail: {what}"));
+        assert!(root_err.contains("rustccl gather") && root_err.contains("expects"), "{what}");
+        assert!(errs[2].is_none(), "rank 2 passed the root's size: {what}");
+    }
+}
+
+/// Whether senders push is the root's choice (`RUSTCCL_SHM_GATHER_PUSH`),
+/// said in its header: ranks with the setting on and off gather
+/// correctly from every root, blocks in slots, read and pushed; and
+/// reduce from every root, its parts pushed into the root's buffer or
+/// read by the root (Max and Avg over uneven chunks, pieces of several
+/// pushes each).
+#[test]
+fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
+    for pushing in [[true, false, true], [false, true, false]] {
+        let comms = comms_with(|r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
+        assert!(comms.iter().enumerate().all(|(r, c)| c.thresholds().iter().any(|(k, v)| *k == "shm_gather_push" && *v == pushing[r] as u64)));
+        on_ranks(&comms, |r, c| {
+            for len in [30usize, 1000, 70_000] {
+                for root in 0..3usize {
+                    let input = buf(DType::F32, &vec![(10 * r + root) as f64; len]);
+                    let outs: Vec<_> = if r == root { (0..3).map(|_| buf(DType::F32, &vec![0.0; len])).collect() } else { vec![] };
+                    let mut s = spec(OpKind::Gather);
+                    s.root = root as i64;
+                    s.inputs = vec![t(&input)];
+                    s.outputs = outs.iter().map(t).collect();
+                    c.submit(vec![s], None, None).unwrap().wait(None).unwrap();
+                    for (p, o) in outs.iter().enumerate() {
+                        assert_eq!(read(DType::F32, o), vec![(10 * p + root) as f64; len], "pushing={pushing:?} root={root} len={len} from {p}");
+                    }
+                    for (dt, op) in [(DType::F32, ReduceOp::Max), (DType::F64, ReduceOp::Avg)] {
+                        check_reduce(c, r, 3, dt, op, root, len + 1, &format!("reduce {dt:?} {op:?} pushing={pushing:?} root={root} len={len}"));
+                    }
+                }
+            }
+        });
+    }
+}
