@@ -24,23 +24,27 @@ enum Mode {
     Rendezvous,
     /// The same with a staging area of `STAGE` bytes.
     Staged,
+    /// Rendezvous, every message from `ATTACH_MIN` bytes split: the
+    /// receiver reads the first half, the sender writes the second.
+    Split,
     Tcp,
 }
 
-const MODES: [Mode; 3] = [Mode::Rendezvous, Mode::Staged, Mode::Tcp];
+const MODES: [Mode; 4] = [Mode::Rendezvous, Mode::Staged, Mode::Split, Mode::Tcp];
 const STAGE: usize = 64 << 10;
 
-fn shm_cfg(staged_max: usize) -> ShmConfig {
-    ShmConfig { threads: 3, attach_min: ATTACH_MIN, staged_max, ..common::TINY_SHM }
+fn shm_cfg(staged_max: usize, split_send_min: usize) -> ShmConfig {
+    ShmConfig { threads: 3, attach_min: ATTACH_MIN, staged_max, split_send_min, ..common::TINY_SHM }
 }
 
 fn comms_on(mode: Mode, hosts: &[usize], timeout: Duration) -> Vec<Communicator> {
-    let (t, stage) = match mode {
-        Mode::Rendezvous => (TransportMode::Auto, 0),
-        Mode::Staged => (TransportMode::Auto, STAGE),
-        Mode::Tcp => (TransportMode::Tcp, 0),
+    let (t, stage, split) = match mode {
+        Mode::Rendezvous => (TransportMode::Auto, 0, usize::MAX),
+        Mode::Staged => (TransportMode::Auto, STAGE, usize::MAX),
+        Mode::Split => (TransportMode::Auto, 0, ATTACH_MIN),
+        Mode::Tcp => (TransportMode::Tcp, 0, usize::MAX),
     };
-    hosts_comms(hosts, AlgoConfig::default(), timeout, t, shm_cfg(stage))
+    hosts_comms(hosts, AlgoConfig::default(), timeout, t, shm_cfg(stage, split))
 }
 
 fn threshold(c: &Communicator, key: &str) -> Option<u64> {
@@ -57,11 +61,12 @@ fn pattern(seed: usize, n: usize) -> Vec<f64> {
 
 #[test]
 fn the_rendezvous_config_really_uses_shared_memory_links() {
-    for (mode, stage) in [(Mode::Rendezvous, 0), (Mode::Staged, STAGE as u64)] {
+    for (mode, stage, split) in [(Mode::Rendezvous, 0, u64::MAX), (Mode::Staged, STAGE as u64, u64::MAX), (Mode::Split, 0, ATTACH_MIN as u64)] {
         let c = comms(mode, 2);
         assert_eq!(c[0].link_kinds(), &["", "shm"]);
         assert_eq!(threshold(&c[0], "shm_attach_min_bytes"), Some(ATTACH_MIN as u64), "cross-memory attach must be on for these tests to mean anything");
         assert_eq!(threshold(&c[0], "shm_staged_send_max_bytes"), Some(stage), "{mode:?}");
+        assert_eq!(threshold(&c[0], "shm_split_send_min_bytes"), Some(split), "{mode:?}");
     }
 }
 
@@ -191,7 +196,7 @@ fn a_receive_smaller_than_the_message_fails_and_the_pair_keeps_working() {
                 match mode {
                     // the sender learns it from the receiver's ack (32000
                     // bytes: staged, with a staging area)
-                    Mode::Rendezvous => {
+                    Mode::Rendezvous | Mode::Split => {
                         let e = res.unwrap_err();
                         assert!(matches!(e, Error::Protocol { peer: 1, .. }), "{e}");
                         let s = e.to_string();
@@ -309,7 +314,7 @@ fn staged_sends_whose_receive_is_posted_are_copied_out_chunk_by_chunk_as_they_la
     // The receives are posted first, so each receiver copies while its
     // sender is still writing: reading a chunk before its flag, or taking
     // an earlier message's flag for this one's, would give the wrong bytes.
-    let shm = ShmConfig { staged_max: 8 << 20, ..shm_cfg(0) };
+    let shm = ShmConfig { staged_max: 8 << 20, ..shm_cfg(0, usize::MAX) };
     let c = hosts_comms(&[0, 0], AlgoConfig::default(), Duration::from_secs(30), rustccl::config::TransportMode::Auto, shm);
     assert_eq!(threshold(&c[0], "shm_staged_send_max_bytes"), Some(8 << 20));
     let posted = Barrier::new(2);
@@ -334,4 +339,53 @@ fn staged_sends_whose_receive_is_posted_are_copied_out_chunk_by_chunk_as_they_la
         wrong
     });
     assert_eq!(wrong[1], vec![], "(round, elements received wrong)");
+}
+
+#[test]
+fn split_messages_of_odd_sizes_arrive_whole_from_both_halves() {
+    // Lengths around the split point (half, rounded up to 64 bytes), the
+    // receive posted before and after the message came.
+    let c = comms(Mode::Split, 2);
+    let sizes = [4096usize, 4097, 4159, 65_537, 1 << 20];
+    on_ranks(&c, |r, c| {
+        for (k, &n) in sizes.iter().enumerate() {
+            let data: Vec<f64> = (0..n).map(|i| ((i * 131 + k) % 251) as f64).collect();
+            if r == 0 {
+                send(c, &buf(DType::U8, &data), 1, k as i64).wait(None).unwrap();
+            } else {
+                let b = buf(DType::U8, &vec![0.0; n]);
+                if k % 2 == 1 {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                recv(c, &b, Some(0), k as i64).wait(None).unwrap();
+                assert_eq!(read(DType::U8, &b), data, "{n} bytes");
+            }
+        }
+    });
+}
+
+#[test]
+fn a_split_receive_from_a_sender_that_left_fails_and_the_others_go_on() {
+    let mut c = comms_on(Mode::Split, &[0, 0, 0], Duration::from_secs(20));
+    let gone = c.pop().unwrap();
+    let b = buf(DType::F32, &pattern(5, 8192));
+    let w = send(&gone, &b, 0, 3);
+    std::thread::sleep(Duration::from_millis(50));
+    gone.shutdown(true);
+    drop(gone);
+    let _ = w.wait(None);
+    // Its message (unexpected at rank 0) cannot be taken whole any more:
+    // the receive fails, naming the sender, rather than waiting for the
+    // half it would have written.
+    let got = buf(DType::F32, &[0.0; 8192]);
+    match recv(&c[0], &got, Some(2), 3).wait(None) {
+        Err(e) => assert!(matches!(e, Error::PeerLost { peer: 2, .. }), "{e}"),
+        // read before the loss was noticed, and the tensor still there (threads of one process)
+        Ok(()) => assert_eq!(read(DType::F32, &got), pattern(5, 8192)),
+    }
+    let got = buf(DType::F32, &[0.0; 8192]);
+    let r = recv(&c[1], &got, Some(0), 6);
+    send(&c[0], &buf(DType::F32, &pattern(2, 8192)), 1, 6).wait(None).unwrap();
+    r.wait(None).unwrap();
+    assert_eq!(read(DType::F32, &got), pattern(2, 8192));
 }

@@ -111,6 +111,13 @@ pub struct ShmConfig {
     /// root the others their reduced parts into its buffer
     /// (`collectives::shm_attach_reduce::reduce`).
     pub gather_push: bool,
+    /// A large send to a rank of this host that goes by rendezvous (read
+    /// by the receiver) from this many bytes is split: the receiver reads
+    /// the first half while the sender writes the second into the
+    /// receiver's buffer (`comm::p2p::rendezvous`); decided by the
+    /// receiver. `usize::MAX`: never; [`SPLIT_FROM_HOST`] (the default):
+    /// from the host (`transport::shm::host::reads_for`).
+    pub split_send_min: usize,
 }
 
 /// `ShmConfig::quick_threads` when `RUSTCCL_SHM_QUICK_THREADS` is unset or `auto`.
@@ -130,6 +137,9 @@ pub const ATTACH_FROM_HOST: usize = usize::MAX - 1;
 /// `ShmConfig::broadcast_min` when `RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES`
 /// is unset or `auto` (`off`: `usize::MAX`, never).
 pub const BROADCAST_FROM_HOST: usize = usize::MAX - 1;
+/// `ShmConfig::split_send_min` when `RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES` is
+/// unset or `auto` (`off`: `usize::MAX`, never).
+pub const SPLIT_FROM_HOST: usize = usize::MAX - 1;
 
 /// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
 /// handling on the CPU transport.
@@ -370,6 +380,11 @@ impl Config {
                 stage_shared: env_flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
                 keep_apart: env_on("RUSTCCL_SHM_KEEP_APART"),
                 gather_push: env_on("RUSTCCL_SHM_GATHER_PUSH"),
+                split_send_min: match std::env::var("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES").as_deref() {
+                    Ok("off") => usize::MAX,
+                    Ok("auto") => SPLIT_FROM_HOST,
+                    _ => env_usize("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", SPLIT_FROM_HOST),
+                },
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
             shm_tensors_min,
@@ -452,6 +467,11 @@ impl Config {
             ("RUSTCCL_SHM_STAGE_SHARED_SENDS", (self.shm.stage_shared as u8).to_string()),
             ("RUSTCCL_SHM_KEEP_APART", (self.shm.keep_apart as u8).to_string()),
             ("RUSTCCL_SHM_GATHER_PUSH", (self.shm.gather_push as u8).to_string()),
+            ("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", match self.shm.split_send_min {
+                usize::MAX => "off".into(),
+                SPLIT_FROM_HOST => "auto".into(),
+                v => v.to_string(),
+            }),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

@@ -116,6 +116,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "1: a gather's root whose peers' tensors are read through the kernel (no shared arena) posts its outputs, and each rank whose block no shared-memory slot takes writes it there itself (process_vm_writev) while the root copies its own part, instead of the root reading every block: on the 16-core host 8 ranks' 16-256 MiB gathers took 0.47-0.63x the time, 4 ranks' 8-128 MiB 0.53-0.63x, on the 32-core host 8 and 16 ranks' 0.47-0.62x, 2 ranks' 16 / 64 MiB on the 2-core VM 0.67 / 0.45x; likewise a reduce's root that reads the peers' tensors takes their reduced parts as pushes (64-core host, 4-16 ranks, 512 KiB - 32 MiB: 0.51-0.87x the time of reading them), and reduce then reads from 8 MiB with 5-8 local ranks and 512 KiB with more; 0: the root reads them (decided by the root: ranks may differ)",
     },
     Setting {
+        name: "RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES",
+        default: "auto",
+        doc: "a send to a rank of this host that its receiver reads from the sender's tensor (cross-memory attach: not staged, not by value), of at least this many bytes, is split: the receiver asks the sender for the second half and reads the first while the sender, idle otherwise until the receive took its send, writes the second into the receiver's buffer (process_vm_writev); decided by the receiver; off: never; auto: 524288 where reads through the kernel are slow (one thread a rank) and this rank takes pushes (RUSTCCL_SHM_GATHER_PUSH), else off; stats()[\"thresholds\"][\"shm_split_send_min_bytes\"]",
+    },
+    Setting {
         name: "RUSTCCL_SHM_KEEP_APART",
         default: "1",
         doc: "1: a thread of a rank polling in a shared-memory wait that has shared its CPU for 15 us with the polling thread of a local rank of lower index moves to an allowed CPU no local rank polls on (its affinity narrowed to that CPU and the user's mask put back at once; at most once per 2 ms; a thread allowed on one CPU never moves). On a kernel whose scheduler lets a yielding thread keep its CPU (EEVDF, Linux 6.6 on), two polling ranks on one CPU see each other's messages about 25 us late: on the 2-core VM small send/recv took 7.5-34 us one way without moves and 7.5-16 with; on the 32-core host nothing moved with 2-4 ranks. 0: no moves",

@@ -148,6 +148,14 @@ pub enum P2pKind {
     /// The receiver of rendezvous message `tag` (its id) took it: `len`
     /// bytes of error text follow (none: it went well).
     Ack,
+    /// The receiver of rendezvous message `tag` (its id) asks its sender to
+    /// write the message's last `len` bytes into the receiver's memory
+    /// (a split send); the body is 16 bytes: where they go, and where in
+    /// the message they start.
+    PushRequest,
+    /// The sender of rendezvous message `tag` wrote what its receiver
+    /// asked for: `len` bytes of error text follow (none: it went well).
+    Pushed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +174,8 @@ impl P2pHeader {
             P2pKind::Rendezvous => 1,
             P2pKind::Ack => 2,
             P2pKind::Staged => 3,
+            P2pKind::PushRequest => 4,
+            P2pKind::Pushed => 5,
         };
         b[2..4].copy_from_slice(&kind.to_le_bytes());
         b[8..16].copy_from_slice(&self.tag.to_le_bytes());
@@ -183,6 +193,8 @@ impl P2pHeader {
             1 => P2pKind::Rendezvous,
             2 => P2pKind::Ack,
             3 => P2pKind::Staged,
+            4 => P2pKind::PushRequest,
+            5 => P2pKind::Pushed,
             k => return Err(format!("bad point-to-point header (kind {k})")),
         };
         Ok(P2pHeader {
@@ -228,7 +240,7 @@ mod tests {
 
     #[test]
     fn p2p_round_trip() {
-        for kind in [P2pKind::Data, P2pKind::Rendezvous, P2pKind::Staged, P2pKind::Ack] {
+        for kind in [P2pKind::Data, P2pKind::Rendezvous, P2pKind::Staged, P2pKind::Ack, P2pKind::PushRequest, P2pKind::Pushed] {
             let h = P2pHeader { kind, tag: -5, len: 12345 };
             assert_eq!(P2pHeader::decode(&h.encode()).unwrap(), h);
         }

@@ -77,6 +77,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     keep_apart: true,
     gather_push: true,
     quick_threads: 0,
+    split_send_min: usize::MAX,
 };
 
 /// Real sockets between ranks (threads of this process), TCP only.

@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::Instant;
 
 use super::link::Waiter;
-use super::{Incoming, Outgoing, Peer, Posted, Req, Sink, Unexpected};
+use super::{Incoming, Outgoing, Peer, Posted, Req, Sink, Split, Unexpected};
 use crate::config::LogLevel;
 use crate::error::{Error, OpSite, Result};
 use crate::config::log_at;
@@ -36,6 +36,8 @@ pub(super) struct EventLoop {
     pub(super) staged: Option<(Rank, u64)>,
     /// The number of our last staged send (`ShmLocal::stage_in`).
     pub(super) stage_seq: u64,
+    /// Receives whose second half their sender is writing (`split.rs`).
+    pub(super) splits: Vec<Split>,
     /// Peers to read from / write to on the next pass (besides every
     /// shared-memory peer), and those whose connection to look at.
     pump_in: Vec<bool>,
@@ -132,6 +134,7 @@ impl EventLoop {
             attach,
             staged: None,
             stage_seq: 0,
+            splits: Vec::new(),
             pump_in: vec![true; n],
             pump_out: vec![true; n],
             watch: vec![false; n],
@@ -162,6 +165,11 @@ impl EventLoop {
                 }
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
+                    // Acks and answers already queued go out first (as far
+                    // as the links take them now): their senders wait.
+                    for p in 0..self.peers.len() {
+                        self.pump_out(p);
+                    }
                     self.fail_all();
                     self.exited = true;
                     return Pass::Exit;
@@ -395,9 +403,9 @@ impl EventLoop {
                 let len = h.len as usize;
                 let found = self.posted.iter().position(|r| r.tag == h.tag && r.peer.is_none_or(|q| q == p));
                 let sink = match h.kind {
-                    P2pKind::Rendezvous | P2pKind::Staged => Sink::Control { kind: h.kind, len: h.len, data: vec![0; frame::RENDEZVOUS_BODY_LEN] },
-                    P2pKind::Ack if len <= frame::ACK_MAX => Sink::Control { kind: h.kind, len: h.len, data: vec![0; len] },
-                    P2pKind::Ack => return Err(format!("bad point-to-point ack ({len} bytes of text)")),
+                    P2pKind::Rendezvous | P2pKind::Staged | P2pKind::PushRequest => Sink::Control { kind: h.kind, len: h.len, data: vec![0; frame::RENDEZVOUS_BODY_LEN] },
+                    P2pKind::Ack | P2pKind::Pushed if len <= frame::ACK_MAX => Sink::Control { kind: h.kind, len: h.len, data: vec![0; len] },
+                    P2pKind::Ack | P2pKind::Pushed => return Err(format!("bad point-to-point {:?} ({len} bytes of text)", h.kind)),
                     P2pKind::Data => match found {
                     Some(i) => {
                         let r = self.posted.remove(i);
@@ -458,6 +466,8 @@ impl EventLoop {
             }
             Sink::Discard(_) => {}
             Sink::Control { kind: k @ (P2pKind::Rendezvous | P2pKind::Staged), len, data } => self.on_rendezvous(p, tag, len, &data, k == P2pKind::Staged),
+            Sink::Control { kind: P2pKind::PushRequest, len, data } => self.on_push_request(p, tag as u64, len, &data),
+            Sink::Control { kind: P2pKind::Pushed, data, .. } => self.on_pushed(p, tag as u64, data),
             Sink::Control { data, .. } => self.on_ack(p, tag as u64, data),
         }
     }
@@ -488,6 +498,7 @@ impl EventLoop {
             drop(r.buf);
             r.work.finish(Err(e));
         }
+        self.drop_splits_of(p, &why);
         let (dead, keep): (Vec<Posted>, Vec<Posted>) =
             std::mem::take(&mut self.posted).into_iter().partition(|r| r.peer == Some(p));
         self.posted = keep;
@@ -539,16 +550,18 @@ impl EventLoop {
             }
         }
         self.expire_rendezvous(now);
+        self.expire_splits(now);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
         let posted = self.posted.iter().map(|r| r.deadline);
         let outs = self.peers.iter().flatten().filter_map(|p| p.out.front().map(|o| o.deadline));
         let acks = self.peers.iter().flatten().flat_map(|p| p.awaiting.iter().filter(|a| a.work.is_some()).map(|a| a.deadline));
-        posted.chain(outs).chain(acks).min()
+        posted.chain(outs).chain(acks).chain(self.next_split_deadline()).min()
     }
 
     fn fail_all(&mut self) {
+        self.close_splits();
         for r in std::mem::take(&mut self.posted) {
             drop(r.buf);
             r.work.finish(Err(Error::Closed { op: "recv", how: "shut down" }));

@@ -38,6 +38,7 @@
 mod event_loop;
 mod link;
 mod rendezvous;
+mod split;
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -116,6 +117,22 @@ struct Rdv {
     id: u64,
     /// The bytes are in the sender's staging area, not at `addr`.
     staged: bool,
+}
+
+/// A receive of a split rendezvous message (`split.rs`): its first half
+/// read (`read`: how that went, and the ack's text if not), the second
+/// being written by the sender, which answers when done.
+struct Split {
+    peer: Rank,
+    id: u64,
+    tag: i64,
+    /// Held until the sender's answer (or death): it writes into it.
+    buf: HostTensor,
+    /// None once the receive timed out.
+    work: Option<Work>,
+    read: std::result::Result<(), (Error, String)>,
+    posted_at: Instant,
+    deadline: Instant,
 }
 
 /// A message no receive matched yet.

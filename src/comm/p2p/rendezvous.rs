@@ -64,6 +64,11 @@ impl EventLoop {
     /// Reads rendezvous message `rdv` of `p` into the receive `r`,
     /// finishes the receive and queues the ack.
     pub(super) fn take(&mut self, p: Rank, rdv: Rdv, r: Posted) {
+        if r.buf.nbytes() == rdv.len {
+            if let Some(from) = self.split_point(p, &rdv) {
+                return self.take_split(p, rdv, r, from);
+            }
+        }
         let Posted { posted_at, tag, mut buf, work, deadline, .. } = r;
         let (res, nack) = if buf.nbytes() != rdv.len {
             let e = size_mismatch(work.op(), buf.nbytes(), rdv.len, p, tag);
@@ -88,30 +93,40 @@ impl EventLoop {
             match read {
                 Ok(()) => (Ok(()), None),
                 Err(e) => {
-                    // Dead already, or found gone while we waited for its
-                    // staged bytes (its death is handled on the next pass).
-                    let dead = self.peers[p].as_ref().and_then(|x| x.dead.clone().or_else(|| x.link.alive().err()));
-                    let how = if rdv.staged { "shared memory" } else { "memory (cross-memory attach)" };
-                    let detail = format!("reading the message ({} bytes, tag {tag}) from rank {p}'s {how} failed: {e}", rdv.len);
-                    let err = match dead {
-                        Some(why) => self.lost(p, &work, &why),
-                        None => Error::Protocol {
-                            site: site(&work, &self.group),
-                            rank: self.rank,
-                            peer: p,
-                            addr: self.peers[p].as_ref().map(|x| x.addr.clone()).unwrap_or_default(),
-                            detail,
-                        },
-                    };
-                    (Err(err), Some(format!("rank {} could not read this send's bytes: {e}", self.rank)))
+                    let (err, why) = self.read_failed(p, &rdv, tag, &work, e);
+                    (Err(err), Some(why))
                 }
             }
         };
         drop(buf);
+        // The ack goes out before the receive finishes: its caller may
+        // shut down next.
+        let ack_deadline = Instant::now() + deadline.saturating_duration_since(posted_at);
+        let text = nack.unwrap_or_default().into_bytes();
+        self.queue_control(p, P2pKind::Ack, rdv.id, text.len() as u64, text, ack_deadline);
         work.set_source(p);
         work.finish(res);
-        let ack_deadline = Instant::now() + deadline.saturating_duration_since(posted_at);
-        self.queue_ack(p, rdv.id, nack.unwrap_or_default(), ack_deadline);
+    }
+
+    /// The receive's error and the ack's text when reading rendezvous
+    /// message `rdv` of `p` (tag `tag`) failed with `e`.
+    pub(super) fn read_failed(&self, p: Rank, rdv: &Rdv, tag: i64, work: &Work, e: String) -> (Error, String) {
+        // Dead already, or found gone while we waited for its staged bytes
+        // (its death is handled on the next pass).
+        let dead = self.peers[p].as_ref().and_then(|x| x.dead.clone().or_else(|| x.link.alive().err()));
+        let how = if rdv.staged { "shared memory" } else { "memory (cross-memory attach)" };
+        let detail = format!("reading the message ({} bytes, tag {tag}) from rank {p}'s {how} failed: {e}", rdv.len);
+        let err = match dead {
+            Some(why) => self.lost(p, work, &why),
+            None => Error::Protocol {
+                site: site(work, &self.group),
+                rank: self.rank,
+                peer: p,
+                addr: self.peers[p].as_ref().map(|x| x.addr.clone()).unwrap_or_default(),
+                detail,
+            },
+        };
+        (err, format!("rank {} could not read this send's bytes: {e}", self.rank))
     }
 
     /// The number of a new staged send of `n` bytes to `peer` when it can
@@ -154,14 +169,25 @@ impl EventLoop {
         }
     }
 
-    fn queue_ack(&mut self, p: Rank, id: u64, text: String, deadline: Instant) {
+    /// Queues a control message to `p` about rendezvous message `id` and
+    /// writes what it can at once (behind what was queued before): an ack
+    /// or pushed (`body`: error text, at most [`ACK_MAX`] bytes kept; `len`
+    /// is then its length), or a push request. At once, so that a caller
+    /// whose receive just finished and who shuts down next does not leave
+    /// its sender's ack unwritten.
+    pub(super) fn queue_control(&mut self, p: Rank, kind: P2pKind, id: u64, len: u64, mut body: Vec<u8>, deadline: Instant) {
         let Some(peer) = self.peers[p].as_mut().filter(|x| x.dead.is_none()) else { return };
-        let mut text = text.into_bytes();
-        text.truncate(ACK_MAX);
-        let hdr = P2pHeader { kind: P2pKind::Ack, tag: id as i64, len: text.len() as u64 }.encode();
+        let len = if kind == P2pKind::PushRequest {
+            len
+        } else {
+            body.truncate(ACK_MAX);
+            body.len() as u64
+        };
+        let hdr = P2pHeader { kind, tag: id as i64, len }.encode();
         let now = Instant::now();
         peer.link.queue();
-        peer.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(text), buf: None, work: None, rdv: None, staged: false, posted_at: now, deadline });
+        peer.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(body), buf: None, work: None, rdv: None, staged: false, posted_at: now, deadline });
+        self.pump_out(p);
     }
 
     /// `p` took (or refused) our rendezvous send `id`.

@@ -6,7 +6,7 @@
 
 use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 use crate::config::log_at;
-use crate::config::{ShmConfig, BROADCAST_FROM_HOST, QUICK_FROM_HOST, SPIN_FROM_HOST};
+use crate::config::{ShmConfig, BROADCAST_FROM_HOST, QUICK_FROM_HOST, SPIN_FROM_HOST, SPLIT_FROM_HOST};
 use crate::config::LogLevel;
 use crate::types::Rank;
 
@@ -158,6 +158,9 @@ pub(super) struct Reads {
     /// were 2x faster through the slots, before the root copied its own
     /// part meanwhile), with 2 local ranks [`PAIR_BLOCK_READ_MIN`].
     pub slow: bool,
+    /// Sends this rank receives by rendezvous from this size are split
+    /// (`comm::p2p::rendezvous`); not agreed: the receiver asks.
+    pub split_send: usize,
 }
 
 /// The thresholds from the settings, and from the host where they are
@@ -216,8 +219,19 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
         0 => SINGLE_READER_MIN,
         set => set,
     };
-    Reads { attach, single, all_reduce, reduce, all_gather, block, broadcast, slow }
+    // The sender, idle while its receiver reads, writes half where reads
+    // are slow (one thread a rank) and this rank takes pushes.
+    let split_send = match sizes.split_send_min {
+        SPLIT_FROM_HOST if slow && sizes.gather_push => SLOW_SPLIT_SEND_MIN,
+        SPLIT_FROM_HOST => usize::MAX,
+        set => set,
+    };
+    Reads { attach, single, all_reduce, reduce, all_gather, block, broadcast, slow, split_send }
 }
+
+/// Where reads are slow (one thread a rank), rendezvous sends from this
+/// size are split between receiver and sender (see [`Reads::split_send`]).
+const SLOW_SPLIT_SEND_MIN: usize = 512 << 10;
 
 /// Where a rank's tensors are shared (`arena.rs`, `RUSTCCL_SHM_TENSORS=1`)
 /// and the thresholds are left to the host: the smallest collective (bytes

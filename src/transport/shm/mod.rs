@@ -101,6 +101,11 @@ pub struct ShmLocal {
     pub keep_apart: bool,
     /// This rank, as a gather's or reduce's root, lets senders push (`RUSTCCL_SHM_GATHER_PUSH`).
     pub gather_push: bool,
+    /// Sends this rank receives by rendezvous from this many bytes on are
+    /// split: it asks the sender to write the second half into its buffer
+    /// while it reads the first (`comm::p2p::rendezvous`); `usize::MAX`:
+    /// never.
+    pub split_send_min: usize,
 }
 
 impl ShmLocal {
@@ -501,7 +506,7 @@ pub fn connect(
     }
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.reducing(n);
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {
