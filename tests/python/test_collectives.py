@@ -39,10 +39,12 @@ def test_collectives(body, world, transport):
         # a root's solo phases (gather's reads, scatter's slot copies) of
         # more than one 1 KiB piece on a pool of 3 threads (the ranks' own: 1);
         # broadcast reads the root's tensor only with its own setting;
-        # the pool's threads sleep as soon as they are idle (no spinning)
+        # the pool's threads sleep as soon as they are idle (no spinning);
+        # every send is read by its receiver, and split: the sender writes
+        # the second half
         env.update(RUSTCCL_SHM_ATTACH_MIN_BYTES="0", RUSTCCL_SHM_THREADS="1", RUSTCCL_SHM_ROOT_THREADS="3",
                    RUSTCCL_SHM_MIN_PIECE_BYTES="1024", RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES="0",
-                   RUSTCCL_SHM_SPIN_US="0")
+                   RUSTCCL_SHM_SPIN_US="0", RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES="0")
     launch.expect_ok(launch.run(f"w_collectives:{body}", world, env=env, timeout=240))
 
 

@@ -358,6 +358,10 @@ def premul_sum(rank: int, world: int) -> tuple[int, list[str]]:
 def p2p(rank: int, world: int) -> tuple[int, list[str]]:
     c = Checker(rank)
     nxt, prv = (rank + 1) % world, (rank - 1) % world
+    if os.environ.get("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES") == "0":
+        # every send read by its receiver is split (the case's point)
+        split = rustccl.stats()["thresholds"]["shm_split_send_min_bytes"]
+        c.eq("split-send threshold", torch.tensor(split), torch.tensor(0))
     # blocking send / recv around a ring, with tags
     for tag in (0, 7):
         out = torch.full((100,), float(rank * 10 + tag))
