@@ -84,7 +84,9 @@ impl Step {
 
 /// Runs `pulls` (local peer, table entry, offset in it, destination) on
 /// `wk`'s threads, each cut into pieces; the first failure names its peer.
-pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, wk: &Workers, pulls: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
+/// The threads take the pieces in [`staggered`] order of their peers.
+pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, wk: &Workers, mut pulls: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
+    staggered(win, &mut pulls, |p| p.0);
     let bytes = pulls.iter().map(|p| p.3.len()).sum();
     let mut items = Vec::new();
     for (peer, entry, off, dst) in pulls {
@@ -92,6 +94,20 @@ pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, wk: &Workers, pulls: Vec
     }
     wk.for_each(items, bytes, |(peer, entry, off, piece)| win.pull(peer, entry, off, piece))
         .map_err(|e: AttachError| win.failed(w, e))
+}
+
+/// Sorts `items` by their peer (`peer_of`), starting after this rank:
+/// local rank r takes r+1, r+2, ... first. A worker team takes its items
+/// in list order, so in ascending order every rank's threads would start
+/// on the same peer, and where they read the same bytes (all_gather, the
+/// all-gather half of all_reduce) the kernel's reads of one page by
+/// several processes at once contend: on the 32-core host 7 readers of 8
+/// threads read the same 8 MiB at 32 GB/s together, distinct 8 MiB
+/// blocks at 90 GB/s (`benchmarks/attach_read_probe.py`,
+/// `benchmarks/results/2026-11-27-x2host-split-sends/call1/probe.md`).
+fn staggered<T>(win: &Window, items: &mut [T], peer_of: impl Fn(&T) -> usize) {
+    let (n, me) = (win.ranks().len(), win.me());
+    items.sort_by_key(|t| (peer_of(t) + n - me - 1) % n);
 }
 
 /// Whether a block of `len` bytes of all_to_all, gather or scatter goes
@@ -214,6 +230,7 @@ fn take(win: &Window, w: &dyn PhaseWait, wk: &Workers, op: &'static str, slot: A
         }
     }
     let (mut gets, mut pulls) = (Vec::new(), Vec::new());
+    staggered(win, &mut from, |f| f.0);
     for (peer, input, small_at, entry, dst) in from {
         match small_at {
             Some(at) => win.get(peer, slot, at, dst),

@@ -118,7 +118,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES",
         default: "auto",
-        doc: "a send to a rank of this host that its receiver reads from the sender's tensor (cross-memory attach: not staged, not by value), of at least this many bytes, is split: the receiver asks the sender for the second half and reads the first while the sender, idle otherwise until the receive took its send, writes the second into the receiver's buffer (process_vm_writev); decided by the receiver; off: never; auto: 524288 where reads through the kernel are slow (one thread a rank) and this rank takes pushes (RUSTCCL_SHM_GATHER_PUSH), else off; stats()[\"thresholds\"][\"shm_split_send_min_bytes\"]",
+        doc: "a send to a rank of this host that its receiver reads from the sender's tensor (cross-memory attach: not staged, not by value), of at least this many bytes, is split: the receiver asks the sender for the second half and reads the first while the sender, idle otherwise until the receive took its send, writes the second into the receiver's buffer (process_vm_writev); decided by the receiver; off: never; auto: 524288 where this rank takes pushes (RUSTCCL_SHM_GATHER_PUSH), else off (2-core VM, where every send over 256 KiB is read: 4-16 MiB one way 0.3-0.55x the time, the pipeline step 0.68x; 32-core host, where sends up to 8 MiB are staged while the staging area is free: 16-32 MiB 0.62-0.76x, the pipeline step 0.74-0.84x, while splitting 1-8 MiB sends instead of staging them took 1.3-2x longer); stats()[\"thresholds\"][\"shm_split_send_min_bytes\"]",
     },
     Setting {
         name: "RUSTCCL_SHM_KEEP_APART",

@@ -219,19 +219,29 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
         0 => SINGLE_READER_MIN,
         set => set,
     };
-    // The sender, idle while its receiver reads, writes half where reads
-    // are slow (one thread a rank) and this rank takes pushes.
+    // The sender, idle while its receiver reads, writes half where this
+    // rank takes pushes.
     let split_send = match sizes.split_send_min {
-        SPLIT_FROM_HOST if slow && sizes.gather_push => SLOW_SPLIT_SEND_MIN,
+        SPLIT_FROM_HOST if sizes.gather_push => SPLIT_SEND_MIN,
         SPLIT_FROM_HOST => usize::MAX,
         set => set,
     };
     Reads { attach, single, all_reduce, reduce, all_gather, block, broadcast, slow, split_send }
 }
 
-/// Where reads are slow (one thread a rank), rendezvous sends from this
-/// size are split between receiver and sender (see [`Reads::split_send`]).
-const SLOW_SPLIT_SEND_MIN: usize = 512 << 10;
+/// Rendezvous sends from this size are split between receiver and sender
+/// where the receiver takes pushes ([`Reads::split_send`]); staged sends
+/// (where reads are fast, up to the staging area's size when it is free)
+/// are not. On the 2-core VM (reads slow, every send over 256 KiB read by
+/// its receiver) 4-16 MiB messages one way took 0.3-0.55x the time, the
+/// 4-stage pipeline step 0.68x; on the 32-core host (sends up to 8 MiB
+/// staged) 16-32 MiB ones 0.62-0.76x with 2 and 8 ranks, the pipeline
+/// step 0.74x / 0.84x with 4 / 8 ranks (its sends split when the staging
+/// area is busy), while splitting 1-8 MiB sends instead of staging them
+/// took 1.3-2x longer with 2 ranks
+/// (`benchmarks/results/2026-11-27-devbox-split-sends/`,
+/// `benchmarks/results/2026-11-27-x2host-split-sends/`).
+const SPLIT_SEND_MIN: usize = 512 << 10;
 
 /// Where a rank's tensors are shared (`arena.rs`, `RUSTCCL_SHM_TENSORS=1`)
 /// and the thresholds are left to the host: the smallest collective (bytes
