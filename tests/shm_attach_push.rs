@@ -105,3 +105,31 @@ fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
         });
     }
 }
+
+/// A scatter block that its receiver reads from the root's tensor is split
+/// where the root takes pushes: the receiver reads the first half while
+/// the root writes the second into its output. Ranks that differ in the
+/// setting still agree (the root decides), from every root, at block
+/// lengths around the 64-byte-aligned half, back to back.
+#[test]
+fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
+    for pushing in [[true, true, true], [true, false, false], [false, true, true]] {
+        let comms = n_comms_with(3, |r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
+        on_ranks(&comms, |r, c| {
+            for len in [1usize, 16, 17, 33, 1000, 70_001] {
+                for root in 0..3usize {
+                    for k in 0..2usize {
+                        let block = |p: usize| -> Vec<f64> { (0..len).map(|i| ((i * 5 + p * 11 + root * 3 + k) % 251) as f64).collect() };
+                        let ins: Vec<_> = if r == root { (0..3).map(|p| buf(DType::F32, &block(p))).collect() } else { vec![] };
+                        let out = buf(DType::F32, &vec![-1.0; len]);
+                        scatter(c, &ins, &out, root);
+                        assert_eq!(read(DType::F32, &out), block(r), "pushing={pushing:?} len={len} root={root} k={k} rank {r}");
+                    }
+                }
+            }
+        });
+        for c in &comms {
+            assert_eq!(algorithm(c, "scatter"), "shm_attach", "pushing={pushing:?}");
+        }
+    }
+}

@@ -449,7 +449,13 @@ pub(super) fn first_failed_push(win: &Window, w: &dyn PhaseWait, slot: Area, sen
 
 /// Every rank reads its part of the root's `ins` (the root's own part is
 /// copied by the caller). The root copies the blocks that go through its
-/// slots on its solo-phase threads: the others wait for them.
+/// slots on its solo-phase threads: the others wait for them. A block
+/// read from the root's tensor is split where the root takes pushes
+/// ([`Window::gather_push`], its choice, said in its header as
+/// [`POSTED_FOR_PUSHES`]): its receiver reads the first half while the
+/// root, idle otherwise, writes the second into the receiver's output
+/// (posted for it), on its solo-phase threads; the root's readers all go
+/// through its one address space, its writes through theirs.
 /// `own`: the root copies its own part of `ins` into `output` after the
 /// first step, while the others take theirs (false: the caller copies it
 /// after the operation, as `output` overlaps some of `ins`).
@@ -460,19 +466,61 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
     let solo = win.solo_workers(blocks.iter().map(|(_, d)| d.len()).sum());
-    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), ins, || mine = offer(win, solo, slot, &blocks, 0))?;
+    let flags = if me == root && win.gather_push() { POSTED_FOR_PUSHES } else { 0 };
+    // The root's entries are its inputs, a receiver's its output (where
+    // the root may write).
+    let posted: Vec<&[u8]> = if me == root { ins.to_vec() } else { vec![&*output] };
+    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), &posted, || mine = offer(win, solo, slot, &blocks, flags))?;
+    drop(posted);
     let headers = Header::read_all(win, slot, mine);
+    // (Our own header, as read, says only whether our blocks are in the slot.)
+    let root_flags = if me == root { flags } else { headers[root].flags };
+    let split = |len: usize| !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0 && !eager(win, len);
+    if me != root && split(output.len()) {
+        let r = win.check_size("scatter", root, output.len(), headers[root].lens[me]).and_then(|()| {
+            let half = split_at(output.len());
+            pull_all(win, w, win.workers(), vec![(root, me, 0, &mut output[..half])])
+        });
+        // The root writes our second half until it publishes p+2.
+        step.sync(win, w, 1)?;
+        return r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "the second half of this rank's scatter block into its output"));
+    }
     let r = if me != root {
         take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)])
     } else {
         if own {
             win.workers().copy(output, ins[me]);
         }
-        Ok(())
+        let r = push_halves(win, w, solo, &blocks, split);
+        if r.is_err() {
+            set_slot_word(win, slot, flags | PUSH_FAILED);
+        }
+        r
     };
     if all_in_slots(&headers) {
         return r;
     }
     let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));
     step.end(win, w, 1, read_from_us, r)
+}
+
+/// Where a split block of `len` bytes is cut: half, up to a cache line.
+fn split_at(len: usize) -> usize {
+    (len / 2).div_ceil(64).saturating_mul(64).min(len)
+}
+
+/// A scatter root's writes of the second half of every block `split`
+/// (by its length) into its receiver's posted output, on `wk`'s threads;
+/// a receiver that posted another size gets nothing (it fails itself).
+fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, &[u8])], split: impl Fn(usize) -> bool) -> Result<()> {
+    let mut items = Vec::new();
+    for &(c, d) in blocks.iter().filter(|(_, d)| split(d.len())) {
+        if win.check_posted("scatter", c, 0, d.len()).is_err() {
+            continue;
+        }
+        let half = split_at(d.len());
+        items.extend(wk.ranges(d.len() - half).into_iter().map(|r| (c, half + r.start, &d[half + r.start..half + r.end])));
+    }
+    let bytes = items.iter().map(|i| i.2.len()).sum();
+    wk.for_each(items, bytes, |(c, off, src)| win.push(c, 0, off, src)).map_err(|e: AttachError| win.failed(w, e))
 }
