@@ -450,7 +450,8 @@ pub(super) fn first_failed_push(win: &Window, w: &dyn PhaseWait, slot: Area, sen
 /// Every rank reads its part of the root's `ins` (the root's own part is
 /// copied by the caller). The root copies the blocks that go through its
 /// slots on its solo-phase threads: the others wait for them. A block
-/// read from the root's tensor is split where the root takes pushes
+/// read from the root's tensor, of at most [`SCATTER_SPLIT_MAX`] bytes,
+/// is split where the root takes pushes
 /// ([`Window::gather_push`], its choice, said in its header as
 /// [`POSTED_FOR_PUSHES`]): its receiver reads the first half while the
 /// root, idle otherwise, writes the second into the receiver's output
@@ -475,7 +476,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let headers = Header::read_all(win, slot, mine);
     // (Our own header, as read, says only whether our blocks are in the slot.)
     let root_flags = if me == root { flags } else { headers[root].flags };
-    let split = |len: usize| !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0 && !eager(win, len);
+    let split = |len: usize| !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0 && !eager(win, len) && len <= SCATTER_SPLIT_MAX;
     if me != root && split(output.len()) {
         let r = win.check_size("scatter", root, output.len(), headers[root].lens[me]).and_then(|()| {
             let half = split_at(output.len());
@@ -503,6 +504,14 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));
     step.end(win, w, 1, read_from_us, r)
 }
+
+/// The largest scatter block that is split between its receiver and the
+/// root. On the 64-core host (settings alternating twice) splitting made
+/// 8 MiB scatters 0.80x / 0.82x the time with 8 / 4 ranks (1 / 2 MiB
+/// blocks), but 32 MiB ones (4 / 8 MiB blocks) 1.58 / 1.8x longer: there
+/// the root's threads, writing half of every block, are the slowest part
+/// (`benchmarks/results/2026-11-27-x4host-scatter-split/`).
+const SCATTER_SPLIT_MAX: usize = 2 << 20;
 
 /// Where a split block of `len` bytes is cut: half, up to a cache line.
 fn split_at(len: usize) -> usize {
