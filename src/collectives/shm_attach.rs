@@ -19,8 +19,9 @@
 //! `shm_one_round` do (the small slots alternate between operations).
 //!
 //! A gather whose blocks no slot takes is where data goes the other way
-//! (so do a 2-rank broadcast's second half, [`broadcast`], and a reduce's
-//! parts, `shm_attach_reduce`): where tensors are read through the kernel, the root
+//! (so do a 2-rank broadcast's second half, [`broadcast`], a reduce's
+//! parts, `shm_attach_reduce`, and the second half of a scatter's read
+//! blocks up to 2 MiB, [`scatter`]): where tensors are read through the kernel, the root
 //! posts its outputs and says so in its header ([`POSTED_FOR_PUSHES`]),
 //! and each sender writes its block into them itself (`Window::push`),
 //! side by side, while the root copies its own part; the root waits for
