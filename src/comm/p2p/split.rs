@@ -61,6 +61,14 @@ impl EventLoop {
             _ => Err(format!("rank {p} is not a rank of this host with cross-memory attach")),
         };
         let read = read.map_err(|e| self.read_failed(p, &rdv, tag, &work, e));
+        if let Some(why) = self.peers[p].as_ref().and_then(|x| x.dead.clone()) {
+            // Found dead meanwhile (writing the request, say): it will
+            // not answer, nor write.
+            let e = self.lost(p, &work, &why);
+            drop(buf);
+            work.finish(Err(e));
+            return;
+        }
         self.splits.push(Split { peer: p, id: rdv.id, tag, buf, work: Some(work), read, posted_at, deadline });
     }
 
