@@ -32,7 +32,7 @@
 use std::convert::Infallible;
 
 use crate::error::Result;
-use crate::transport::shm::{Area, Desc, PhaseWait, AttachError, Window, Workers};
+use crate::transport::shm::{split_point, Area, Desc, PhaseWait, AttachError, Window, Workers};
 use crate::types::{DType, ReduceOp};
 
 /// One single-copy operation in progress: its first phase.
@@ -270,7 +270,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
             set_slot_word(win, slot, flags);
         }
     })?;
-    let half = (buf.len() / 2).div_ceil(64).saturating_mul(64).min(buf.len());
+    let half = split_point(buf.len());
     if me == root {
         let r = if posts { push_tail(win, w, 1 - me, buf, half) } else { Ok(()) };
         if posts && r.is_err() {
@@ -480,7 +480,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let split = |len: usize| !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0 && !eager(win, len) && len <= SCATTER_SPLIT_MAX;
     if me != root && split(output.len()) {
         let r = win.check_size("scatter", root, output.len(), headers[root].lens[me]).and_then(|()| {
-            let half = split_at(output.len());
+            let half = split_point(output.len());
             pull_all(win, w, win.workers(), vec![(root, me, 0, &mut output[..half])])
         });
         // The root writes our second half until it publishes p+2.
@@ -514,11 +514,6 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
 /// (`benchmarks/results/2026-11-27-x4host-scatter-split/`).
 const SCATTER_SPLIT_MAX: usize = 2 << 20;
 
-/// Where a split block of `len` bytes is cut: half, up to a cache line.
-fn split_at(len: usize) -> usize {
-    (len / 2).div_ceil(64).saturating_mul(64).min(len)
-}
-
 /// A scatter root's writes of the second half of every block `split`
 /// (by its length) into its receiver's posted output, on `wk`'s threads;
 /// a receiver that posted another size gets nothing (it fails itself).
@@ -528,7 +523,7 @@ fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, 
         if win.check_posted("scatter", c, 0, d.len()).is_err() {
             continue;
         }
-        let half = split_at(d.len());
+        let half = split_point(d.len());
         items.extend(wk.ranges(d.len() - half).into_iter().map(|r| (c, half + r.start, &d[half + r.start..half + r.end])));
     }
     let bytes = items.iter().map(|i| i.2.len()).sum();

@@ -65,7 +65,7 @@ impl EventLoop {
     /// finishes the receive and queues the ack.
     pub(super) fn take(&mut self, p: Rank, rdv: Rdv, r: Posted) {
         if r.buf.nbytes() == rdv.len {
-            if let Some(from) = self.split_point(p, &rdv) {
+            if let Some(from) = self.split_from(p, &rdv) {
                 return self.take_split(p, rdv, r, from);
             }
         }

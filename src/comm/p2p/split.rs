@@ -22,6 +22,7 @@ use super::rendezvous::pull;
 use super::{Posted, Rdv, Split};
 use crate::error::Error;
 use crate::transport::frame::{rendezvous_body, rendezvous_parse as parse, P2pKind};
+use crate::transport::shm::split_point;
 use crate::types::Rank;
 
 /// How long a pushed answer may wait in the ring when its send is gone
@@ -33,15 +34,15 @@ impl EventLoop {
     /// splits it: from `ShmLocal::split_send_min` bytes, from a live sender,
     /// read through the kernel (a tensor in the sender's shared arena is read with a plain
     /// copy instead, which its sender's writes would not beat), at half
-    /// the message rounded up to a cache line.
-    pub(super) fn split_point(&self, p: Rank, rdv: &Rdv) -> Option<usize> {
+    /// the message rounded up to a cache line (`split_point`).
+    pub(super) fn split_from(&self, p: Rank, rdv: &Rdv) -> Option<usize> {
         let local = self.attach.as_ref()?;
         let (a, i) = (local.attach.as_ref()?, local.local_index(p)?);
         let gone = self.peers[p].as_ref().is_none_or(|x| x.dead.is_some());
         if gone || rdv.staged || rdv.len < local.split_send_min || a.peek(i, rdv.addr, rdv.len).is_some() {
             return None;
         }
-        let from = (rdv.len / 2).div_ceil(64) * 64;
+        let from = split_point(rdv.len);
         (from > 0 && from < rdv.len).then_some(from)
     }
 

@@ -109,6 +109,14 @@ pub const BLOCK_READ_MIN: usize = 1 << 20;
 /// The most local ranks for which [`BLOCK_READ_MIN`] applies.
 pub const BLOCK_SLOT_RANKS: usize = 4;
 
+/// Where a transfer of `len` bytes shared between a reader and a writer
+/// is cut (the reader takes the bytes before, the writer those from
+/// there): half, rounded up to a cache line, at most `len`. A 2-rank
+/// broadcast, a scatter's block and a split send all cut here.
+pub fn split_point(len: usize) -> usize {
+    (len / 2).div_ceil(64).saturating_mul(64).min(len)
+}
+
 /// A collective threshold this large (1 TiB) means that no collective
 /// reads peers' tensors: where reads are slow, the host's rule.
 pub const NO_COLLECTIVE_READS: usize = 1 << 40;
