@@ -179,6 +179,9 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         v.push(("shm_spin_us", l.workers.spin().as_micros() as u64));
         // Threads of the quick team for small parallel phases (0: none).
         v.push(("shm_quick_threads", l.workers.quick_threads() as u64));
+        let (quick_max, quick_piece) = l.workers.quick_limits();
+        v.push(("shm_quick_max_bytes", quick_max as u64));
+        v.push(("shm_quick_min_piece_bytes", quick_piece as u64));
         v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));
         v.push(("shm_reduce_min_piece_bytes", l.reduce_workers.min_piece() as u64));
         v.push(("shm_sum_min_piece_bytes", l.sum_workers.min_piece() as u64));

@@ -85,6 +85,12 @@ pub struct ShmConfig {
     /// Threads of a rank's quick team (small parallel phases); 0: none;
     /// [`QUICK_FROM_HOST`]: from the host.
     pub quick_threads: usize,
+    /// Bytes per thread of the largest phase the quick team takes; 0:
+    /// `transport::shm::workers::QUICK_BYTES_PER_THREAD`.
+    pub quick_bytes: usize,
+    /// Smallest piece of the quick team's phases; 0:
+    /// `transport::shm::workers::QUICK_MIN_PIECE` (or `min_piece` when smaller).
+    pub quick_min_piece: usize,
     /// How long a rank's idle worker threads spin (microseconds) before
     /// they sleep (`transport::shm::team`); [`SPIN_FROM_HOST`]: from the
     /// share of the host's cores the local ranks' threads take.
@@ -363,6 +369,8 @@ impl Config {
                     Ok("auto") => QUICK_FROM_HOST,
                     _ => env_count("RUSTCCL_SHM_QUICK_THREADS", QUICK_FROM_HOST),
                 },
+                quick_bytes: env_usize("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", 0),
+                quick_min_piece: env_usize("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", 0),
                 spin_us: match std::env::var("RUSTCCL_SHM_SPIN_US").as_deref() {
                     Ok("auto") => SPIN_FROM_HOST,
                     _ => env_count("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST),
@@ -453,6 +461,8 @@ impl Config {
             ("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", self.shm.block_min.to_string()),
             ("RUSTCCL_SHM_ROOT_THREADS", self.shm.root_threads.to_string()),
             ("RUSTCCL_SHM_QUICK_THREADS", if self.shm.quick_threads == QUICK_FROM_HOST { "auto".to_string() } else { self.shm.quick_threads.to_string() }),
+            ("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", self.shm.quick_bytes.to_string()),
+            ("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", self.shm.quick_min_piece.to_string()),
             ("RUSTCCL_SHM_SPIN_US", if self.shm.spin_us == SPIN_FROM_HOST { "auto".to_string() } else { self.shm.spin_us.to_string() }),
             ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", match self.shm.broadcast_min {
                 usize::MAX => "off".into(),

@@ -83,7 +83,17 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_QUICK_THREADS",
         default: "auto",
-        doc: "threads (the caller's included) of a rank's quick team: a second, small set of worker threads that spin 200 us when idle and take the parallel phases of up to 256 KiB per thread (a reduction of n ranks' copies counts n times its bytes), where the rank's own workers (RUSTCCL_SHM_THREADS) sleep when idle because the local ranks' threads take more than a quarter of the cores (waking them costs tens of microseconds a phase on a VM); larger phases stay on the workers. auto: a quarter of the cores shared among the local ranks, at most RUSTCCL_SHM_THREADS, none below 2, and none where the workers spin themselves or RUSTCCL_SHM_SPIN_US is set; 0: none. On the 64-core host 2 spinning threads a rank instead of 8 sleeping ones made 8 ranks' 512 KiB all_reduce, reduce_scatter, reduce and broadcast take 0.28-0.68x the time and 8 MiB ones 1.1-1.3x longer, 4 spinning threads 4 ranks' 512 KiB ones 0.31-0.89x (all_to_all 1.38x), 8 MiB ones 1.1-1.7x (settings alternating); against the build before it (alternating), 4 and 8 ranks' 512 KiB ones 0.39-0.61x the time, 1 MiB with 4 ranks 0.65-0.89x, 2-32 MiB within the runs' spread",
+        doc: "threads (the caller's included) of a rank's quick team: a second, small set of worker threads that spin 200 us when idle and take the parallel phases of up to 256 KiB per thread (RUSTCCL_SHM_QUICK_BYTES_PER_THREAD; a reduction of n ranks' copies counts n times its bytes), where the rank's own workers (RUSTCCL_SHM_THREADS) sleep when idle because the local ranks' threads take more than a quarter of the cores (waking them costs tens of microseconds a phase on a VM); larger phases stay on the workers. auto: a quarter of the cores shared among the local ranks, at most RUSTCCL_SHM_THREADS, none below 2, and none where the workers spin themselves or RUSTCCL_SHM_SPIN_US is set; 0: none. On the 64-core host 2 spinning threads a rank instead of 8 sleeping ones made 8 ranks' 512 KiB all_reduce, reduce_scatter, reduce and broadcast take 0.28-0.68x the time and 8 MiB ones 1.1-1.3x longer, 4 spinning threads 4 ranks' 512 KiB ones 0.31-0.89x (all_to_all 1.38x), 8 MiB ones 1.1-1.7x (settings alternating); against the build before it (alternating), 4 and 8 ranks' 512 KiB ones 0.39-0.61x the time, 1 MiB with 4 ranks 0.65-0.89x, 2-32 MiB within the runs' spread",
+    },
+    Setting {
+        name: "RUSTCCL_SHM_QUICK_BYTES_PER_THREAD",
+        default: "0",
+        doc: "the largest parallel phase a rank's quick team (RUSTCCL_SHM_QUICK_THREADS) takes, per thread of the team (a reduction of n ranks' copies counts n times its bytes); larger phases run on the rank's own workers; 0: 262144 (on the 64-core host 524288 made 512 KiB - 2 MiB collectives with 4 and 8 ranks take 0.5-0.8x the time where the hypervisor took 5-30 s of CPU a sweep, but on a quiet host 2 MiB all_reduce 1.37x (4 ranks) and 1-2 MiB ones 1.13-1.24x (8 ranks) slower)",
+    },
+    Setting {
+        name: "RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES",
+        default: "0",
+        doc: "smallest piece of a phase the quick team (RUSTCCL_SHM_QUICK_THREADS) takes, the team woken only for at least two (a reduction's pieces are 1/n of it, n local ranks); its threads spin, so a piece need not pay for a wake-up; 0: 32768, or RUSTCCL_SHM_MIN_PIECE_BYTES when smaller (on the 64-core host, against 262144: 512 KiB - 1 MiB all_to_all 0.68-0.82x the time with 4 and 8 ranks, other collectives within the runs' spread; 32768 and 65536 did alike)",
     },
     Setting {
         name: "RUSTCCL_SHM_SPIN_US",

@@ -33,8 +33,10 @@ def test_collectives(body, world, transport):
         env.update(RUSTCCL_TRANSPORT="auto", RUSTCCL_TEST_HOSTS="2")
     if transport == "shm":
         # copies split over a team of 2 threads a rank that spins when
-        # idle, the phases of up to 512 KiB over a quick team of 2 beside it
-        env.update(RUSTCCL_SHM_THREADS="2", RUSTCCL_SHM_SPIN_US="100", RUSTCCL_SHM_QUICK_THREADS="2")
+        # idle, the phases of up to 512 KiB over a quick team of 2 beside it,
+        # in pieces from 1 KiB (the workers' own: a 4 KiB slot)
+        env.update(RUSTCCL_SHM_THREADS="2", RUSTCCL_SHM_SPIN_US="100", RUSTCCL_SHM_QUICK_THREADS="2",
+                   RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES="1024")
     if transport == "shm-attach":
         # a root's solo phases (gather's reads, scatter's slot copies) of
         # more than one 1 KiB piece on a pool of 3 threads (the ranks' own: 1);

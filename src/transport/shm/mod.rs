@@ -501,7 +501,9 @@ pub fn connect(
     let root_threads = root_threads_for(sizes, n, threads);
     let name = format!("rustccl-shm-r{me}");
     let mut workers = Workers::new(threads, &name, min_piece, spin)?;
-    if let Err(e) = workers.add_quick(quick_threads_for(sizes, n, threads), &name, host::SPIN) {
+    let quick_bytes = if sizes.quick_bytes > 0 { sizes.quick_bytes } else { workers::QUICK_BYTES_PER_THREAD };
+    let quick_piece = if sizes.quick_min_piece > 0 { sizes.quick_min_piece } else { workers::QUICK_MIN_PIECE.min(min_piece) };
+    if let Err(e) = workers.add_quick(quick_threads_for(sizes, n, threads), &name, host::SPIN, quick_bytes, quick_piece) {
         log_at!(LogLevel::Info, "rank {me}: no quick team ({e}); the rank's own threads take every phase");
     }
     let reduce_workers = workers.with_min_piece(min_piece / 2);

@@ -50,10 +50,23 @@ struct Quick {
     pool: Pool,
     threads: usize,
     max_bytes: usize,
+    /// Smallest piece of a phase the team takes: its threads spin, so a
+    /// piece need not pay for a wake-up.
+    min_piece: usize,
 }
 
-/// Bytes a phase may hold per thread of a quick team to run there.
+/// Bytes a phase may hold per thread of a quick team to run there, and
+/// the smallest piece the team takes. On the 64-core host (4 ranks with 4
+/// quick threads, 8 with 2), pieces from 32 KiB instead of 256 KiB made
+/// 512 KiB - 1 MiB all_to_all take 0.68-0.82x the time and left the
+/// other reductions and sizes within the runs' spread, on a quiet host
+/// (builds alternating twice). Phases of up to 512 KiB a thread were
+/// 0.5-0.8x at 512 KiB - 2 MiB where the hypervisor took 5-30 s of CPU a
+/// sweep, but on a quiet host made 2 MiB all_reduce 1.37x (4 ranks) and
+/// 1-2 MiB ones 1.13-1.24x (8 ranks) slower, so phases stay at 256 KiB a
+/// thread (`benchmarks/results/2026-11-27-x4host-quick-pieces/`).
 pub const QUICK_BYTES_PER_THREAD: usize = 256 << 10;
+pub const QUICK_MIN_PIECE: usize = 32 << 10;
 
 impl Workers {
     /// `threads` <= 1: everything runs on the caller's thread; otherwise
@@ -82,17 +95,29 @@ impl Workers {
 
     /// Gives these workers a quick team of `threads` threads (the
     /// caller's included; none below 2) that spin `spin` when idle and run
-    /// every phase of at most `threads` x [`QUICK_BYTES_PER_THREAD`] bytes:
-    /// where the workers' own threads sleep when idle, waking them costs
-    /// tens of microseconds a phase on a VM, more than a few spinning
-    /// threads need for such a phase (`host::quick_threads_for`). On an
-    /// error (no threads to be had) the workers stay as they were.
-    pub fn add_quick(&mut self, threads: usize, name: &str, spin: Duration) -> io::Result<()> {
+    /// every phase of at most `threads` x `bytes_per_thread` bytes, cut
+    /// into pieces of at least `min_piece` (0: the workers' own): where
+    /// the workers' own threads sleep when idle, waking them costs tens of
+    /// microseconds a phase on a VM, more than a few spinning threads need
+    /// for such a phase (`host::quick_threads_for`). On an error (no
+    /// threads to be had) the workers stay as they were.
+    pub fn add_quick(&mut self, threads: usize, name: &str, spin: Duration, bytes_per_thread: usize, min_piece: usize) -> io::Result<()> {
         if threads >= 2 {
             let pool = Pool::Team(Arc::new(Team::new(threads - 1, &format!("{name}-q"), spin)?));
-            self.quick = Some(Quick { pool, threads, max_bytes: threads * QUICK_BYTES_PER_THREAD });
+            let min_piece = if min_piece == 0 { self.min_piece } else { min_piece.max(64) };
+            self.quick = Some(Quick { pool, threads, max_bytes: threads * bytes_per_thread, min_piece });
         }
         Ok(())
+    }
+
+    /// The quick team's largest phase and smallest piece (0, 0: no team).
+    pub fn quick_limits(&self) -> (usize, usize) {
+        self.quick.as_ref().map_or((0, 0), |q| (q.max_bytes, q.min_piece))
+    }
+
+    /// The quick team, when it takes a phase of `bytes`.
+    fn quick_for(&self, bytes: usize) -> Option<&Quick> {
+        self.quick.as_ref().filter(|q| bytes <= q.max_bytes)
     }
 
     /// Threads of the quick team (0: none).
@@ -125,7 +150,7 @@ impl Workers {
     /// (`benchmarks/results/2026-11-27-x4host-s20-call1/`).
     pub fn reducing(&self, inputs: usize) -> Workers {
         let inputs = inputs.max(2);
-        let quick = self.quick.clone().map(|q| Quick { max_bytes: q.max_bytes / inputs, ..q });
+        let quick = self.quick.clone().map(|q| Quick { max_bytes: q.max_bytes / inputs, min_piece: (q.min_piece / inputs).max(64), ..q });
         Workers { quick, ..self.with_min_piece(self.min_piece / inputs) }
     }
 
@@ -170,9 +195,12 @@ impl Workers {
     /// quick team's bytes runs on that team instead. The first error is
     /// returned.
     pub fn for_each<T: Send, E: Send>(&self, items: Vec<T>, bytes: usize, f: impl Fn(T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
-        let quick = self.quick.as_ref().filter(|q| bytes <= q.max_bytes).map(|q| &q.pool);
-        let pool = match quick.or(self.pool.as_ref()) {
-            Some(t) if items.len() > 1 && bytes >= 2 * self.min_piece => t,
+        let (pool, min_piece) = match self.quick_for(bytes) {
+            Some(q) => (Some(&q.pool), q.min_piece),
+            None => (self.pool.as_ref(), self.min_piece),
+        };
+        let pool = match pool {
+            Some(t) if items.len() > 1 && bytes >= 2 * min_piece => t,
             _ => return items.into_iter().try_for_each(f),
         };
         let _t = crate::hostprof::start(crate::hostprof::Span::PoolRun);
@@ -209,8 +237,17 @@ impl Workers {
 
     /// Piece length for `len` bytes: one per thread, whole cache lines,
     /// at least `MIN_PIECE` (so small work stays on the caller's thread).
+    /// Where the quick team would take `len` bytes, as many pieces as its
+    /// threads take of its smallest piece, if that is more: the phase the
+    /// buffer is part of may still be too large for the team, and then the
+    /// workers keep their own number of pieces (cutting a 2 MiB buffer for
+    /// 4 quick threads instead of 8 workers made 4-rank 8 MiB all_gathers
+    /// and scatters 1.3x slower).
     fn piece(&self, len: usize) -> usize {
-        let used = self.threads.min(len / self.min_piece).max(1);
+        let mut used = self.threads.min(len / self.min_piece).max(1);
+        if let Some(q) = self.quick_for(len) {
+            used = used.max(q.threads.min(len / q.min_piece));
+        }
         len.div_ceil(used).div_ceil(64).max(1) * 64
     }
 
@@ -314,7 +351,7 @@ mod tests {
     #[test]
     fn small_phases_run_on_the_quick_team_and_large_ones_on_the_workers() {
         let mut wk = Workers::new(4, "wt", 1024, Duration::ZERO).unwrap();
-        wk.add_quick(2, "wt", SPIN).unwrap();
+        wk.add_quick(2, "wt", SPIN, QUICK_BYTES_PER_THREAD, 0).unwrap();
         assert_eq!(wk.quick_threads(), 2);
         let max = 2 * QUICK_BYTES_PER_THREAD;
         let me = std::thread::current().name().unwrap_or("").to_string();
@@ -341,7 +378,35 @@ mod tests {
         // The same threads under other piece sizes; none below 2 threads.
         assert_eq!(wk.with_min_piece(128).quick_threads(), 2);
         let mut one = Workers::new(4, "wt", 64, Duration::ZERO).unwrap();
-        one.add_quick(1, "wt", SPIN).unwrap();
+        one.add_quick(1, "wt", SPIN, QUICK_BYTES_PER_THREAD, 0).unwrap();
         assert_eq!(one.quick_threads(), 0);
+    }
+
+    #[test]
+    fn the_quick_team_cuts_its_phases_into_its_own_smaller_pieces() {
+        let mut wk = Workers::new(8, "wp", 1 << 16, Duration::ZERO).unwrap();
+        wk.add_quick(4, "wp", SPIN, 1 << 14, 1 << 10).unwrap();
+        assert_eq!(wk.quick_limits(), (1 << 16, 1 << 10));
+        // 12 KiB on the quick team (at most 64 KiB): 4 pieces of 3 KiB.
+        assert_eq!(wk.ranges(12 << 10), (0..4).map(|i| i * 3072..(i + 1) * 3072).collect::<Vec<_>>());
+        // 1 KiB: one piece (two are needed to start the team).
+        assert_eq!(wk.ranges(1 << 10).len(), 1);
+        // 64 KiB, the team's limit: 4 quick pieces, as the 8 workers would cut
+        // it into one; over the limit: the workers' own pieces (64 KiB, 8 threads).
+        assert_eq!(wk.ranges(64 << 10).len(), 4);
+        assert_eq!(wk.ranges(256 << 10).len(), 4);
+        assert_eq!(wk.ranges(1 << 20).len(), 8);
+        let me = std::thread::current().name().unwrap_or("").to_string();
+        let helpers = names(&wk, 4, 12 << 10).into_iter().filter(|n| *n != me).collect::<Vec<_>>();
+        assert!(!helpers.is_empty() && helpers.iter().all(|n| n.starts_with("wp-q")), "{helpers:?}");
+        // A reduction of 4 inputs: a quarter of each.
+        let sum = wk.reducing(4);
+        assert_eq!(sum.quick_limits(), (1 << 14, 256));
+        assert_eq!(sum.ranges(4 << 10).len(), 4);
+        // 0: the workers' own smallest piece.
+        let mut same = Workers::new(8, "wp", 1 << 16, Duration::ZERO).unwrap();
+        same.add_quick(4, "wp", SPIN, 1 << 16, 0).unwrap();
+        assert_eq!(same.quick_limits(), (1 << 18, 1 << 16));
+        assert_eq!(same.ranges(128 << 10).len(), 2);
     }
 }
