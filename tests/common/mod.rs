@@ -77,6 +77,8 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     keep_apart: true,
     gather_push: true,
     quick_threads: 0,
+    quick_bytes: 0,
+    quick_min_piece: 0,
     split_send_min: usize::MAX,
 };
 
@@ -88,9 +90,9 @@ pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communica
 /// Shared memory between ranks (threads of this process), with tiny areas
 /// so that test-sized inputs wrap the rings and take many pipeline rounds;
 /// 3 workers a rank and a quick team of 2, which takes the parallel phases
-/// of up to 512 KiB.
+/// of up to 512 KiB in pieces from 64 bytes.
 pub fn shm_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
-    mesh_comms(n, algo, timeout, TransportMode::Shm, ShmConfig { threads: 3, root_threads: 4, quick_threads: 2, ..TINY_SHM })
+    mesh_comms(n, algo, timeout, TransportMode::Shm, ShmConfig { threads: 3, root_threads: 4, quick_threads: 2, quick_min_piece: 64, ..TINY_SHM })
 }
 
 pub fn mesh_comms(n: usize, algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig) -> Vec<Communicator> {
