@@ -108,13 +108,15 @@ fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
 
 /// A scatter block that its receiver reads from the root's tensor is split
 /// where the root takes pushes: the receiver reads the first half while
-/// the root writes the second into its output. Ranks that differ in the
-/// setting still agree (the root decides), from every root, at block
-/// lengths around the 64-byte-aligned half, back to back.
+/// the root writes the second into its output, for blocks up to the
+/// root's largest split. Ranks that differ in either setting still agree
+/// (the root decides), from every root, at block lengths around the
+/// 64-byte-aligned half, back to back.
 #[test]
 fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
-    for pushing in [[true, true, true], [true, false, false], [false, true, true]] {
-        let comms = n_comms_with(3, |r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
+    let caps = [[0, 0, 0], [usize::MAX, 4096, 64]];
+    for (pushing, cap) in [[true, true, true], [true, false, false], [false, true, true]].into_iter().flat_map(|p| caps.map(|c| (p, c))) {
+        let comms = n_comms_with(3, |r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], scatter_split_max: cap[r], ..common::TINY_SHM });
         on_ranks(&comms, |r, c| {
             for len in [1usize, 16, 17, 33, 1000, 70_001] {
                 for root in 0..3usize {
@@ -123,7 +125,7 @@ fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
                         let ins: Vec<_> = if r == root { (0..3).map(|p| buf(DType::F32, &block(p))).collect() } else { vec![] };
                         let out = buf(DType::F32, &vec![-1.0; len]);
                         scatter(c, &ins, &out, root);
-                        assert_eq!(read(DType::F32, &out), block(r), "pushing={pushing:?} len={len} root={root} k={k} rank {r}");
+                        assert_eq!(read(DType::F32, &out), block(r), "pushing={pushing:?} cap={cap:?} len={len} root={root} k={k} rank {r}");
                     }
                 }
             }

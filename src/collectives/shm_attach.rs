@@ -451,13 +451,14 @@ pub(super) fn first_failed_push(win: &Window, w: &dyn PhaseWait, slot: Area, sen
 /// Every rank reads its part of the root's `ins` (the root's own part is
 /// copied by the caller). The root copies the blocks that go through its
 /// slots on its solo-phase threads: the others wait for them. A block
-/// read from the root's tensor, of at most [`SCATTER_SPLIT_MAX`] bytes,
-/// is split where the root takes pushes
-/// ([`Window::gather_push`], its choice, said in its header as
-/// [`POSTED_FOR_PUSHES`]): its receiver reads the first half while the
-/// root, idle otherwise, writes the second into the receiver's output
-/// (posted for it), on its solo-phase threads; the root's readers all go
-/// through its one address space, its writes through theirs.
+/// read from the root's tensor, of at most the root's
+/// [`Window::scatter_split_max`] bytes, is split where the root takes
+/// pushes ([`Window::gather_push`]): its receiver reads the first half
+/// while the root, idle otherwise, writes the second into the receiver's
+/// output (posted for it), on its solo-phase threads; the root's readers
+/// all go through its one address space, its writes through theirs. The
+/// root alone decides, and says which receivers it writes to in its
+/// header ([`split_bit`]), so ranks with other settings cannot disagree.
 /// `own`: the root copies its own part of `ins` into `output` after the
 /// first step, while the others take theirs (false: the caller copies it
 /// after the operation, as `output` overlaps some of `ins`).
@@ -468,7 +469,17 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
     let solo = win.solo_workers(blocks.iter().map(|(_, d)| d.len()).sum());
-    let flags = if me == root && win.gather_push() { POSTED_FOR_PUSHES } else { 0 };
+    // The root's choice: which receivers' blocks it splits (their reads
+    // stay whole where the blocks go through its slots after all).
+    let mut flags = 0;
+    if me == root && win.gather_push() {
+        flags = POSTED_FOR_PUSHES;
+        for &(c, d) in &blocks {
+            if !eager(win, d.len()) && d.len() <= win.scatter_split_max() {
+                flags |= split_bit(c);
+            }
+        }
+    }
     // The root's entries are its inputs, a receiver's its output (where
     // the root may write).
     let posted: Vec<&[u8]> = if me == root { ins.to_vec() } else { vec![&*output] };
@@ -477,8 +488,8 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let headers = Header::read_all(win, slot, mine);
     // (Our own header, as read, says only whether our blocks are in the slot.)
     let root_flags = if me == root { flags } else { headers[root].flags };
-    let split = |len: usize| !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0 && !eager(win, len) && len <= SCATTER_SPLIT_MAX;
-    if me != root && split(output.len()) {
+    let split = |c: usize| !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0 && root_flags & split_bit(c) != 0;
+    if me != root && split(me) {
         let r = win.check_size("scatter", root, output.len(), headers[root].lens[me]).and_then(|()| {
             let half = split_point(output.len());
             pull_all(win, w, win.workers(), vec![(root, me, 0, &mut output[..half])])
@@ -506,20 +517,23 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     step.end(win, w, 1, read_from_us, r)
 }
 
-/// The largest scatter block that is split between its receiver and the
-/// root. On the 64-core host (settings alternating twice) splitting made
-/// 8 MiB scatters 0.80x / 0.82x the time with 8 / 4 ranks (1 / 2 MiB
-/// blocks), but 32 MiB ones (4 / 8 MiB blocks) 1.58 / 1.8x longer: there
-/// the root's threads, writing half of every block, are the slowest part
-/// (`benchmarks/results/2026-11-27-x4host-scatter-split/`).
-const SCATTER_SPLIT_MAX: usize = 2 << 20;
+/// In a scatter root's header: it writes the second half of local rank
+/// `c`'s block (none beyond the word's 56 bits for receivers: those read
+/// their whole block).
+fn split_bit(c: usize) -> u64 {
+    if c < 56 {
+        1 << (8 + c)
+    } else {
+        0
+    }
+}
 
-/// A scatter root's writes of the second half of every block `split`
-/// (by its length) into its receiver's posted output, on `wk`'s threads;
-/// a receiver that posted another size gets nothing (it fails itself).
+/// A scatter root's writes of the second half of the block of every
+/// receiver `split` into its posted output, on `wk`'s threads; a receiver
+/// that posted another size gets nothing (it fails itself).
 fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, &[u8])], split: impl Fn(usize) -> bool) -> Result<()> {
     let mut items = Vec::new();
-    for &(c, d) in blocks.iter().filter(|(_, d)| split(d.len())) {
+    for &(c, d) in blocks.iter().filter(|(c, _)| split(*c)) {
         if win.check_posted("scatter", c, 0, d.len()).is_err() {
             continue;
         }

@@ -124,6 +124,11 @@ pub struct ShmConfig {
     /// receiver. `usize::MAX`: never; [`SPLIT_FROM_HOST`] (the default):
     /// from the host (`transport::shm::host::reads_for`).
     pub split_send_min: usize,
+    /// A scatter root splits the blocks its receivers would read of at
+    /// most this many bytes (it writes their second halves,
+    /// `collectives::shm_attach::scatter`); 0: from the host
+    /// (`transport::shm::host::scatter_split_max`); `usize::MAX`: any size.
+    pub scatter_split_max: usize,
 }
 
 /// `ShmConfig::quick_threads` when `RUSTCCL_SHM_QUICK_THREADS` is unset or `auto`.
@@ -393,6 +398,10 @@ impl Config {
                     Ok("auto") => SPLIT_FROM_HOST,
                     _ => env_usize("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", SPLIT_FROM_HOST),
                 },
+                scatter_split_max: match std::env::var("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES").as_deref().map(str::trim) {
+                    Ok("any") => usize::MAX,
+                    _ => env_usize("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0),
+                },
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
             shm_tensors_min,
@@ -480,6 +489,10 @@ impl Config {
             ("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", match self.shm.split_send_min {
                 usize::MAX => "off".into(),
                 SPLIT_FROM_HOST => "auto".into(),
+                v => v.to_string(),
+            }),
+            ("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", match self.shm.scatter_split_max {
+                usize::MAX => "any".into(),
                 v => v.to_string(),
             }),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),

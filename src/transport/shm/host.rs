@@ -229,6 +229,22 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     Reads { attach, single, all_reduce, reduce, all_gather, block, broadcast, slow, split_send }
 }
 
+/// The largest scatter block a root splits with its receiver (the
+/// setting; `usize::MAX`: any): 2 MiB. On the 64-core host (settings
+/// alternating twice) splitting made 8 MiB scatters 0.80x / 0.82x the
+/// time with 8 / 4 ranks (1 / 2 MiB blocks), but 32 MiB ones (4 / 8 MiB
+/// blocks) 1.58 / 1.8x longer: there the root's threads, writing half of
+/// every block, are the slowest part
+/// (`benchmarks/results/2026-11-27-x4host-scatter-split/`).
+pub(super) fn scatter_split_max(sizes: ShmConfig) -> usize {
+    match sizes.scatter_split_max {
+        0 => SCATTER_SPLIT_MAX,
+        set => set,
+    }
+}
+
+const SCATTER_SPLIT_MAX: usize = 2 << 20;
+
 /// Rendezvous sends from this size are split between receiver and sender
 /// where the receiver takes pushes ([`Reads::split_send`]); staged sends
 /// (where reads are fast, up to the staging area's size when it is free)

@@ -43,7 +43,7 @@ pub use attach::{split_point, Attach, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SIN
 pub use stage::StillComing;
 pub use workers::Workers;
 
-use host::{quick_threads_for, reads_for, root_threads_for, spin_for, stage_for, threads_for, SMALL_SLOT};
+use host::{quick_threads_for, reads_for, root_threads_for, scatter_split_max, spin_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
 pub use place::moves as thread_moves;
 
@@ -106,6 +106,9 @@ pub struct ShmLocal {
     /// while it reads the first (`comm::p2p::rendezvous`); `usize::MAX`:
     /// never.
     pub split_send_min: usize,
+    /// As a scatter's root, this rank splits the blocks its receivers
+    /// would read of at most this many bytes (`host::scatter_split_max`).
+    pub scatter_split_max: usize,
 }
 
 impl ShmLocal {
@@ -508,7 +511,7 @@ pub fn connect(
     }
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.reducing(n);
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes) });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

@@ -332,6 +332,12 @@ impl Window {
         self.local.gather_push && self.local.attach.as_ref().is_some_and(|a| !a.any_arena())
     }
 
+    /// As a scatter's root: the largest block this rank splits with the
+    /// receiver that would read it (`RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES`).
+    pub fn scatter_split_max(&self) -> usize {
+        self.local.scatter_split_max
+    }
+
     /// The `len` bytes at `off` of the buffer local rank `peer` posted as
     /// `entry`, read in place, when that buffer lies in the peer's shared
     /// tensor arena (`arena.rs`); None otherwise ([`Window::pull`] them).
