@@ -21,7 +21,7 @@
 //! A gather whose blocks no slot takes is where data goes the other way
 //! (so do a 2-rank broadcast's second half, [`broadcast`], a reduce's
 //! parts, `shm_attach_reduce`, and the second half of a scatter's read
-//! blocks up to 2 MiB, [`scatter`]): where tensors are read through the kernel, the root
+//! blocks up to `RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES`, [`scatter`]): where tensors are read through the kernel, the root
 //! posts its outputs and says so in its header ([`POSTED_FOR_PUSHES`]),
 //! and each sender writes its block into them itself (`Window::push`),
 //! side by side, while the root copies its own part; the root waits for
@@ -121,8 +121,9 @@ fn eager(win: &Window, len: usize) -> bool {
 }
 
 /// Where the blocks of all_to_all, gather and scatter start in a small
-/// slot: after a header of one word saying whether the sender's blocks
-/// are in it, and one word per local rank with the length of its block.
+/// slot: after a header of one word of flags (whether the sender's blocks
+/// are in it, [`IN_SLOT`], and the others below), and one word per local
+/// rank with the length of its block.
 fn blocks_at(n: usize) -> usize {
     (8 * (n + 1)).div_ceil(64) * 64
 }
@@ -135,11 +136,14 @@ pub(super) const POSTED_FOR_PUSHES: u64 = 2;
 /// A sender could not push its block (written over its header's first
 /// word before its last publish).
 pub(super) const PUSH_FAILED: u64 = 4;
+/// A scatter root's bits for the receivers whose blocks it splits ([`split_bit`]).
+const SPLIT_BITS: u64 = u64::MAX << 8;
 
 /// A sender's header, as written by [`offer`].
 struct Header {
     in_slot: bool,
-    /// The first word: [`IN_SLOT`], [`POSTED_FOR_PUSHES`].
+    /// The first word: [`IN_SLOT`], [`POSTED_FOR_PUSHES`], [`PUSH_FAILED`],
+    /// a scatter root's [`split_bit`]s.
     flags: u64,
     lens: Vec<usize>,
 }
@@ -176,8 +180,9 @@ impl Header {
 /// root's or an all_to_all's blocks add up: 7 x 256 KiB copied on one
 /// thread took ~350 us), and the large ones are read from our tensors (or
 /// pushed, a gather's). Every rank writes its header in every operation,
-/// with or without blocks, `flags` (the gather's push flags) in its first
-/// word. Returns whether the blocks are in the small slot.
+/// with or without blocks, `flags` (a root's push flags, a scatter root's
+/// split bits) in its first word. Returns whether the blocks are in the
+/// small slot.
 fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[u8])], flags: u64) -> bool {
     let n = win.ranks().len();
     let in_slot = fits_small(win, blocks.iter().map(|(_, d)| d.len()).sum());
@@ -459,6 +464,10 @@ pub(super) fn first_failed_push(win: &Window, w: &dyn PhaseWait, slot: Area, sen
 /// all go through its one address space, its writes through theirs. The
 /// root alone decides, and says which receivers it writes to in its
 /// header ([`split_bit`]), so ranks with other settings cannot disagree.
+/// Where it splits any block, every rank takes one more step: a split
+/// receiver reads the root's first word ([`PUSH_FAILED`]) after the root's
+/// writes (`p+2`) and before the root, waiting for `p+3`, may start its
+/// next operation and write that slot again.
 /// `own`: the root copies its own part of `ins` into `output` after the
 /// first step, while the others take theirs (false: the caller copies it
 /// after the operation, as `output` overlaps some of `ins`).
@@ -488,15 +497,19 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let headers = Header::read_all(win, slot, mine);
     // (Our own header, as read, says only whether our blocks are in the slot.)
     let root_flags = if me == root { flags } else { headers[root].flags };
-    let split = |c: usize| !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0 && root_flags & split_bit(c) != 0;
+    let pushes = !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0;
+    let split = |c: usize| pushes && root_flags & split_bit(c) != 0;
+    let steps = if pushes && root_flags & SPLIT_BITS != 0 { 2 } else { 1 };
     if me != root && split(me) {
         let r = win.check_size("scatter", root, output.len(), headers[root].lens[me]).and_then(|()| {
             let half = split_point(output.len());
             pull_all(win, w, win.workers(), vec![(root, me, 0, &mut output[..half])])
         });
-        // The root writes our second half until it publishes p+2.
+        // The root writes our second half until it publishes p+2, and
+        // keeps its slot (the word that says whether it failed) until p+3.
         step.sync(win, w, 1)?;
-        return r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "the second half of this rank's scatter block into its output"));
+        let r = r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "the second half of this rank's scatter block into its output"));
+        return step.end(win, w, 2, false, r);
     }
     let r = if me != root {
         take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)])
@@ -514,7 +527,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         return r;
     }
     let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));
-    step.end(win, w, 1, read_from_us, r)
+    step.end(win, w, steps, read_from_us, r)
 }
 
 /// In a scatter root's header: it writes the second half of local rank

@@ -50,7 +50,7 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
         quick = int(os.environ.get("RUSTCCL_SHM_QUICK_THREADS", "0"))
         c.true(f"no quick team beside a set spin unless set: {th}", th["shm_quick_threads"] == (quick if quick >= 2 else 0))
         if quick >= 2:
-            piece = int(os.environ.get("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", "0")) or th["shm_min_piece_bytes"]
+            piece = int(os.environ.get("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", "0")) or min(32 << 10, th["shm_min_piece_bytes"])
             c.true(f"the quick team's pieces and phases: {th}",
                    (th["shm_quick_min_piece_bytes"], th["shm_quick_max_bytes"]) == (piece, quick * (256 << 10)))
     return c.count, c.failures

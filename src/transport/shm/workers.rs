@@ -66,6 +66,7 @@ struct Quick {
 /// 1-2 MiB ones 1.13-1.24x (8 ranks) slower, so phases stay at 256 KiB a
 /// thread (`benchmarks/results/2026-11-27-x4host-quick-pieces/`).
 pub const QUICK_BYTES_PER_THREAD: usize = 256 << 10;
+/// The quick team's smallest piece (see [`QUICK_BYTES_PER_THREAD`]).
 pub const QUICK_MIN_PIECE: usize = 32 << 10;
 
 impl Workers {
@@ -74,7 +75,8 @@ impl Workers {
     /// `spin`, a team whose idle threads spin that long before they sleep
     /// (`team.rs`); without, rayon's pool, whose idle threads look for
     /// work a few dozen times, yielding, and sleep. Pieces are at least
-    /// `min_piece` bytes.
+    /// `min_piece` bytes (a quick team's own, where it takes them:
+    /// [`Workers::add_quick`]).
     pub fn new(threads: usize, name: &str, min_piece: usize, spin: Duration) -> io::Result<Workers> {
         let pool = match threads {
             0 | 1 => None,
@@ -105,7 +107,7 @@ impl Workers {
         if threads >= 2 {
             let pool = Pool::Team(Arc::new(Team::new(threads - 1, &format!("{name}-q"), spin)?));
             let min_piece = if min_piece == 0 { self.min_piece } else { min_piece.max(64) };
-            self.quick = Some(Quick { pool, threads, max_bytes: threads * bytes_per_thread, min_piece });
+            self.quick = Some(Quick { pool, threads, max_bytes: threads.saturating_mul(bytes_per_thread), min_piece });
         }
         Ok(())
     }
@@ -134,7 +136,8 @@ impl Workers {
         self.spin
     }
 
-    /// The same threads, splitting work into pieces of at least `min_piece`.
+    /// The same threads, splitting work into pieces of at least `min_piece`
+    /// (the quick team keeps its own).
     pub fn with_min_piece(&self, min_piece: usize) -> Workers {
         Workers { pool: self.pool.clone(), quick: self.quick.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin }
     }
@@ -154,7 +157,8 @@ impl Workers {
         Workers { quick, ..self.with_min_piece(self.min_piece / inputs) }
     }
 
-    /// Consecutive pieces of `0..len` (one per thread, at most).
+    /// Consecutive pieces of `0..len` (one per thread, at most: the
+    /// workers' or, where it would take them, the quick team's).
     pub fn ranges(&self, len: usize) -> Vec<Range<usize>> {
         self.ranges_aligned(len, 1)
     }
@@ -236,13 +240,14 @@ impl Workers {
     }
 
     /// Piece length for `len` bytes: one per thread, whole cache lines,
-    /// at least `MIN_PIECE` (so small work stays on the caller's thread).
+    /// at least `min_piece` (so small work stays on the caller's thread).
     /// Where the quick team would take `len` bytes, as many pieces as its
-    /// threads take of its smallest piece, if that is more: the phase the
-    /// buffer is part of may still be too large for the team, and then the
-    /// workers keep their own number of pieces (cutting a 2 MiB buffer for
-    /// 4 quick threads instead of 8 workers made 4-rank 8 MiB all_gathers
-    /// and scatters 1.3x slower).
+    /// threads take of its smallest piece, if that is more (so pieces may
+    /// be as small as the team's): the phase the buffer is part of may
+    /// still be too large for the team, and then its workers get at least
+    /// their own number of pieces (cutting a 2 MiB buffer for 4 quick
+    /// threads alone instead of 8 workers made 4-rank 8 MiB all_gathers and
+    /// scatters 1.3x slower).
     fn piece(&self, len: usize) -> usize {
         let mut used = self.threads.min(len / self.min_piece).max(1);
         if let Some(q) = self.quick_for(len) {
