@@ -114,10 +114,10 @@ def async_and_layouts(rank: int, world: int) -> tuple[int, list[str]]:
 def rooted_and_gathers(rank: int, world: int) -> tuple[int, list[str]]:
     c = Checker(rank)
     cap = os.environ.get("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES")
-    if cap is not None and "shm_scatter_split_max_bytes" in rustccl.stats()["thresholds"]:
+    got = rustccl.stats()["thresholds"].get("shm_scatter_split_max_bytes")
+    if cap is not None and got is not None:
         # a scatter root splits the blocks up to this size (the case's
         # 24-byte blocks) and lets its receivers read larger ones whole
-        got = rustccl.stats()["thresholds"]["shm_scatter_split_max_bytes"]
         c.true(f"scatter split threshold {got} == {cap}", got == int(cap))
     for root in range(world):
         for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):

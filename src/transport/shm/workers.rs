@@ -98,7 +98,7 @@ impl Workers {
     /// Gives these workers a quick team of `threads` threads (the
     /// caller's included; none below 2) that spin `spin` when idle and run
     /// every phase of at most `threads` x `bytes_per_thread` bytes, cut
-    /// into pieces of at least `min_piece` (0: the workers' own): where
+    /// into pieces of at least `min_piece` (and 64 bytes): where
     /// the workers' own threads sleep when idle, waking them costs tens of
     /// microseconds a phase on a VM, more than a few spinning threads need
     /// for such a phase (`host::quick_threads_for`). On an error (no
@@ -106,8 +106,7 @@ impl Workers {
     pub fn add_quick(&mut self, threads: usize, name: &str, spin: Duration, bytes_per_thread: usize, min_piece: usize) -> io::Result<()> {
         if threads >= 2 {
             let pool = Pool::Team(Arc::new(Team::new(threads - 1, &format!("{name}-q"), spin)?));
-            let min_piece = if min_piece == 0 { self.min_piece } else { min_piece.max(64) };
-            self.quick = Some(Quick { pool, threads, max_bytes: threads.saturating_mul(bytes_per_thread), min_piece });
+            self.quick = Some(Quick { pool, threads, max_bytes: threads.saturating_mul(bytes_per_thread), min_piece: min_piece.max(64) });
         }
         Ok(())
     }
@@ -356,7 +355,7 @@ mod tests {
     #[test]
     fn small_phases_run_on_the_quick_team_and_large_ones_on_the_workers() {
         let mut wk = Workers::new(4, "wt", 1024, Duration::ZERO).unwrap();
-        wk.add_quick(2, "wt", SPIN, QUICK_BYTES_PER_THREAD, 0).unwrap();
+        wk.add_quick(2, "wt", SPIN, QUICK_BYTES_PER_THREAD, 1024).unwrap();
         assert_eq!(wk.quick_threads(), 2);
         let max = 2 * QUICK_BYTES_PER_THREAD;
         let me = std::thread::current().name().unwrap_or("").to_string();
@@ -383,7 +382,7 @@ mod tests {
         // The same threads under other piece sizes; none below 2 threads.
         assert_eq!(wk.with_min_piece(128).quick_threads(), 2);
         let mut one = Workers::new(4, "wt", 64, Duration::ZERO).unwrap();
-        one.add_quick(1, "wt", SPIN, QUICK_BYTES_PER_THREAD, 0).unwrap();
+        one.add_quick(1, "wt", SPIN, QUICK_BYTES_PER_THREAD, 64).unwrap();
         assert_eq!(one.quick_threads(), 0);
     }
 
@@ -408,9 +407,9 @@ mod tests {
         let sum = wk.reducing(4);
         assert_eq!(sum.quick_limits(), (1 << 14, 256));
         assert_eq!(sum.ranges(4 << 10).len(), 4);
-        // 0: the workers' own smallest piece.
+        // The workers' own smallest piece: the workers' count of pieces.
         let mut same = Workers::new(8, "wp", 1 << 16, Duration::ZERO).unwrap();
-        same.add_quick(4, "wp", SPIN, 1 << 16, 0).unwrap();
+        same.add_quick(4, "wp", SPIN, 1 << 16, 1 << 16).unwrap();
         assert_eq!(same.quick_limits(), (1 << 18, 1 << 16));
         assert_eq!(same.ranges(128 << 10).len(), 2);
     }
