@@ -32,7 +32,7 @@ pub mod workers;
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -398,26 +398,20 @@ pub fn connect(
         set => set,
     };
     let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
-    // The staging area is an extra (without it sends are read directly):
-    // only where every other local rank's segment still fits beside ours
-    // (they may be allocating theirs right now), and not where ours does
-    // not fit with it.
-    let full = layout.with_stage(stage);
-    let room = segment::free_bytes(Path::new("/dev/shm"));
-    let need = (full.total + (n - 1) * layout.total) as u64;
-    let no_room = |why: &dyn std::fmt::Display| log_at!(LogLevel::Warn, "rank {me}: no room for a {stage}-byte staging area in /dev/shm ({why}); point-to-point sends are read from the sender's tensor");
-    let mine = if stage > 0 && room.is_some_and(|free| free < need) {
-        no_room(&format_args!("{} bytes free, {need} wanted with the other local ranks' segments", room.unwrap_or(0)));
-        Segment::create(&path(me), layout)
-    } else {
-        match Segment::create(&path(me), full) {
-            Err(e) if stage > 0 => {
-                no_room(&e);
-                Segment::create(&path(me), layout)
-            }
-            made => made,
+    // 0. every local rank reserves its segment, then says so: the staging
+    // area is an extra (without it sends are read directly), reserved only
+    // once every local rank's segment has its room, so that staging areas
+    // compete only with each other, never with a peer's segment.
+    let mut mine = Segment::create(&path(me), layout);
+    for (_, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
+        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
+        exchange_byte(s, mine.is_ok() as u8, deadline)?;
+    }
+    if let (Ok(m), true) = (&mut mine, stage > 0) {
+        if let Err(e) = m.add_stage(stage) {
+            log_at!(LogLevel::Warn, "rank {me}: no room for a {stage}-byte staging area in /dev/shm ({e}); point-to-point sends are read from the sender's tensor");
         }
-    };
+    }
     if let Ok(m) = &mine {
         log_at!(LogLevel::Info, "rank {me}: shared-memory segment of {} bytes ({}-byte staging area)", m.layout.total, m.layout.stage);
     }

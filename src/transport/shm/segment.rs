@@ -258,6 +258,33 @@ impl Segment {
         }
     }
 
+    /// Grows this rank's own segment (not yet mapped by any peer) by a
+    /// staging area of `stage` bytes, reserving its pages now; where that
+    /// fails the segment is left as it was and the error says why.
+    pub fn add_stage(&mut self, stage: usize) -> io::Result<()> {
+        assert!(self.owner && self.layout.stage == 0, "add_stage on a segment that is not ours or already has one");
+        let base = self.layout;
+        let full = base.with_stage(stage);
+        let grown = (|| {
+            self._file.set_len(full.total as u64)?;
+            reserve_range(&self._file, base.total, full.total - base.total)?;
+            MmapRaw::map_raw(&self._file)
+        })();
+        match grown {
+            Ok(map) => {
+                self.map = map;
+                self.layout = full;
+                self.u64_at(144).store(full.stage as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                // Truncating frees whatever part of the range was reserved.
+                let _ = self._file.set_len(base.total as u64);
+                Err(e)
+            }
+        }
+    }
+
     /// Maps a peer's segment and checks it was made for the same layout,
     /// but for its staging area, whose size the owner chose (it may have
     /// had no room for one): that is read from the header.
@@ -524,35 +551,25 @@ impl Drop for Segment {
 /// them when first touched, and a touch beyond its size (Docker's default
 /// is 64 MiB) kills the process with SIGBUS instead of failing here, where
 /// the group falls back to TCP.
-/// Bytes that unprivileged users may still allocate in the file system of
-/// `dir` (None when it cannot be asked).
-pub fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: a NUL-terminated path and a statvfs struct of ours to fill;
-    // read only when the call succeeded.
-    let st = unsafe {
-        if libc::statvfs(path.as_ptr(), st.as_mut_ptr()) != 0 {
-            return None;
-        }
-        st.assume_init()
-    };
-    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+fn reserve(file: &File, len: usize) -> io::Result<()> {
+    reserve_range(file, 0, len)
 }
 
-fn reserve(file: &File, len: usize) -> io::Result<()> {
+/// `reserve` for `len` bytes from `off` (the range must be within the
+/// file's length).
+fn reserve_range(file: &File, off: usize, len: usize) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: posix_fallocate on a file descriptor we own, for a range
     // within the length just set; it touches no memory of ours.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), off as libc::off_t, len as libc::off_t) };
+    let what = if off == 0 { format!("this rank's {len}-byte segment") } else { format!("{len} more bytes of this rank's segment") };
     match rc {
         0 => Ok(()),
         // a file system that cannot reserve: keep the lazy allocation
         libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
         // (io::ErrorKind::StorageFull needs Rust 1.83; the MSRV is 1.82)
         libc::ENOSPC => Err(io::Error::other(format!(
-            "/dev/shm has no room for this rank's {len}-byte segment (mount it larger, e.g. docker run --shm-size=1g, or make RUSTCCL_SHM_RING_BYTES / RUSTCCL_SHM_STAGED_SEND_MAX_BYTES smaller)"
+            "/dev/shm has no room for {what} (mount it larger, e.g. docker run --shm-size=1g, or make RUSTCCL_SHM_RING_BYTES / RUSTCCL_SHM_STAGED_SEND_MAX_BYTES smaller)"
         ))),
         e => Err(io::Error::from_raw_os_error(e)),
     }

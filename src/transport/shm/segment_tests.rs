@@ -47,6 +47,30 @@ fn segments_are_private_exclusive_and_unlinked() {
     drop(peer);
 }
 
+/// A staging area added after the segment was made (once every local
+/// rank's segment has its room) keeps what the segment held, and a peer
+/// that maps it afterwards takes its size from the header.
+#[test]
+fn a_staging_area_grows_the_segment_for_later_mappers() {
+    let path = PathBuf::from(format!("/dev/shm/rustccl-test-stage-{}", std::process::id()));
+    let layout = Layout::new(2, 4096, 256, 256);
+    let mut seg = Segment::create(&path, layout).unwrap();
+    seg.phase().store(5, Ordering::Release);
+    assert_eq!(Segment::open(&path, layout).unwrap().layout.stage, 0);
+    seg.add_stage(100_000).unwrap();
+    let full = layout.with_stage(100_000);
+    assert_eq!(seg.layout, full);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), full.total as u64);
+    let peer = Segment::open(&path, layout).unwrap();
+    assert_eq!(peer.layout, full);
+    assert_eq!(peer.phase().load(Ordering::Acquire), 5, "the grown mapping keeps the segment's contents");
+    let last = (full.stage_data_off - full.stage_off) / 64 - 1;
+    seg.stage_flag(last).store(0xfeed, Ordering::Release);
+    assert_eq!(peer.stage_flag(last).load(Ordering::Acquire), 0xfeed, "both see the staging area's memory");
+    seg.unlink();
+    drop(peer);
+}
+
 /// A phase waiter that sleeps is woken by the publisher's
 /// `wake_if_asleep` (which writes nothing while nobody sleeps), also when
 /// the publish races with the waiter going to sleep: 2000 rounds whose
