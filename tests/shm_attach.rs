@@ -8,10 +8,12 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use rustccl::config::{ShmConfig, TransportMode};
+use rustccl::tensor::SharedBuf;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
 /// Sizes around the worker pieces (256-byte minimum here), the 768-byte
@@ -173,6 +175,71 @@ fn a_size_mismatch_fails_on_the_rank_that_sees_it_and_the_group_goes_on() {
     assert!(errs[0].is_none() && errs[1].is_none(), "{errs:?}");
     let e = errs[2].as_deref().expect("rank 2 sees the mismatch");
     assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("from rank 0, which sends 400") && e.contains("expects 404 bytes"), "{e}");
+}
+
+/// A rank that cannot reduce its part of an all_reduce or reduce (here
+/// rank 1, which cannot read its part of rank 2's tensor: a page of it is
+/// PROT_NONE) fails, and so does every rank that would take that part
+/// from it (all_reduce: every other rank; reduce: the root, whether the
+/// others write their parts into its buffer or it reads them), instead of
+/// returning its half-reduced values as if all went well. A failed read
+/// poisons the group (as every transport error does): every rank that
+/// failed fails its next operation too.
+#[test]
+fn a_part_its_rank_could_not_reduce_fails_every_rank_that_takes_it() {
+    const CHUNK: usize = 4096; // floats per rank's part: 16 KiB, 4 pages
+    for push in [true, false] {
+        for kind in [OpKind::AllReduce, OpKind::Reduce] {
+            let shm = ShmConfig { threads: 3, attach_min: 0, root_threads: 5, broadcast_min: 0, gather_push: push, ..common::TINY_SHM };
+            let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
+            let errs = on_ranks(&comms, |r, c| {
+                let b = buf(DType::F32, &vec![r as f64 + 1.0; 3 * CHUNK]);
+                // rank 2: the second whole page of rank 1's part (protected
+                // before rank 2 posts the buffer; the operation ends on
+                // rank 2 once no rank reads it any more)
+                let page = (b.tensor().expect("not lent").addr() + 4 * CHUNK).next_multiple_of(4096) + 4096;
+                let op = |b: &Arc<SharedBuf>| {
+                    let mut s = spec(kind);
+                    s.reduce_op = ReduceOp::Sum as i32;
+                    s.inputs = vec![t(b)];
+                    c.submit(vec![s], None, None).unwrap().wait(None)
+                };
+                // the same operation, whole, first: the single-copy algorithm
+                op(&buf(DType::F32, &[1.0; 3 * CHUNK])).unwrap();
+                assert_eq!(algorithm(c, if kind == OpKind::AllReduce { "all_reduce" } else { "reduce" }), "shm_attach");
+                protect(r == 2, page, libc::PROT_NONE);
+                let res = op(&b);
+                protect(r == 2, page, libc::PROT_READ | libc::PROT_WRITE);
+                // (a rank whose part was fine would wait for the failed ones)
+                let next_fails = res.is_err() && c.submit(vec![spec(OpKind::Barrier)], None, None).and_then(|w| w.wait(None)).is_err();
+                (res.err().map(|e| e.to_string()), next_fails)
+            });
+            let what = format!("push={push} {kind:?}: {errs:?}");
+            assert!(errs[1].0.as_deref().is_some_and(|e| e.contains("Bad address")), "{what}");
+            let takers: &[usize] = if kind == OpKind::AllReduce { &[0, 2] } else { &[0] };
+            for &r in takers {
+                let e = errs[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} took rank 1's part: {what}"));
+                assert!(e.contains("rustccl") && e.contains("could not reduce its part"), "{what}");
+            }
+            for (r, (e, next_failed)) in errs.iter().enumerate() {
+                assert_eq!(e.is_some(), *next_failed, "rank {r}: a failed rank fails its next operation: {what}");
+            }
+            if kind == OpKind::Reduce {
+                assert!(errs[2].0.is_none(), "rank 2's part was fine: {what}");
+            }
+        }
+    }
+}
+
+/// Changes the protection of the page at `addr` (only `on` the rank that
+/// owns it).
+fn protect(on: bool, addr: usize, prot: i32) {
+    if on {
+        // SAFETY: one page inside a buffer of this test (a whole page of
+        // its middle chunk), nothing else lives there; restored before the
+        // buffer is read or freed.
+        assert_eq!(unsafe { libc::mprotect(addr as *mut libc::c_void, 4096, prot) }, 0);
+    }
 }
 
 /// Ranks given different thresholds (or attach off on one of them) still

@@ -133,8 +133,10 @@ const IN_SLOT: u64 = 1;
 /// A gather's root posted its outputs for the senders to push into (a
 /// reduce's root its buffer, `shm_attach_reduce`).
 pub(super) const POSTED_FOR_PUSHES: u64 = 2;
-/// A sender could not push its block (written over its header's first
-/// word before its last publish).
+/// This rank failed its share of the operation where a peer would
+/// otherwise take it as done: a push into a peer's buffer, or a part the
+/// peers read once reduced (`shm_attach_reduce`). Written over its small
+/// slot's first word before the publish after which the peers look.
 pub(super) const PUSH_FAILED: u64 = 4;
 /// A scatter root's bits for the receivers whose blocks it splits ([`split_bit`]).
 const SPLIT_BITS: u64 = u64::MAX << 8;
@@ -291,7 +293,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
     }
     // The root writes our second half until it publishes p+2.
     w.wait_phase(step.p + 2)?;
-    let r = r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "the second half of its broadcast into this rank's buffer"));
+    let r = r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "write the second half of its broadcast into this rank's buffer"));
     win.publish(step.p + 2);
     r
 }
@@ -427,7 +429,7 @@ fn push_to(win: &Window, w: &dyn PhaseWait, root: usize, input: &[u8]) -> Result
 /// After the senders' last publish: the first whose push failed.
 fn push_failures(win: &Window, w: &dyn PhaseWait, slot: Area, headers: &[Header]) -> Result<()> {
     let senders = headers.iter().enumerate().filter(|(c, h)| *c != win.me() && pushed(win, h, true)).map(|(c, _)| c);
-    first_failed_push(win, w, slot, senders, "its gather block into this rank's output")
+    first_failed_push(win, w, slot, senders, "write its gather block into this rank's output")
 }
 
 /// Writes the first word of this rank's small slot `slot` (push flags).
@@ -443,11 +445,11 @@ pub(super) fn slot_word(win: &Window, peer: usize, slot: Area) -> u64 {
 }
 
 /// After the `senders`' last publish: an error naming the first whose
-/// small slot says that its push (of `what`) failed.
+/// small slot says that it failed (to do `what`).
 pub(super) fn first_failed_push(win: &Window, w: &dyn PhaseWait, slot: Area, senders: impl Iterator<Item = usize>, what: &str) -> Result<()> {
     for c in senders {
         if slot_word(win, c, slot) & PUSH_FAILED != 0 {
-            return Err(w.mismatch(win.ranks()[c], format!("the peer could not write {what} (its own error names the cause)")));
+            return Err(w.mismatch(win.ranks()[c], format!("the peer could not {what} (its own error names the cause)")));
         }
     }
     Ok(())
@@ -508,7 +510,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         // The root writes our second half until it publishes p+2, and
         // keeps its slot (the word that says whether it failed) until p+3.
         step.sync(win, w, 1)?;
-        let r = r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "the second half of this rank's scatter block into its output"));
+        let r = r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "write the second half of this rank's scatter block into its output"));
         return step.end(win, w, 2, false, r);
     }
     let r = if me != root {

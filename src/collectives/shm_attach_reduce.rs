@@ -92,17 +92,25 @@ fn reduce_part(
 pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
     let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
     let chunks = even_chunks(buf.len() / e, n);
-    let step = Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len(), root: None }, &[&*buf], || ())?;
+    let slot = Window::small_slot(win.phase());
+    let step = Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len(), root: None }, &[&*buf], || set_slot_word(win, slot, 0))?;
     // Peers read our chunk c (their own) until they publish p+2; we
     // change only chunk `me` before that.
     let mine = bytes(&chunks[me], e);
     let r = reduce_part(win, w, &mut buf[mine.clone()], None, At { entry: 0, offset: mine.start }, dtype, op, |_, _| Ok(()));
+    if r.is_err() {
+        // Read by the others after our next publish, before their last.
+        set_slot_word(win, slot, PUSH_FAILED);
+    }
     step.sync(win, w, 1)?;
     if r.is_err() {
         return step.end(win, w, 2, true, r);
     }
-    // Every chunk is final in its owner's buffer; nobody reads our other
-    // chunks any more.
+    // Every chunk is final in its owner's buffer, unless its owner failed;
+    // nobody reads our other chunks any more.
+    if let Err(e) = first_failed_push(win, w, slot, (0..n).filter(|&c| c != me), "reduce its part of the all_reduce") {
+        return step.end(win, w, 2, true, Err(e));
+    }
     let pulls = split_chunks_mut(buf, &chunks, e)
         .into_iter()
         .enumerate()
@@ -146,7 +154,7 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
     } else {
         reduce_part(win, w, part, Some(&buf[mine.clone()]), at, dtype, op, |_, _| Ok(()))
     };
-    if pushes {
+    if me != root {
         // Read by the root after our next publish, before its last one.
         set_slot_word(win, slot, if r.is_err() { PUSH_FAILED } else { 0 });
     }
@@ -155,9 +163,9 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
         // The root reads our part (or our slot's word) until it publishes p+3.
         return step.end(win, w, 2, me != root, r);
     }
-    if posts {
-        let r = first_failed_push(win, w, slot, (0..n).filter(|&c| c != me), "its reduced part into this rank's buffer");
-        return step.end(win, w, 2, false, r);
+    let failed = first_failed_push(win, w, slot, (0..n).filter(|&c| c != me), if posts { "reduce its part of the reduce or write it into this rank's buffer" } else { "reduce its part of the reduce" });
+    if posts || failed.is_err() {
+        return step.end(win, w, 2, false, failed);
     }
     let pulls: Vec<_> = split_chunks_mut(buf, &chunks, e)
         .into_iter()

@@ -32,10 +32,10 @@ def _skip_unless_possible():
 
 @pytest.mark.parametrize("size", ["6M", "20M"])
 def test_small_dev_shm_falls_back_to_tcp(size):
-    """6 MiB: no rank gets a segment; 20 MiB: one or two do (two where the
-    host's slow reads leave the segments without a staging area), the
-    others do not: ranks with shared-memory and TCP peers at once, whose
-    sends to TCP peers must go on when a socket fills."""
+    """6 MiB: no rank gets a segment; 20 MiB: one or two do (every rank
+    reserves its segment without the staging area first), the others do
+    not: ranks with shared-memory and TCP peers at once, whose sends to
+    TCP peers must go on when a socket fills."""
     _skip_unless_possible()
     p = _run(size, {})
     out = p.stdout + p.stderr

@@ -460,7 +460,9 @@ pub fn connect(
                     true
                 }
                 Err(e) => {
-                    log_at!(LogLevel::Info, "rank {me}: cannot map rank {r}'s shared memory ({e}); using TCP");
+                    // (a header that does not match is a setting that differs between ranks)
+                    let level = if e.kind() == io::ErrorKind::InvalidData { LogLevel::Warn } else { LogLevel::Info };
+                    log_at!(level, "rank {me}: cannot map rank {r}'s shared memory ({e}); using TCP");
                     false
                 }
             }

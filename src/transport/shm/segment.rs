@@ -14,7 +14,7 @@
 //!                            the parity of the phase it started at, so a peer still verifying
 //!                            the previous operation never sees the next one's
 //! 128    signal   AtomicU32  futex word of the collective channel: bumped by whoever changes state this rank waits on
-//! 144    stage    u64        size of the staging area (written once; mappers take it from here)
+//! 144    stage    u64        size of the staging area (0 at creation, then `add_stage`'s, before any peer maps it)
 //! 152    block    AtomicU64  this rank's block-read threshold setting (0: from the host; the group takes the largest)
 //! 160    signal   AtomicU32  futex word of the point-to-point channel (its own thread waits on it)
 //! 168    ar       AtomicU64  this rank's all_reduce attach threshold (the group takes the largest)
@@ -300,9 +300,11 @@ impl Segment {
         let mut s = Segment { map, _file: file, path: path.to_path_buf(), owner: false, unlinked: AtomicBool::new(true), layout: base };
         if s.u64_at(0).load(Ordering::Acquire) != MAGIC
             || s.u64_at(8).load(Ordering::Relaxed) != layout.n as u64
+            || s.u64_at(16).load(Ordering::Relaxed) != layout.ring as u64
+            || s.u64_at(24).load(Ordering::Relaxed) != layout.small as u64
             || s.u64_at(32).load(Ordering::Relaxed) != layout.seg as u64
         {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "segment header mismatch"));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "segment header mismatch (ranks of this host set RUSTCCL_SHM_RING_BYTES, RUSTCCL_SHM_SMALL_BYTES, RUSTCCL_SHM_SEGMENT_BYTES or RUSTCCL_SHM_THREADS differently?)"));
         }
         let stage = s.u64_at(144).load(Ordering::Relaxed);
         if stage > len {

@@ -47,6 +47,22 @@ fn segments_are_private_exclusive_and_unlinked() {
     drop(peer);
 }
 
+/// A peer given smaller rings or small slots than the owner (other
+/// settings) would find every offset elsewhere: it must not map the
+/// segment, although the file is long enough for its layout.
+#[test]
+fn segments_made_with_other_ring_or_slot_sizes_are_refused() {
+    let path = PathBuf::from(format!("/dev/shm/rustccl-test-sizes-{}", std::process::id()));
+    let layout = Layout::new(2, 8192, 512, 256);
+    let seg = Segment::create(&path, layout).unwrap();
+    assert!(Segment::open(&path, layout).is_ok());
+    for other in [Layout::new(2, 4096, 512, 256), Layout::new(2, 8192, 256, 256), Layout::new(2, 8192, 512, 128)] {
+        let e = Segment::open(&path, other).err().expect("refused");
+        assert!(e.to_string().contains("RUSTCCL_SHM_RING_BYTES"), "{e}");
+    }
+    seg.unlink();
+}
+
 /// A staging area added after the segment was made (once every local
 /// rank's segment has its room) keeps what the segment held, and a peer
 /// that maps it afterwards takes its size from the header.
