@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
@@ -106,6 +107,10 @@ struct Exec {
     algo: AlgoConfig,
     observer: Option<Observer>,
     group: String,
+    /// The tensors of the operation that poisoned the group, where peers
+    /// of this host could still write into them (see `run`): never
+    /// released.
+    kept: ManuallyDrop<Vec<Op<HostTensor>>>,
 }
 
 struct Shared {
@@ -207,6 +212,15 @@ impl Exec {
             log_at!(LogLevel::Warn, "group '{g}' rank {rank}: {e}");
             if e.poisons() && self.poisoned.is_none() {
                 self.poisoned = Some(e.clone());
+                // A peer of this host may still be writing into our
+                // buffers where this rank gave up on it (a timeout, an
+                // abort): a gather's or reduce's root, the receiver of a
+                // split broadcast or scatter (`collectives::shm_attach`).
+                // Their memory is kept from the caller, so that such a
+                // late write cannot land in memory it reuses.
+                if self.transport.kind().starts_with("shm") {
+                    self.kept.append(&mut job.ops);
+                }
             }
         }
         if job.bytes > (256 << 20) {
@@ -378,6 +392,7 @@ impl HostEngine {
             algo,
             observer,
             group: group.clone(),
+            kept: ManuallyDrop::new(Vec::new()),
         };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue { jobs: VecDeque::new(), next_seq: 0, open: true, worker: WorkerState::Awake, last_async: None }),
