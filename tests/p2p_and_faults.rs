@@ -4,10 +4,12 @@
 
 mod common;
 
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
 use rustccl::config::AlgoConfig;
+use rustccl::transport::shm;
 use rustccl::{DType, Error, OpKind, ReduceOp};
 
 /// Point-to-point tests run over TCP and over shared memory (tiny rings,
@@ -275,4 +277,21 @@ fn a_message_that_arrived_before_its_sender_left_is_still_received() {
         let e = recv(c, &buf(DType::F32, &[0.0]), Some(1), 3).wait(None).unwrap_err();
         assert!(matches!(e, Error::PeerLost { peer: 1, .. }), "{e}");
     }
+}
+
+/// A local peer whose connection closes during shared-memory setup breaks
+/// the setup off: the group cannot be built over connections that are out
+/// of step (the peer might still wait for setup bytes on them), so this
+/// is not the "no shared memory here, use TCP" outcome; and this rank's
+/// segment is gone.
+#[test]
+fn shared_memory_setup_that_breaks_off_is_not_taken_for_unavailable() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    drop(l.accept().unwrap());
+    let token = format!("broken-setup-{}", std::process::id());
+    let mut conns = vec![None, Some((client, "peer".to_string()))];
+    let r = shm::connect(0, &[0, 1], &token, TINY_SHM, &mut conns, Instant::now() + Duration::from_secs(5));
+    assert!(matches!(r, Err(shm::SetupError::Broken(_))), "{:?}", r.err());
+    assert!(!std::path::Path::new(&format!("/dev/shm/rustccl-{token}-0")).exists());
 }

@@ -261,6 +261,9 @@ impl Communicator {
                 }
                 Ok(Some(setup))
             }
+            Err(shm::SetupError::Broken(e)) => {
+                Err(Error::Bootstrap { rank, detail: format!("setting up shared memory with the ranks of this host broke off: {e}") })
+            }
             Err(e) if opts.transport == TransportMode::Shm => {
                 Err(Error::Bootstrap { rank, detail: format!("RUSTCCL_TRANSPORT=shm, but shared memory failed: {e}") })
             }

@@ -323,6 +323,22 @@ pub struct ShmSetup {
     pub p2p: Vec<(Rank, ShmLink)>,
 }
 
+/// Why a rank has no shared memory with its local peers.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// It could not make its segment and said so in every exchange: its
+    /// connections are in step and no peer has a link to it, so the group
+    /// goes on over TCP (or fails, with `RUSTCCL_TRANSPORT=shm`).
+    #[error("{0}")]
+    Unavailable(io::Error),
+    /// Setup broke off part-way (a connection failed, the deadline passed,
+    /// a thread would not start): peers may still wait for its bytes on
+    /// the connections the group would use, or hold links to it, so the
+    /// group cannot be built.
+    #[error("{0}")]
+    Broken(#[from] io::Error),
+}
+
 fn exchange_byte(s: &mut TcpStream, out: u8, deadline: Instant) -> io::Result<u8> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
@@ -378,7 +394,7 @@ pub fn connect(
     sizes: ShmConfig,
     conns: &mut [Option<(TcpStream, String)>],
     deadline: Instant,
-) -> io::Result<ShmSetup> {
+) -> Result<ShmSetup, SetupError> {
     let n = ranks.len();
     let my_idx = ranks.iter().position(|&r| r == me).expect("me is local");
     let threads = threads_for(sizes, n);
@@ -482,7 +498,7 @@ pub fn connect(
             exchange_byte(s, 0, deadline)?;
         }
         let why = why_not.unwrap_or_default();
-        return Err(io::Error::other(format!("could not create this rank's shared-memory segment: {why}")));
+        return Err(SetupError::Unavailable(io::Error::other(format!("could not create this rank's shared-memory segment: {why}"))));
     };
     let complete = agreed.iter().enumerate().all(|(i, &a)| a || i == my_idx);
     let all: Vec<Arc<Segment>> = segs.iter().map(|s| s.clone().unwrap_or_else(|| mine.clone())).collect();
