@@ -295,3 +295,21 @@ fn shared_memory_setup_that_breaks_off_is_not_taken_for_unavailable() {
     assert!(matches!(r, Err(shm::SetupError::Broken(_))), "{:?}", r.err());
     assert!(!std::path::Path::new(&format!("/dev/shm/rustccl-{token}-0")).exists());
 }
+
+/// An operation aborted while it waits for a peer of this host (which
+/// might still write into its tensors once it comes) keeps them for good;
+/// over TCP they are the caller's again.
+#[test]
+fn an_aborted_operation_keeps_its_tensors_where_peers_share_the_host() {
+    for (comms, kept) in [(tcp_comms(2, AlgoConfig::default(), Duration::from_secs(30)), false), (shm_comms(2, AlgoConfig::default(), Duration::from_secs(30)), true)] {
+        let b = buf(DType::F32, &vec![1.0; 1 << 16]);
+        let mut s = spec(OpKind::AllReduce);
+        s.inputs = vec![t(&b)];
+        let w = comms[0].submit(vec![s], None, None).unwrap(); // rank 1 never joins
+        std::thread::sleep(Duration::from_millis(100));
+        comms[0].shutdown(true);
+        let e = w.wait(None).unwrap_err();
+        assert!(matches!(e, Error::Closed { .. }), "{e}");
+        assert_eq!(b.to_vec::<f32>().is_none(), kept, "{e}");
+    }
+}

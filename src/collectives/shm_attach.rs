@@ -26,7 +26,8 @@
 //! and each sender writes its block into them itself (`Window::push`),
 //! side by side, while the root copies its own part; the root waits for
 //! the senders' last publish and reports a failed write flagged in a
-//! sender's header.
+//! sender's header ([`PUSH_FAILED`], which the reductions also set where
+//! a rank failed a part that others would read).
 #![forbid(unsafe_code)]
 
 use std::convert::Infallible;

@@ -210,17 +210,19 @@ impl Exec {
         let _t = crate::hostprof::start(crate::hostprof::Span::JobEnd);
         if let Err(e) = &result {
             log_at!(LogLevel::Warn, "group '{g}' rank {rank}: {e}");
+            // A peer of this host may still be writing into our buffers
+            // where this rank gave up on it (a timeout, a lost peer, an
+            // abort): a gather's or reduce's root, the receiver of a split
+            // broadcast or scatter (`collectives::shm_attach`). The first
+            // such operation's memory is kept from the caller, so that a
+            // late write cannot land in memory it reuses (the group is
+            // unusable after it; later operations never reach a peer).
+            let gave_up = (e.poisons() && self.poisoned.is_none()) || matches!(e, Error::Closed { .. });
+            if gave_up && self.kept.is_empty() && self.transport.kind().starts_with("shm") {
+                self.kept.append(&mut job.ops);
+            }
             if e.poisons() && self.poisoned.is_none() {
                 self.poisoned = Some(e.clone());
-                // A peer of this host may still be writing into our
-                // buffers where this rank gave up on it (a timeout, an
-                // abort): a gather's or reduce's root, the receiver of a
-                // split broadcast or scatter (`collectives::shm_attach`).
-                // Their memory is kept from the caller, so that such a
-                // late write cannot land in memory it reuses.
-                if self.transport.kind().starts_with("shm") {
-                    self.kept.append(&mut job.ops);
-                }
             }
         }
         if job.bytes > (256 << 20) {

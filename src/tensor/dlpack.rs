@@ -237,7 +237,9 @@ impl Tensor {
 
 /// Host memory that can be lent to one [`Tensor`] at a time and read back
 /// once that tensor is gone (the engine drops an operation's tensors before
-/// it finishes the work, so a finished work means the memory is back).
+/// it finishes the work, so a finished work means the memory is back, but
+/// for the operation that broke or aborted a group with peers on the host,
+/// whose tensors it keeps for good: `comm::host`, `Exec::kept`).
 /// Used by tests and by callers that keep their own buffers.
 pub struct SharedBuf {
     words: UnsafeCell<Vec<u64>>,
