@@ -107,9 +107,9 @@ struct Exec {
     algo: AlgoConfig,
     observer: Option<Observer>,
     group: String,
-    /// The tensors of the operation that poisoned the group, where peers
-    /// of this host could still write into them (see `run`): never
-    /// released.
+    /// The tensors of the first operation that broke (poisoned) or was
+    /// aborted in a group with peers on this host, which could still write
+    /// into them (see `run`): never released.
     kept: ManuallyDrop<Vec<Op<HostTensor>>>,
 }
 
