@@ -339,6 +339,17 @@ pub enum SetupError {
     Broken(#[from] io::Error),
 }
 
+/// Sends `out` to every other local rank and returns what each sent back
+/// (by local index; ours stays 0), in the same order on every rank.
+fn exchange_with_all(ranks: &[Rank], my_idx: usize, conns: &mut [Option<(TcpStream, String)>], out: u8, deadline: Instant) -> io::Result<Vec<u8>> {
+    let mut got = vec![0u8; ranks.len()];
+    for (i, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
+        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
+        got[i] = exchange_byte(s, out, deadline)?;
+    }
+    Ok(got)
+}
+
 fn exchange_byte(s: &mut TcpStream, out: u8, deadline: Instant) -> io::Result<u8> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
@@ -375,11 +386,8 @@ fn agree_attach(
             ok = false;
         }
     }
-    let mut all_ok = ok;
-    for (_, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
-        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
-        all_ok &= exchange_byte(s, ok as u8, deadline)? == 1;
-    }
+    let theirs = exchange_with_all(ranks, my_idx, conns, ok as u8, deadline)?;
+    let all_ok = ok && theirs.iter().enumerate().all(|(i, &b)| i == my_idx || b == 1);
     Ok(all_ok.then_some(pids))
 }
 
@@ -419,10 +427,7 @@ pub fn connect(
     // once every local rank's segment has its room, so that staging areas
     // compete only with each other, never with a peer's segment.
     let mut mine = Segment::create(&path(me), layout);
-    for (_, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
-        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
-        exchange_byte(s, mine.is_ok() as u8, deadline)?;
-    }
+    exchange_with_all(ranks, my_idx, conns, mine.is_ok() as u8, deadline)?;
     if let (Ok(m), true) = (&mut mine, stage > 0) {
         if let Err(e) = m.add_stage(stage) {
             log_at!(LogLevel::Warn, "rank {me}: no room for a {stage}-byte staging area in /dev/shm ({e}); point-to-point sends are read from the sender's tensor");
@@ -457,11 +462,7 @@ pub fn connect(
         value.store(*canary, Ordering::Release);
     }
     // 1. everyone says whether its segment exists
-    let mut peer_created = vec![0u8; n];
-    for (i, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
-        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
-        peer_created[i] = exchange_byte(s, created, deadline)?;
-    }
+    let peer_created = exchange_with_all(ranks, my_idx, conns, created, deadline)?;
     // 2. map every peer's; say which ones worked
     let mut segs: Vec<Option<Arc<Segment>>> = vec![None; n];
     if let Ok(m) = mine {
@@ -493,10 +494,7 @@ pub fn connect(
     let Some(mine) = segs[my_idx].clone() else {
         // The peers that made theirs still vote on attach (`agree_attach`)
         // with every local rank: vote no, so the connections stay in step.
-        for (_, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
-            let (s, _) = conns[r].as_mut().expect("local peer has a connection");
-            exchange_byte(s, 0, deadline)?;
-        }
+        exchange_with_all(ranks, my_idx, conns, 0, deadline)?;
         let why = why_not.unwrap_or_default();
         return Err(SetupError::Unavailable(io::Error::other(format!("could not create this rank's shared-memory segment: {why}"))));
     };
