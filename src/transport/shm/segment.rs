@@ -217,7 +217,7 @@ const LOW: u32 = (1 << BLOCKED_BITS) - 1;
 /// A mapped segment (ours, created; or a peer's, opened).
 pub struct Segment {
     map: MmapRaw,
-    _file: File,
+    file: File,
     path: PathBuf,
     owner: bool,
     unlinked: AtomicBool,
@@ -235,11 +235,11 @@ impl Segment {
         let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path)?;
         let seg = (|| {
             file.set_len(layout.total as u64)?;
-            reserve(&file, layout.total)?;
+            reserve(&file, 0, layout.total)?;
             let map = MmapRaw::map_raw(&file)?;
             Ok::<_, io::Error>(Segment {
                 map,
-                _file: file,
+                file,
                 path: path.to_path_buf(),
                 owner: true,
                 unlinked: AtomicBool::new(false),
@@ -266,9 +266,9 @@ impl Segment {
         let base = self.layout;
         let full = base.with_stage(stage);
         let grown = (|| {
-            self._file.set_len(full.total as u64)?;
-            reserve_range(&self._file, base.total, full.total - base.total)?;
-            MmapRaw::map_raw(&self._file)
+            self.file.set_len(full.total as u64)?;
+            reserve(&self.file, base.total, full.total - base.total)?;
+            MmapRaw::map_raw(&self.file)
         })();
         match grown {
             Ok(map) => {
@@ -279,7 +279,7 @@ impl Segment {
             }
             Err(e) => {
                 // Truncating frees whatever part of the range was reserved.
-                let _ = self._file.set_len(base.total as u64);
+                let _ = self.file.set_len(base.total as u64);
                 Err(e)
             }
         }
@@ -297,7 +297,7 @@ impl Segment {
             return Err(too_small());
         }
         let map = MmapRaw::map_raw(&file)?;
-        let mut s = Segment { map, _file: file, path: path.to_path_buf(), owner: false, unlinked: AtomicBool::new(true), layout: base };
+        let mut s = Segment { map, file, path: path.to_path_buf(), owner: false, unlinked: AtomicBool::new(true), layout: base };
         if s.u64_at(0).load(Ordering::Acquire) != MAGIC
             || s.u64_at(8).load(Ordering::Relaxed) != layout.n as u64
             || s.u64_at(16).load(Ordering::Relaxed) != layout.ring as u64
@@ -552,14 +552,9 @@ impl Drop for Segment {
 /// Allocates the file's pages now: /dev/shm (tmpfs) otherwise allocates
 /// them when first touched, and a touch beyond its size (Docker's default
 /// is 64 MiB) kills the process with SIGBUS instead of failing here, where
-/// the group falls back to TCP.
-fn reserve(file: &File, len: usize) -> io::Result<()> {
-    reserve_range(file, 0, len)
-}
-
-/// `reserve` for `len` bytes from `off` (the range must be within the
-/// file's length).
-fn reserve_range(file: &File, off: usize, len: usize) -> io::Result<()> {
+/// the group falls back to TCP. `len` bytes from `off` (within the file's
+/// length).
+fn reserve(file: &File, off: usize, len: usize) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: posix_fallocate on a file descriptor we own, for a range
     // within the length just set; it touches no memory of ours.
