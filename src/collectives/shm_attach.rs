@@ -26,7 +26,7 @@
 //! and each sender writes its block into them itself (`Window::push`),
 //! side by side, while the root copies its own part; the root waits for
 //! the senders' last publish and reports a failed write flagged in a
-//! sender's header ([`PUSH_FAILED`], which the reductions also set where
+//! sender's header ([`FAILED`], which the reductions also set where
 //! a rank failed a part that others would read).
 #![forbid(unsafe_code)]
 
@@ -138,14 +138,14 @@ pub(super) const POSTED_FOR_PUSHES: u64 = 2;
 /// otherwise take it as done: a push into a peer's buffer, or a part the
 /// peers read once reduced (`shm_attach_reduce`). Written over its small
 /// slot's first word before the publish after which the peers look.
-pub(super) const PUSH_FAILED: u64 = 4;
+pub(super) const FAILED: u64 = 4;
 /// A scatter root's bits for the receivers whose blocks it splits ([`split_bit`]).
 const SPLIT_BITS: u64 = u64::MAX << 8;
 
 /// A sender's header, as written by [`offer`].
 struct Header {
     in_slot: bool,
-    /// The first word: [`IN_SLOT`], [`POSTED_FOR_PUSHES`], [`PUSH_FAILED`],
+    /// The first word: [`IN_SLOT`], [`POSTED_FOR_PUSHES`], [`FAILED`],
     /// a scatter root's [`split_bit`]s.
     flags: u64,
     lens: Vec<usize>,
@@ -264,7 +264,7 @@ fn desc(name: &'static str, len: usize, root: Option<usize>) -> Desc {
 /// half into the other's buffer itself meanwhile ([`Window::push`]), so
 /// both ranks' cores copy: the root's choice ([`Window::gather_push`]),
 /// said in its small slot, whose first word keeps that flag and gets
-/// [`PUSH_FAILED`] beside it if a write failed. The other rank then
+/// [`FAILED`] beside it if a write failed. The other rank then
 /// publishes its last phase only after reading that word (so the root's
 /// next operation cannot have written the slot yet).
 pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usize) -> Result<()> {
@@ -282,7 +282,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
     if me == root {
         let r = if posts { push_tail(win, w, 1 - me, buf, half) } else { Ok(()) };
         if posts && r.is_err() {
-            set_slot_word(win, slot, flags | PUSH_FAILED);
+            set_slot_word(win, slot, flags | FAILED);
         }
         return step.end(win, w, 1, true, r);
     }
@@ -294,7 +294,7 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
     }
     // The root writes our second half until it publishes p+2.
     w.wait_phase(step.p + 2)?;
-    let r = r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "write the second half of its broadcast into this rank's buffer"));
+    let r = r.and_then(|()| first_failed(win, w, slot, std::iter::once(root), "write the second half of its broadcast into this rank's buffer"));
     win.publish(step.p + 2);
     r
 }
@@ -384,7 +384,7 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
         return r;
     }
     if pushes && r.is_err() {
-        set_slot_word(win, slot, PUSH_FAILED);
+        set_slot_word(win, slot, FAILED);
     }
     step.end(win, w, 1, !mine && me != root && !pushes && !eager(win, input.len()), r)
 }
@@ -430,7 +430,7 @@ fn push_to(win: &Window, w: &dyn PhaseWait, root: usize, input: &[u8]) -> Result
 /// After the senders' last publish: the first whose push failed.
 fn push_failures(win: &Window, w: &dyn PhaseWait, slot: Area, headers: &[Header]) -> Result<()> {
     let senders = headers.iter().enumerate().filter(|(c, h)| *c != win.me() && pushed(win, h, true)).map(|(c, _)| c);
-    first_failed_push(win, w, slot, senders, "write its gather block into this rank's output")
+    first_failed(win, w, slot, senders, "write its gather block into this rank's output")
 }
 
 /// Writes the first word of this rank's small slot `slot` (push flags).
@@ -447,9 +447,9 @@ pub(super) fn slot_word(win: &Window, peer: usize, slot: Area) -> u64 {
 
 /// After the `senders`' last publish: an error naming the first whose
 /// small slot says that it failed (to do `what`).
-pub(super) fn first_failed_push(win: &Window, w: &dyn PhaseWait, slot: Area, senders: impl Iterator<Item = usize>, what: &str) -> Result<()> {
+pub(super) fn first_failed(win: &Window, w: &dyn PhaseWait, slot: Area, senders: impl Iterator<Item = usize>, what: &str) -> Result<()> {
     for c in senders {
-        if slot_word(win, c, slot) & PUSH_FAILED != 0 {
+        if slot_word(win, c, slot) & FAILED != 0 {
             return Err(w.mismatch(win.ranks()[c], format!("the peer could not {what} (its own error names the cause)")));
         }
     }
@@ -468,7 +468,7 @@ pub(super) fn first_failed_push(win: &Window, w: &dyn PhaseWait, slot: Area, sen
 /// root alone decides, and says which receivers it writes to in its
 /// header ([`split_bit`]), so ranks with other settings cannot disagree.
 /// Where it splits any block, every rank takes one more step: a split
-/// receiver reads the root's first word ([`PUSH_FAILED`]) after the root's
+/// receiver reads the root's first word ([`FAILED`]) after the root's
 /// writes (`p+2`) and before the root, waiting for `p+3`, may start its
 /// next operation and write that slot again.
 /// `own`: the root copies its own part of `ins` into `output` after the
@@ -511,7 +511,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         // The root writes our second half until it publishes p+2, and
         // keeps its slot (the word that says whether it failed) until p+3.
         step.sync(win, w, 1)?;
-        let r = r.and_then(|()| first_failed_push(win, w, slot, std::iter::once(root), "write the second half of this rank's scatter block into its output"));
+        let r = r.and_then(|()| first_failed(win, w, slot, std::iter::once(root), "write the second half of this rank's scatter block into its output"));
         return step.end(win, w, 2, false, r);
     }
     let r = if me != root {
@@ -522,7 +522,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         }
         let r = push_halves(win, w, solo, &blocks, split);
         if r.is_err() {
-            set_slot_word(win, slot, flags | PUSH_FAILED);
+            set_slot_word(win, slot, flags | FAILED);
         }
         r
     };

@@ -12,7 +12,7 @@
 
 use super::plan::{bytes, even_chunks};
 use super::reduce::{finish_avg, reduce_into};
-use super::shm_attach::{first_failed_push, pull_all, set_slot_word, slot_word, Step, POSTED_FOR_PUSHES, PUSH_FAILED};
+use super::shm_attach::{first_failed, pull_all, set_slot_word, slot_word, Step, FAILED, POSTED_FOR_PUSHES};
 use super::split_chunks_mut;
 use crate::error::Result;
 use crate::transport::shm::{AttachError, Desc, PhaseWait, Window};
@@ -100,7 +100,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
     let r = reduce_part(win, w, &mut buf[mine.clone()], None, At { entry: 0, offset: mine.start }, dtype, op, |_, _| Ok(()));
     if r.is_err() {
         // Read by the others after our next publish, before their last.
-        set_slot_word(win, slot, PUSH_FAILED);
+        set_slot_word(win, slot, FAILED);
     }
     step.sync(win, w, 1)?;
     if r.is_err() {
@@ -108,7 +108,7 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
     }
     // Every chunk is final in its owner's buffer, unless its owner failed;
     // nobody reads our other chunks any more.
-    if let Err(e) = first_failed_push(win, w, slot, (0..n).filter(|&c| c != me), "reduce its part of the all_reduce") {
+    if let Err(e) = first_failed(win, w, slot, (0..n).filter(|&c| c != me), "reduce its part of the all_reduce") {
         return step.end(win, w, 2, true, Err(e));
     }
     let pulls = split_chunks_mut(buf, &chunks, e)
@@ -156,14 +156,14 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
     };
     if me != root {
         // Read by the root after our next publish, before its last one.
-        set_slot_word(win, slot, if r.is_err() { PUSH_FAILED } else { 0 });
+        set_slot_word(win, slot, if r.is_err() { FAILED } else { 0 });
     }
     step.sync(win, w, 1)?;
     if r.is_err() || me != root {
         // The root reads our part (or our slot's word) until it publishes p+3.
         return step.end(win, w, 2, me != root, r);
     }
-    let failed = first_failed_push(win, w, slot, (0..n).filter(|&c| c != me), if posts { "reduce its part of the reduce or write it into this rank's buffer" } else { "reduce its part of the reduce" });
+    let failed = first_failed(win, w, slot, (0..n).filter(|&c| c != me), if posts { "reduce its part of the reduce or write it into this rank's buffer" } else { "reduce its part of the reduce" });
     if posts || failed.is_err() {
         return step.end(win, w, 2, false, failed);
     }

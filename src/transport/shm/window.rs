@@ -10,7 +10,7 @@
 //! The window checks bounds; the phase protocol is the algorithm's promise
 //! (breaking it gives wrong bytes, never an access outside the mapping).
 //! One deliberate exception: the failure bit of a header's first word
-//! (`collectives::shm_attach::PUSH_FAILED`) is set while slower peers may
+//! (`collectives::shm_attach::FAILED`) is set while slower peers may
 //! still read that header: every other bit keeps its value, so they read
 //! the same decisions whichever bytes they get, and the bit itself is read
 //! only after a later phase.
