@@ -8,7 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
-use rustccl::config::AlgoConfig;
+use rustccl::config::{AlgoConfig, FaultSpec};
 use rustccl::transport::shm;
 use rustccl::{DType, Error, OpKind, ReduceOp};
 
@@ -311,5 +311,40 @@ fn an_aborted_operation_keeps_its_tensors_where_peers_share_the_host() {
         let e = w.wait(None).unwrap_err();
         assert!(matches!(e, Error::Closed { .. }), "{e}");
         assert_eq!(b.to_vec::<f32>().is_none(), kept, "{e}");
+    }
+}
+
+/// A rank that an error poisons says so in its segment, so that its peers
+/// on the host fail at once where they wait for its next step, naming it,
+/// instead of at their timeout (30 s here). Rank 1's all_reduce seq 1
+/// fails before it starts (`RUSTCCL_FAULT` drop), as a failed read or a
+/// timeout of its own would fail it; ranks 0 and 2 wait for its step.
+/// Their own next call fails at once as well (they are poisoned now).
+#[test]
+fn peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
+    let fault = FaultSpec::parse("drop:rank=1:seq=1").unwrap();
+    let comms = shm_comms_with(3, AlgoConfig::default(), Duration::from_secs(30), |_, o| o.fault = Some(fault.clone()));
+    let t0 = Instant::now();
+    let errs = on_ranks(&comms, |_, c| {
+        // (a fresh buffer a call: a failed one's is kept)
+        let call = || {
+            let b = buf(DType::F32, &[1.0; 64]);
+            let mut s = spec(OpKind::AllReduce);
+            s.inputs = vec![t(&b)];
+            c.submit(vec![s], None, None).unwrap().wait(None)
+        };
+        call().unwrap(); // seq 0
+        let first = call().unwrap_err();
+        let later = call().unwrap_err();
+        (first, later)
+    });
+    assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}", t0.elapsed());
+    assert!(errs[1].0.to_string().contains("RUSTCCL_FAULT: rank 1 dropped"), "{}", errs[1].0);
+    for r in [0, 2] {
+        let (first, later) = (&errs[r].0, &errs[r].1);
+        let s = first.to_string();
+        assert!(matches!(first, Error::PeerLost { peer: 1, .. }), "rank {r}: {s}");
+        assert!(s.contains("rustccl all_reduce (seq 1") && s.contains("gave the group up at its operation seq 1"), "rank {r}: {s}");
+        assert!(matches!(later, Error::Poisoned { .. }), "rank {r}: {later}");
     }
 }

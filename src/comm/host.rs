@@ -221,6 +221,11 @@ impl Exec {
             if gave_up && self.kept.is_empty() && self.transport.kind().starts_with("shm") {
                 self.kept.append(&mut job.ops);
             }
+            if gave_up {
+                // This rank runs no further step: peers on this host that
+                // wait for one fail now, not at their timeout.
+                self.transport.give_up(seq);
+            }
             if e.poisons() && self.poisoned.is_none() {
                 self.poisoned = Some(e.clone());
             }

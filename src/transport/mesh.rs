@@ -56,6 +56,8 @@ pub struct Mesh {
     last_alive: Instant,
     /// Our segment's `blocked` word is set (cleared when the wait ends).
     blocked: bool,
+    /// We gave the group up ([`Transport::give_up`]): the word says so for good.
+    gone: bool,
 }
 
 impl Mesh {
@@ -118,6 +120,7 @@ impl Mesh {
             kind,
             last_alive: Instant::now(),
             blocked: false,
+            gone: false,
         })
     }
 
@@ -268,7 +271,8 @@ impl Mesh {
     /// the other way, or gave this operation up for that reason ([`Blocked`]):
     /// the two picked different algorithms and would wait until the
     /// timeout. Then marks this rank's word `Failed`, so that its other
-    /// local peers of this operation stop waiting for it too.
+    /// local peers of this operation stop waiting for it too. Fails too,
+    /// as a lost peer, where one of them gave the group up (`Gone`).
     fn publish_blocked(&mut self, phase: Option<u64>, peers: impl IntoIterator<Item = Rank>) -> Result<()> {
         let Some(local) = self.local.clone() else { return Ok(()) };
         let idx: Vec<usize> = peers.into_iter().filter_map(|r| local.local_index(r)).collect();
@@ -278,10 +282,19 @@ impl Mesh {
             Some(target) => Blocked::phase(seq, target),
             None => Blocked::Message { seq, on },
         };
+        if self.gone {
+            return Ok(());
+        }
         local.mine().blocked().store(mine.encode(), Ordering::Release);
         self.blocked = true;
         for i in idx {
             let theirs = Blocked::decode(local.segs[i].blocked().load(Ordering::Acquire));
+            if let Some(Blocked::Gone { seq: s }) = theirs {
+                // It publishes no phase and reads no message again.
+                return Err(self.lost(local.ranks[i], format!(
+                    "the peer gave the group up at its operation seq {s} (an error of its own, or an abort: its log names the cause) and takes no further step"
+                )));
+            }
             let my_phase = local.mine().phase().load(Ordering::Acquire);
             // A peer that waits for our messages while some are still in the
             // ring for it has not seen them yet (its word is older).
@@ -305,7 +318,7 @@ impl Mesh {
 
     /// The wait that published [`Mesh::publish_blocked`] ended.
     fn clear_blocked(&mut self) {
-        if std::mem::take(&mut self.blocked) {
+        if std::mem::take(&mut self.blocked) && !self.gone {
             if let Some(l) = &self.local {
                 l.mine().blocked().store(0, Ordering::Release);
             }
@@ -441,6 +454,13 @@ impl Transport for Mesh {
                 Link::Tcp(t) => t.shutdown(),
                 Link::Shm(s) => s.shutdown(),
             }
+        }
+    }
+
+    fn give_up(&mut self, seq: u64) {
+        if let Some(l) = &self.local {
+            l.mine().blocked().store(Blocked::Gone { seq: seq as u32 }.encode(), Ordering::Release);
+            self.gone = true;
         }
     }
 

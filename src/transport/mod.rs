@@ -150,6 +150,12 @@ pub trait Transport: Send {
     /// injection); peers see their connections close.
     fn sever(&mut self) {}
 
+    /// This rank takes no further part in the group from operation `seq`
+    /// on (an error poisoned it, or it was aborted): tells the peers that
+    /// share its host, so that those waiting for its next step fail at once
+    /// instead of at their timeout. Peers over TCP are not told.
+    fn give_up(&mut self, _seq: u64) {}
+
     /// A window onto the shared areas of the ranks of this host, and the
     /// phase waits that order access to it (for the shared-memory
     /// algorithms of `collectives`), when every rank agreed to use it.

@@ -93,7 +93,13 @@ pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communica
 /// 3 workers a rank and a quick team of 2, which takes the parallel phases
 /// of up to 512 KiB in pieces from 64 bytes.
 pub fn shm_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
-    mesh_comms(n, algo, timeout, TransportMode::Shm, ShmConfig { threads: 3, root_threads: 4, quick_threads: 2, quick_min_piece: 64, ..TINY_SHM })
+    shm_comms_with(n, algo, timeout, |_, _| ())
+}
+
+/// [`shm_comms`] with rank r's options changed by `tweak(r, options)`.
+pub fn shm_comms_with(n: usize, algo: AlgoConfig, timeout: Duration, tweak: impl Fn(usize, &mut CommOptions) + Sync) -> Vec<Communicator> {
+    let shm = ShmConfig { threads: 3, root_threads: 4, quick_threads: 2, quick_min_piece: 64, ..TINY_SHM };
+    hosts_comms_with(&vec![0; n], algo, timeout, TransportMode::Shm, shm, tweak)
 }
 
 pub fn mesh_comms(n: usize, algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig) -> Vec<Communicator> {
@@ -103,7 +109,13 @@ pub fn mesh_comms(n: usize, algo: AlgoConfig, timeout: Duration, transport: Tran
 /// Ranks on simulated hosts: rank r claims host `hosts[r]` (shared memory
 /// within a host, TCP between hosts).
 pub fn hosts_comms(hosts: &[usize], algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig) -> Vec<Communicator> {
+    hosts_comms_with(hosts, algo, timeout, transport, shm, |_, _| ())
+}
+
+/// [`hosts_comms`] with rank r's options changed by `tweak(r, options)`.
+pub fn hosts_comms_with(hosts: &[usize], algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig, tweak: impl Fn(usize, &mut CommOptions) + Sync) -> Vec<Communicator> {
     let n = hosts.len();
+    let tweak = &tweak;
     let store = Arc::new(MemStore::new());
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
@@ -114,6 +126,7 @@ pub fn hosts_comms(hosts: &[usize], algo: AlgoConfig, timeout: Duration, transpo
                     o.transport = transport;
                     o.shm = shm;
                     o.host_id = Some(format!("host{}", hosts[r]));
+                    tweak(r, &mut o);
                     Communicator::bootstrap(store.as_ref(), r, n, o, "127.0.0.1".parse().unwrap())
                     .unwrap()
                 })

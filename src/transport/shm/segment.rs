@@ -143,7 +143,8 @@ impl Layout {
 /// passed sizes on both sides of a threshold; no algorithm exchanges
 /// messages with a peer and then waits for it in a step of the same
 /// operation). `Failed` marks a rank that found that out, so that its
-/// other peers of the same operation stop waiting for it too.
+/// other peers of the same operation stop waiting for it too; `Gone` one
+/// that will take no further step in the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Blocked {
     /// In a shared-memory step, for every local rank whose phase is below
@@ -154,6 +155,9 @@ pub enum Blocked {
     Message { seq: u32, on: u32 },
     /// Gave up this operation: peers waited for it the other way.
     Failed { seq: u32 },
+    /// Gave the group up for good at this operation (an error poisoned it,
+    /// or it was aborted): it will publish no phase again.
+    Gone { seq: u32 },
 }
 
 /// Bits of a [`Blocked`] word's mask or phase.
@@ -177,6 +181,7 @@ impl Blocked {
             Blocked::Phase { seq, target } => (seq, 1u64, target),
             Blocked::Message { seq, on } => (seq, 2, on),
             Blocked::Failed { seq } => (seq, 3, 0),
+            Blocked::Gone { seq } => (seq, 4, 0),
         };
         (seq as u64) << 32 | kind << BLOCKED_BITS | (payload & LOW) as u64
     }
@@ -184,10 +189,11 @@ impl Blocked {
     /// None for 0 (not blocked).
     pub fn decode(w: u64) -> Option<Blocked> {
         let (seq, payload) = ((w >> 32) as u32, w as u32 & LOW);
-        match (w >> BLOCKED_BITS) & 3 {
+        match (w >> BLOCKED_BITS) & 7 {
             1 => Some(Blocked::Phase { seq, target: payload }),
             2 => Some(Blocked::Message { seq, on: payload }),
             3 => Some(Blocked::Failed { seq }),
+            4 => Some(Blocked::Gone { seq }),
             _ => None,
         }
     }
