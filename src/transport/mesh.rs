@@ -288,8 +288,13 @@ impl Mesh {
         local.mine().blocked().store(mine.encode(), Ordering::Release);
         self.blocked = true;
         for i in idx {
-            let theirs = Blocked::decode(local.segs[i].blocked().load(Ordering::Acquire));
-            if let Some(Blocked::Gone { seq: s }) = theirs {
+            let theirs = match Blocked::decode(local.segs[i].blocked().load(Ordering::Acquire)) {
+                // It gave the group up after it found this operation's
+                // ranks waiting for each other the two ways: that cause.
+                Some(Blocked::Gone { seq: s, failed: true }) if s == seq => Some(Blocked::Failed { seq: s }),
+                t => t,
+            };
+            if let Some(Blocked::Gone { seq: s, .. }) = theirs {
                 // It publishes no phase and reads no message again.
                 return Err(self.lost(local.ranks[i], format!(
                     "the peer gave the group up at its operation seq {s} (an error of its own, or an abort: its log names the cause) and takes no further step"
@@ -459,7 +464,9 @@ impl Transport for Mesh {
 
     fn give_up(&mut self, seq: u64) {
         if let Some(l) = &self.local {
-            l.mine().blocked().store(Blocked::Gone { seq: seq as u32 }.encode(), Ordering::Release);
+            let seq = seq as u32;
+            let failed = matches!(Blocked::decode(l.mine().blocked().load(Ordering::Acquire)), Some(Blocked::Failed { seq: s }) if s == seq);
+            l.mine().blocked().store(Blocked::Gone { seq, failed }.encode(), Ordering::Release);
             self.gone = true;
         }
     }

@@ -156,8 +156,9 @@ pub enum Blocked {
     /// Gave up this operation: peers waited for it the other way.
     Failed { seq: u32 },
     /// Gave the group up for good at this operation (an error poisoned it,
-    /// or it was aborted): it will publish no phase again.
-    Gone { seq: u32 },
+    /// or it was aborted): it will publish no phase again. `failed`: it
+    /// had marked this operation `Failed` (the cause its peers then name).
+    Gone { seq: u32, failed: bool },
 }
 
 /// Bits of a [`Blocked`] word's mask or phase.
@@ -181,7 +182,7 @@ impl Blocked {
             Blocked::Phase { seq, target } => (seq, 1u64, target),
             Blocked::Message { seq, on } => (seq, 2, on),
             Blocked::Failed { seq } => (seq, 3, 0),
-            Blocked::Gone { seq } => (seq, 4, 0),
+            Blocked::Gone { seq, failed } => (seq, 4, failed as u32),
         };
         (seq as u64) << 32 | kind << BLOCKED_BITS | (payload & LOW) as u64
     }
@@ -193,7 +194,7 @@ impl Blocked {
             1 => Some(Blocked::Phase { seq, target: payload }),
             2 => Some(Blocked::Message { seq, on: payload }),
             3 => Some(Blocked::Failed { seq }),
-            4 => Some(Blocked::Gone { seq }),
+            4 => Some(Blocked::Gone { seq, failed: payload & 1 != 0 }),
             _ => None,
         }
     }
