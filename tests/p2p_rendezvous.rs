@@ -287,6 +287,47 @@ fn a_staged_send_completes_before_its_receive_and_one_at_a_time() {
     });
 }
 
+/// A send small enough to go by value (through the ring) but over
+/// `staged_min` is staged too while the area is free, and goes through
+/// the ring while it is busy; either way it completes before its receive
+/// is posted. Seen from the next send of rendezvous size: with the area
+/// taken by the small one it goes by rendezvous and waits for its
+/// receive; with `staged_min` above the small one's size the small one
+/// went through the ring and the large one is staged, done at once.
+#[test]
+fn a_send_by_value_is_staged_while_the_area_is_free() {
+    for (staged_min, small_staged) in [(0, true), (4000, false)] {
+        let shm = ShmConfig { staged_min, ..shm_cfg(STAGE, usize::MAX) };
+        let c = hosts_comms(&[0, 0], AlgoConfig::default(), Duration::from_secs(30), TransportMode::Auto, shm);
+        assert_eq!(threshold(&c[0], "shm_staged_send_min_bytes"), Some(staged_min as u64));
+        let posted = Barrier::new(2);
+        let soon = Some(Duration::from_secs(5));
+        // 2000 bytes (by value: under ATTACH_MIN), 32000 (rendezvous size)
+        let sizes = [250, 4000, 250];
+        on_ranks(&c, |r, c| {
+            if r == 0 {
+                let small = send(c, &buf(DType::F64, &pattern(1, sizes[0])), 1, 7).wait(soon).is_ok();
+                let w = send(c, &buf(DType::F64, &pattern(2, sizes[1])), 1, 7);
+                std::thread::sleep(Duration::from_millis(30));
+                let large_early = w.is_completed();
+                // the area still busy (or the large send's): through the ring
+                let ring = send(c, &buf(DType::F64, &pattern(3, sizes[2])), 1, 7).wait(soon).is_ok();
+                posted.wait();
+                w.wait(None).unwrap();
+                assert!(small && ring, "small sends waited for their receives ({small}, {ring})");
+                assert_eq!(large_early, !small_staged, "staged_min {staged_min}: the large send completed before its receive: {large_early}");
+            } else {
+                posted.wait();
+                for (seed, n) in sizes.iter().enumerate() {
+                    let got = buf(DType::F64, &vec![0.0; *n]);
+                    recv(c, &got, Some(0), 7).wait(None).unwrap();
+                    assert_eq!(read(DType::F64, &got), pattern(seed + 1, *n), "message {}", seed + 1);
+                }
+            }
+        });
+    }
+}
+
 #[test]
 fn a_lost_receiver_frees_the_staging_area() {
     let mut c = comms_on(Mode::Staged, &[0, 0, 0], Duration::from_secs(60));

@@ -100,10 +100,11 @@ pub struct ShmConfig {
     /// default): from the host (`transport::shm::host::reads_for`).
     pub broadcast_min: usize,
     /// Point-to-point sends to a rank of this host of more than
-    /// `staged_min` and at most `staged_max` bytes that would be read from
-    /// the sender's tensor go through its staging area instead (of
-    /// `staged_max` bytes; 0: none; [`STAGE_FROM_HOST`]: from the threads
-    /// per rank, `transport::shm::host`).
+    /// `staged_min` (128 KiB unless set) and at most `staged_max` bytes go
+    /// through the sender's staging area when it is free (of `staged_max`
+    /// bytes; 0: none; [`STAGE_FROM_HOST`]: from the threads per rank,
+    /// `transport::shm::host`): those that would be read from the sender's
+    /// tensor, and those that would go through the ring.
     pub staged_min: usize,
     pub staged_max: usize,
     /// Whether such sends of tensors in shared memory (`RUSTCCL_SHM_TENSORS`)
@@ -145,6 +146,10 @@ pub const STAGE_FROM_HOST: usize = usize::MAX - 1;
 /// `auto`: the shared-memory setup decides from the host
 /// (`transport::shm::host_attach_min`).
 pub const ATTACH_FROM_HOST: usize = usize::MAX - 1;
+/// `ShmConfig::staged_min` unless `RUSTCCL_SHM_STAGED_SEND_MIN_BYTES` is
+/// set: sends over 128 KiB are staged where the area is free
+/// (`comm::p2p::rendezvous::stages_by_value`).
+pub const STAGED_SEND_MIN: usize = 128 << 10;
 /// `ShmConfig::broadcast_min` when `RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES`
 /// is unset or `auto` (`off`: `usize::MAX`, never).
 pub const BROADCAST_FROM_HOST: usize = usize::MAX - 1;
@@ -385,7 +390,7 @@ impl Config {
                     Ok("auto") => BROADCAST_FROM_HOST,
                     _ => env_usize("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", BROADCAST_FROM_HOST),
                 },
-                staged_min: env_usize("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", 0),
+                staged_min: env_usize("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", STAGED_SEND_MIN),
                 staged_max: match std::env::var("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES").as_deref() {
                     Ok("auto") => STAGE_FROM_HOST,
                     _ => env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST),

@@ -242,12 +242,13 @@ impl EventLoop {
                 // RUSTCCL_SHM_STAGE_SHARED_SENDS stages those too.
                 let stage_shared = self.attach.as_ref().is_some_and(|l| l.stage_shared);
                 let shared = !stage_shared && Arena::owns(buf.bytes().as_ptr());
-                let seq = if rdv && !shared { self.next_stage(peer, buf.nbytes()) } else { None };
+                let stage = rdv || self.stages_to(peer, buf.nbytes());
+                let seq = if stage && !shared { self.next_stage(peer, buf.nbytes()) } else { None };
                 let now = Instant::now();
                 let mut to_stage = None;
                 if let Some(p) = self.peers[peer].as_mut() {
                     let len = buf.nbytes() as u64;
-                    let o = if rdv {
+                    let o = if rdv || seq.is_some() {
                         let id = p.next_id;
                         p.next_id += 1;
                         if let Some(seq) = seq {

@@ -27,7 +27,10 @@
 //! the area (user-space copies by several threads beat several threads
 //! reading another process through the kernel at these sizes). A tensor
 //! in our shared arena (`RUSTCCL_SHM_TENSORS`) is not staged: the receiver
-//! copies it straight out of it, unless `ShmLocal::stage_shared`.
+//! copies it straight out of it, unless `ShmLocal::stage_shared`. A send
+//! that would go by value but is over `stage_min` is staged the same way
+//! while the area is free (`rendezvous::stages_by_value`), and goes
+//! through the ring while it is busy.
 //!
 //! A send to a rank of this host that goes by value (not rendezvous) is
 //! written into the ring by the calling thread itself when nothing is
@@ -325,7 +328,8 @@ impl P2pEngine {
         };
         if let Req::Send { peer, tag, buf, .. } = &req {
             if let Some(tx) = &self.txs[*peer] {
-                if rendezvous::by_rendezvous(self.attach.as_deref(), true, buf.nbytes()) {
+                let n = buf.nbytes();
+                if rendezvous::by_rendezvous(self.attach.as_deref(), true, n) || rendezvous::stages_by_value(self.attach.as_deref(), true, n) {
                     tx.queue();
                 } else if matches!(*self.state.lock().unwrap_or_else(|p| p.into_inner()), State::Closed) {
                     return Err(Error::Closed { op: kind, how: "shut down" });

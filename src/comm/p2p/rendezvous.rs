@@ -39,11 +39,34 @@ pub(super) fn by_rendezvous(local: Option<&ShmLocal>, shm: bool, nbytes: usize) 
     shm && nbytes > 0 && attach.is_some_and(|a| a.single_reader(nbytes))
 }
 
+/// Whether a send of `nbytes` that goes by value (through the ring) is
+/// offered to the sender's staging area first: over `ShmLocal::stage_min`
+/// and within the area. Staged, it completes once copied in, as a send by
+/// value does once written, and the receiver's threads copy it out: on the
+/// 32- and 64-core hosts 256 KiB send/recv ping-pongs took 0.45-1x the
+/// time of the ring's copies with 2 and 8 ranks (128 KiB ones 0.76-1.28x:
+/// hence the default of 128 KiB for `stage_min`,
+/// `config::STAGED_SEND_MIN`;
+/// `benchmarks/results/2026-11-27-h200x2host-send-staging/`,
+/// `benchmarks/results/2026-11-27-h200x4host-send-staging/`). Where the
+/// area is busy the send goes through the ring as before, so a send that
+/// fits the ring still never waits for its receive.
+pub(super) fn stages_by_value(local: Option<&ShmLocal>, shm: bool, nbytes: usize) -> bool {
+    shm && local.is_some_and(|l| nbytes > l.stage_min && nbytes <= l.stage_capacity())
+}
+
 impl EventLoop {
     /// Whether a send of `nbytes` to `peer` goes by rendezvous.
     pub(super) fn rendezvous_to(&self, peer: Rank, nbytes: usize) -> bool {
         let shm = self.peers[peer].as_ref().is_some_and(|p| p.link.is_shm());
         by_rendezvous(self.attach.as_deref(), shm, nbytes)
+    }
+
+    /// Whether a send of `nbytes` to `peer` by value is offered to the
+    /// staging area ([`stages_by_value`]).
+    pub(super) fn stages_to(&self, peer: Rank, nbytes: usize) -> bool {
+        let shm = self.peers[peer].as_ref().is_some_and(|p| p.link.is_shm());
+        stages_by_value(self.attach.as_deref(), shm, nbytes)
     }
 
     /// A rendezvous message from `p` arrived: taken at once by a matching
@@ -133,7 +156,7 @@ impl EventLoop {
     /// be staged: our staging area is free and holds it, and it is over
     /// `ShmLocal::stage_min` bytes (see the module `p2p`); the caller then
     /// sends it as `Staged` and hands it to [`EventLoop::stage_send`].
-    /// None: it goes by rendezvous.
+    /// None: it goes by rendezvous, or by value.
     pub(super) fn next_stage(&mut self, peer: Rank, n: usize) -> Option<u64> {
         let local = self.attach.as_ref()?;
         if self.staged.is_some() || n <= local.stage_min || n > local.stage_capacity() || local.local_index(peer).is_none() {
