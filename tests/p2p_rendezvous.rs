@@ -288,12 +288,16 @@ fn a_staged_send_completes_before_its_receive_and_one_at_a_time() {
 }
 
 /// A send small enough to go by value (through the ring) but over
-/// `staged_min` is staged too while the area is free, and goes through
-/// the ring while it is busy; either way it completes before its receive
-/// is posted. Seen from the next send of rendezvous size: with the area
-/// taken by the small one it goes by rendezvous and waits for its
-/// receive; with `staged_min` above the small one's size the small one
-/// went through the ring and the large one is staged, done at once.
+/// `staged_min` is staged too while the area is free, and completes
+/// before its receive is posted. Seen from the next send, of rendezvous
+/// size, while the receiver's point-to-point thread has not started (it
+/// starts with the rank's first send or receive, after the barrier here),
+/// so nothing frees the area or drains the 4 KiB ring: with the area
+/// taken by the small one, the large one goes by value (by rendezvous it
+/// would wait for its receive where it used to be staged) and cannot
+/// complete until the receiver drains the ring; with `staged_min` above
+/// the small one's size the small one went through the ring and the
+/// large one is staged, done at once.
 #[test]
 fn a_send_by_value_is_staged_while_the_area_is_free() {
     for (staged_min, small_staged) in [(0, true), (4000, false)] {
@@ -303,18 +307,20 @@ fn a_send_by_value_is_staged_while_the_area_is_free() {
         let posted = Barrier::new(2);
         let soon = Some(Duration::from_secs(5));
         // 2000 bytes (by value: under ATTACH_MIN), 32000 (rendezvous size)
-        let sizes = [250, 4000, 250];
+        let sizes = [250, 4000];
         on_ranks(&c, |r, c| {
             if r == 0 {
                 let small = send(c, &buf(DType::F64, &pattern(1, sizes[0])), 1, 7).wait(soon).is_ok();
                 let w = send(c, &buf(DType::F64, &pattern(2, sizes[1])), 1, 7);
-                std::thread::sleep(Duration::from_millis(30));
-                let large_early = w.is_completed();
-                // the area still busy (or the large send's): through the ring
-                let ring = send(c, &buf(DType::F64, &pattern(3, sizes[2])), 1, 7).wait(soon).is_ok();
+                let large_early = if small_staged {
+                    std::thread::sleep(Duration::from_millis(30));
+                    w.is_completed()
+                } else {
+                    w.wait(soon).is_ok()
+                };
                 posted.wait();
                 w.wait(None).unwrap();
-                assert!(small && ring, "small sends waited for their receives ({small}, {ring})");
+                assert!(small, "the small send waited for its receive");
                 assert_eq!(large_early, !small_staged, "staged_min {staged_min}: the large send completed before its receive: {large_early}");
             } else {
                 posted.wait();
@@ -325,6 +331,35 @@ fn a_send_by_value_is_staged_while_the_area_is_free() {
                 }
             }
         });
+    }
+}
+
+/// Two ranks that both send a staged message by value, then one of
+/// rendezvous size, and only then receive both: the receiver copies the
+/// first out of the sender's area as it arrives (no receive is posted
+/// yet), so the area is free for the second, which is staged as it was
+/// when the first went through the ring; neither send waits for a
+/// receive (with the area still held, the second would go by rendezvous
+/// and both ranks would wait in it until the timeout).
+#[test]
+fn staged_sends_by_value_free_the_area_before_their_receive() {
+    let shm = ShmConfig { staged_min: 0, ..shm_cfg(STAGE, usize::MAX) };
+    let c = hosts_comms(&[0, 0], AlgoConfig::default(), Duration::from_secs(5), TransportMode::Auto, shm);
+    let sizes = [250, 4000];
+    let errs = on_ranks(&c, |r, c| {
+        let peer = 1 - r;
+        for (k, n) in sizes.iter().enumerate() {
+            send(c, &buf(DType::F64, &pattern(10 * r + k, *n)), peer, 9).wait(None)?;
+        }
+        for (k, n) in sizes.iter().enumerate() {
+            let got = buf(DType::F64, &vec![0.0; *n]);
+            recv(c, &got, Some(peer), 9).wait(None)?;
+            assert_eq!(read(DType::F64, &got), pattern(10 * peer + k, *n), "rank {r}, message {k}");
+        }
+        Ok::<(), Error>(())
+    });
+    for (r, e) in errs.iter().enumerate() {
+        assert!(e.is_ok(), "rank {r}: {:?}", e.as_ref().err().map(|e| e.to_string()));
     }
 }
 

@@ -58,6 +58,9 @@ pub struct Mesh {
     blocked: bool,
     /// We gave the group up ([`Transport::give_up`]): the word says so for good.
     gone: bool,
+    /// This operation's wait saw a peer that gave the group up (it fails
+    /// the next time: `publish_blocked`).
+    gone_seen: bool,
 }
 
 impl Mesh {
@@ -121,6 +124,7 @@ impl Mesh {
             last_alive: Instant::now(),
             blocked: false,
             gone: false,
+            gone_seen: false,
         })
     }
 
@@ -277,14 +281,32 @@ impl Mesh {
         let Some(local) = self.local.clone() else { return Ok(()) };
         let idx: Vec<usize> = peers.into_iter().filter_map(|r| local.local_index(r)).collect();
         let (seq, me) = (self.ctx.wire_seq(), local.me);
+        if self.gone {
+            return Ok(());
+        }
+        // A peer we wait for gave the group up: it publishes no phase and
+        // writes no message again (any rank index: no mask needed). What it
+        // did before is visible to us now, so the wait takes one more pass
+        // over it before this fails (it may have been the last we needed).
+        // One that gave up after finding this operation's ranks waiting the
+        // two ways is left to the check below, which names that cause.
+        let gone = |i: usize| match Blocked::decode(local.segs[i].blocked().load(Ordering::Acquire)) {
+            Some(Blocked::Gone { seq: s, failed }) if !(failed && s == seq) => Some(s),
+            _ => None,
+        };
+        if let Some((i, s)) = idx.iter().find_map(|&i| gone(i).map(|s| (i, s))) {
+            if !std::mem::replace(&mut self.gone_seen, true) {
+                return Ok(());
+            }
+            return Err(self.lost(local.ranks[i], format!(
+                "the peer gave the group up at its operation seq {s} (an error of its own, or an abort: its log names the cause) and takes no further step"
+            )));
+        }
         let Some(on) = Blocked::mask(idx.iter().copied()).filter(|&m| m != 0 && me < shm::BLOCKED_RANKS) else { return Ok(()) };
         let mine = match phase {
             Some(target) => Blocked::phase(seq, target),
             None => Blocked::Message { seq, on },
         };
-        if self.gone {
-            return Ok(());
-        }
         local.mine().blocked().store(mine.encode(), Ordering::Release);
         self.blocked = true;
         for i in idx {
@@ -294,12 +316,6 @@ impl Mesh {
                 Some(Blocked::Gone { seq: s, failed: true }) if s == seq => Some(Blocked::Failed { seq: s }),
                 t => t,
             };
-            if let Some(Blocked::Gone { seq: s, .. }) = theirs {
-                // It publishes no phase and reads no message again.
-                return Err(self.lost(local.ranks[i], format!(
-                    "the peer gave the group up at its operation seq {s} (an error of its own, or an abort: its log names the cause) and takes no further step"
-                )));
-            }
             let my_phase = local.mine().phase().load(Ordering::Acquire);
             // A peer that waits for our messages while some are still in the
             // ring for it has not seen them yet (its word is older).
@@ -445,6 +461,7 @@ impl Transport for Mesh {
     }
     fn begin(&mut self, ctx: OpCtx) {
         self.ctx = ctx;
+        self.gone_seen = false;
     }
     fn ctx(&self) -> &OpCtx {
         &self.ctx

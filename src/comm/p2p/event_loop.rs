@@ -31,9 +31,9 @@ pub(super) struct EventLoop {
     rx: mpsc::Receiver<Req>,
     /// This host's ranks, when cross-memory attach is on (rendezvous).
     pub(super) attach: Option<Arc<ShmLocal>>,
-    /// Our staged send (peer, id) whose receiver has not acked yet: our
-    /// staging area is theirs to read until then.
-    pub(super) staged: Option<(Rank, u64)>,
+    /// Our staged send (peer, id, whether it was one by value) whose
+    /// receiver has not acked yet: our staging area is theirs until then.
+    pub(super) staged: Option<(Rank, u64, bool)>,
     /// The number of our last staged send (`ShmLocal::stage_in`).
     pub(super) stage_seq: u64,
     /// Receives whose second half their sender is writing (`split.rs`).
@@ -242,8 +242,12 @@ impl EventLoop {
                 // RUSTCCL_SHM_STAGE_SHARED_SENDS stages those too.
                 let stage_shared = self.attach.as_ref().is_some_and(|l| l.stage_shared);
                 let shared = !stage_shared && Arena::owns(buf.bytes().as_ptr());
-                let stage = rdv || self.stages_to(peer, buf.nbytes());
+                let stage = rdv || self.stages_to(peer, buf.bytes());
                 let seq = if stage && !shared { self.next_stage(peer, buf.nbytes()) } else { None };
+                // One that the area would take but finds it held by a send
+                // by value (staged, not through the ring) goes by value too:
+                // by rendezvous it would wait for its receive.
+                let rdv = rdv && !(seq.is_none() && !shared && self.staged.is_some_and(|s| s.2) && self.stages_to(peer, buf.bytes()));
                 let now = Instant::now();
                 let mut to_stage = None;
                 if let Some(p) = self.peers[peer].as_mut() {
@@ -255,7 +259,7 @@ impl EventLoop {
                             // The bytes go to our staging area (ours again
                             // on the ack) right after this message: the
                             // send completes once both are done.
-                            self.staged = Some((peer, id));
+                            self.staged = Some((peer, id, !rdv));
                             let hdr = P2pHeader { kind: P2pKind::Staged, tag, len }.encode();
                             let ctl = frame::rendezvous_body(seq, id);
                             to_stage = Some((seq, buf, work));
@@ -479,7 +483,7 @@ impl EventLoop {
         let Some(peer) = self.peers[p].as_mut() else { return true };
         peer.dead = Some(why.clone());
         peer.link.close();
-        if self.staged.is_some_and(|(q, _)| q == p) {
+        if self.staged.is_some_and(|(q, _, _)| q == p) {
             // It will never read (or ack) our staged send.
             self.staged = None;
         }

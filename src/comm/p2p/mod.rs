@@ -30,7 +30,10 @@
 //! copies it straight out of it, unless `ShmLocal::stage_shared`. A send
 //! that would go by value but is over `stage_min` is staged the same way
 //! while the area is free (`rendezvous::stages_by_value`), and goes
-//! through the ring while it is busy.
+//! through the ring while it is busy; its receiver copies it out at once,
+//! and a send of rendezvous size that finds the area held by one goes by
+//! value too, so that no send waits for its receive where it did not
+//! before.
 //!
 //! A send to a rank of this host that goes by value (not rendezvous) is
 //! written into the ring by the calling thread itself when nothing is
@@ -328,8 +331,8 @@ impl P2pEngine {
         };
         if let Req::Send { peer, tag, buf, .. } = &req {
             if let Some(tx) = &self.txs[*peer] {
-                let n = buf.nbytes();
-                if rendezvous::by_rendezvous(self.attach.as_deref(), true, n) || rendezvous::stages_by_value(self.attach.as_deref(), true, n) {
+                let local = self.attach.as_deref();
+                if rendezvous::by_rendezvous(local, true, buf.nbytes()) || rendezvous::stages_by_value(local, true, buf.bytes()) {
                     tx.queue();
                 } else if matches!(*self.state.lock().unwrap_or_else(|p| p.into_inner()), State::Closed) {
                     return Err(Error::Closed { op: kind, how: "shut down" });

@@ -14,7 +14,7 @@
 //! The send completes on the ack, failing with its text if there is one.
 #![forbid(unsafe_code)]
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::event_loop::{site, size_mismatch, EventLoop};
 use super::link::watch_alive;
@@ -22,6 +22,7 @@ use super::{Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
 use crate::tensor::HostTensor;
 use crate::transport::frame::{rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
+use crate::transport::shm::arena::Arena;
 use crate::transport::shm::{ShmLocal, Workers};
 use crate::types::Rank;
 use crate::work::Work;
@@ -51,9 +52,21 @@ pub(super) fn by_rendezvous(local: Option<&ShmLocal>, shm: bool, nbytes: usize) 
 /// `benchmarks/results/2026-11-27-h200x4host-send-staging/`). Where the
 /// area is busy the send goes through the ring as before, so a send that
 /// fits the ring still never waits for its receive.
-pub(super) fn stages_by_value(local: Option<&ShmLocal>, shm: bool, nbytes: usize) -> bool {
-    shm && local.is_some_and(|l| nbytes > l.stage_min && nbytes <= l.stage_capacity())
+/// The receiver copies such a message out at once, matched or not
+/// ([`EventLoop::on_rendezvous`]), so that the area is free for the
+/// sender's next send (a large one waiting for it would go by rendezvous,
+/// and wait for its receive, where it would have been staged). A tensor
+/// in our shared arena is not staged (unless `stage_shared`): it keeps the
+/// ring.
+pub(super) fn stages_by_value(local: Option<&ShmLocal>, shm: bool, data: &[u8]) -> bool {
+    let n = data.len();
+    shm && local.is_some_and(|l| n > l.stage_min && n <= l.stage_capacity() && (l.stage_shared || !Arena::owns(data.as_ptr())))
 }
+
+/// How long the p2p thread waits for the chunks of a staged message by
+/// value that no receive took yet (the sender is copying them in as the
+/// message arrives); then the message waits as a rendezvous one does.
+const EARLY_TAKE_WAIT: Duration = Duration::from_secs(1);
 
 impl EventLoop {
     /// Whether a send of `nbytes` to `peer` goes by rendezvous.
@@ -64,13 +77,16 @@ impl EventLoop {
 
     /// Whether a send of `nbytes` to `peer` by value is offered to the
     /// staging area ([`stages_by_value`]).
-    pub(super) fn stages_to(&self, peer: Rank, nbytes: usize) -> bool {
+    pub(super) fn stages_to(&self, peer: Rank, data: &[u8]) -> bool {
         let shm = self.peers[peer].as_ref().is_some_and(|p| p.link.is_shm());
-        stages_by_value(self.attach.as_deref(), shm, nbytes)
+        stages_by_value(self.attach.as_deref(), shm, data)
     }
 
     /// A rendezvous message from `p` arrived: taken at once by a matching
-    /// receive, or kept (its header only) until one is posted.
+    /// receive, or kept (its header only) until one is posted; a staged
+    /// one of a size that goes by value (the local ranks agree on that
+    /// threshold) is copied out at once if none matches, as a message
+    /// through the ring would be ([`stages_by_value`]).
     /// `staged`: the bytes wait in `p`'s staging area.
     pub(super) fn on_rendezvous(&mut self, p: Rank, tag: i64, len: u64, data: &[u8], staged: bool) {
         let (addr, id) = parse(data);
@@ -80,8 +96,34 @@ impl EventLoop {
                 let posted = self.posted.remove(i);
                 self.take(p, rdv, posted);
             }
+            None if staged && !by_rendezvous(self.attach.as_deref(), true, rdv.len) => self.take_early(p, tag, rdv),
             None => self.unexpected.push_back((p, tag, Unexpected::Rendezvous(rdv))),
         }
+    }
+
+    /// Copies staged message `rdv` of `p` (tag `tag`), sent by value and
+    /// not yet received, into an unexpected buffer and acks it, freeing the
+    /// sender's area. If its chunks do not come within [`EARLY_TAKE_WAIT`]
+    /// (or the sender is gone) it waits for its receive as a rendezvous
+    /// message instead, which then reads it or reports why not.
+    fn take_early(&mut self, p: Rank, tag: i64, rdv: Rdv) {
+        let mut data = vec![0u8; rdv.len];
+        let deadline = Instant::now() + EARLY_TAKE_WAIT;
+        let watch = self.peers[p].as_ref().and_then(|x| x.link.watch());
+        let coming = || match watch.map_or(Ok(()), watch_alive) {
+            Ok(()) if Instant::now() >= deadline => Err("not yet copied in".to_string()),
+            r => r,
+        };
+        let read = match self.attach.as_ref().and_then(|l| Some((l, l.local_index(p)?))) {
+            Some((local, i)) => local.stage_out(i, &mut data, rdv.addr, &coming),
+            None => Err(format!("rank {p} is not a rank of this host")),
+        };
+        if read.is_err() {
+            self.unexpected.push_back((p, tag, Unexpected::Rendezvous(rdv)));
+            return;
+        }
+        self.queue_control(p, P2pKind::Ack, rdv.id, 0, Vec::new(), Instant::now() + EARLY_TAKE_WAIT);
+        self.unexpected.push_back((p, tag, Unexpected::Data(data)));
     }
 
     /// Reads rendezvous message `rdv` of `p` into the receive `r`,
@@ -215,7 +257,7 @@ impl EventLoop {
 
     /// `p` took (or refused) our rendezvous send `id`.
     pub(super) fn on_ack(&mut self, p: Rank, id: u64, text: Vec<u8>) {
-        if self.staged == Some((p, id)) {
+        if self.staged.is_some_and(|(q, i, _)| (q, i) == (p, id)) {
             // Our staging area is free again. The send completed when it
             // was staged: a receive that refused it (other size) failed on
             // the receiver's side, as for a send by value.
