@@ -53,11 +53,11 @@ pub(super) fn by_rendezvous(local: Option<&ShmLocal>, shm: bool, nbytes: usize) 
 /// area is busy the send goes through the ring as before, so a send that
 /// fits the ring still never waits for its receive.
 /// The receiver copies such a message out at once, matched or not
-/// ([`EventLoop::on_rendezvous`]), so that the area is free for the
-/// sender's next send (a large one waiting for it would go by rendezvous,
-/// and wait for its receive, where it would have been staged). A tensor
-/// in our shared arena is not staged (unless `stage_shared`): it keeps the
-/// ring.
+/// ([`EventLoop::on_rendezvous`]), so that the area is soon free for the
+/// sender's next send: one of rendezvous size that finds it held by a
+/// send by value goes by value too (`EventLoop::handle`), through the
+/// ring's slower copies, where it used to be staged. A tensor in our
+/// shared arena is not staged (unless `stage_shared`): it keeps the ring.
 pub(super) fn stages_by_value(local: Option<&ShmLocal>, shm: bool, data: &[u8]) -> bool {
     let n = data.len();
     shm && local.is_some_and(|l| n > l.stage_min && n <= l.stage_capacity() && (l.stage_shared || !Arena::owns(data.as_ptr())))
