@@ -335,12 +335,13 @@ fn a_send_by_value_is_staged_while_the_area_is_free() {
 }
 
 /// Two ranks that both send a staged message by value, then one of
-/// rendezvous size, and only then receive both: the receiver copies the
-/// first out of the sender's area as it arrives (no receive is posted
-/// yet), so the area is free for the second, which is staged as it was
-/// when the first went through the ring; neither send waits for a
-/// receive (with the area still held, the second would go by rendezvous
-/// and both ranks would wait in it until the timeout).
+/// rendezvous size, and only then receive both. The second finds the area
+/// still held (the receiver copies the first out and acks it as it
+/// arrives, but usually after the second was submitted) and goes by
+/// value, or is staged if the ack came first; either way neither send
+/// waits for its receive. By rendezvous it would, and both ranks would
+/// wait in it until the timeout. The receivers also check the bytes of
+/// the first message, copied out before its receive was posted.
 #[test]
 fn staged_sends_by_value_free_the_area_before_their_receive() {
     let shm = ShmConfig { staged_min: 0, ..shm_cfg(STAGE, usize::MAX) };
