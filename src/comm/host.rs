@@ -218,10 +218,10 @@ impl Exec {
             // late write cannot land in memory it reuses (the group is
             // unusable after it; later operations never reach a peer).
             let gave_up = (e.poisons() && self.poisoned.is_none()) || matches!(e, Error::Closed { .. });
-            if gave_up && self.kept.is_empty() && self.transport.kind().starts_with("shm") {
-                self.kept.append(&mut job.ops);
-            }
             if gave_up {
+                if self.kept.is_empty() && self.transport.kind().starts_with("shm") {
+                    self.kept.append(&mut job.ops);
+                }
                 // This rank runs no further step: peers on this host that
                 // wait for one fail now, not at their timeout.
                 self.transport.give_up(seq);

@@ -17,7 +17,6 @@ use crate::error::{Error, OpSite, Result};
 use crate::config::log_at;
 use crate::tensor::HostTensor;
 use crate::transport::frame::{self, P2pHeader, P2pKind, P2P_HEADER_LEN};
-use crate::transport::shm::arena::Arena;
 use crate::transport::shm::ShmLocal;
 use crate::types::Rank;
 use crate::work::{Progress, Work};
@@ -236,18 +235,7 @@ impl EventLoop {
                     work.finish(Err(e));
                     return;
                 }
-                let rdv = self.rendezvous_to(peer, buf.nbytes());
-                // A tensor in our shared arena is read by the receiver
-                // straight out of it (one copy in user space), unless
-                // RUSTCCL_SHM_STAGE_SHARED_SENDS stages those too.
-                let stage_shared = self.attach.as_ref().is_some_and(|l| l.stage_shared);
-                let shared = !stage_shared && Arena::owns(buf.bytes().as_ptr());
-                let stage = rdv || self.stages_to(peer, buf.bytes());
-                let seq = if stage && !shared { self.next_stage(peer, buf.nbytes()) } else { None };
-                // One that the area would take but finds it held by a send
-                // by value (staged, not through the ring) goes by value too:
-                // by rendezvous it would wait for its receive.
-                let rdv = rdv && !(seq.is_none() && !shared && self.staged.is_some_and(|s| s.2) && self.stages_to(peer, buf.bytes()));
+                let (rdv, seq) = self.route_send(peer, buf.bytes());
                 let now = Instant::now();
                 let mut to_stage = None;
                 if let Some(p) = self.peers[peer].as_mut() {

@@ -55,7 +55,7 @@ pub(super) fn by_rendezvous(local: Option<&ShmLocal>, shm: bool, nbytes: usize) 
 /// The receiver copies such a message out at once, matched or not
 /// ([`EventLoop::on_rendezvous`]), so that the area is soon free for the
 /// sender's next send: one of rendezvous size that finds it held by a
-/// send by value goes by value too (`EventLoop::handle`), through the
+/// send by value goes by value too ([`EventLoop::route_send`]), through the
 /// ring's slower copies, where it used to be staged. A tensor in our
 /// shared arena is not staged (unless `stage_shared`): it keeps the ring.
 pub(super) fn stages_by_value(local: Option<&ShmLocal>, shm: bool, data: &[u8]) -> bool {
@@ -75,11 +75,23 @@ impl EventLoop {
         by_rendezvous(self.attach.as_deref(), shm, nbytes)
     }
 
-    /// Whether a send of `nbytes` to `peer` by value is offered to the
-    /// staging area ([`stages_by_value`]).
-    pub(super) fn stages_to(&self, peer: Rank, data: &[u8]) -> bool {
+    /// How a send of `data` to `peer` goes: by rendezvous (true) or by
+    /// value, and staged (its staging number) or not. A tensor in our
+    /// shared arena goes by rendezvous unstaged, the receiver copying it
+    /// straight out of it (unless `RUSTCCL_SHM_STAGE_SHARED_SENDS`).
+    pub(super) fn route_send(&mut self, peer: Rank, data: &[u8]) -> (bool, Option<u64>) {
+        let rdv = self.rendezvous_to(peer, data.len());
+        let stage_shared = self.attach.as_ref().is_some_and(|l| l.stage_shared);
+        let shared = !stage_shared && Arena::owns(data.as_ptr());
         let shm = self.peers[peer].as_ref().is_some_and(|p| p.link.is_shm());
-        stages_by_value(self.attach.as_deref(), shm, data)
+        let by_value = stages_by_value(self.attach.as_deref(), shm, data);
+        let seq = if (rdv || by_value) && !shared { self.next_stage(peer, data.len()) } else { None };
+        // One that the area would take (`by_value` implies not `shared`)
+        // but finds it held by a send by value (staged, not through the
+        // ring) goes by value too: by rendezvous it would wait for its
+        // receive.
+        let held_by_value = self.staged.is_some_and(|s| s.2);
+        (rdv && !(seq.is_none() && by_value && held_by_value), seq)
     }
 
     /// A rendezvous message from `p` arrived: taken at once by a matching
@@ -109,13 +121,8 @@ impl EventLoop {
     fn take_early(&mut self, p: Rank, tag: i64, rdv: Rdv) {
         let mut data = vec![0u8; rdv.len];
         let deadline = Instant::now() + EARLY_TAKE_WAIT;
-        let watch = self.peers[p].as_ref().and_then(|x| x.link.watch());
-        let coming = || match watch.map_or(Ok(()), watch_alive) {
-            Ok(()) if Instant::now() >= deadline => Err("not yet copied in".to_string()),
-            r => r,
-        };
         let read = match self.attach.as_ref().and_then(|l| Some((l, l.local_index(p)?))) {
-            Some((local, i)) => local.stage_out(i, &mut data, rdv.addr, &coming),
+            Some((local, i)) => self.read_staged(local, p, i, &mut data, &rdv, deadline),
             None => Err(format!("rank {p} is not a rank of this host")),
         };
         if read.is_err() {
@@ -124,6 +131,18 @@ impl EventLoop {
         }
         self.queue_control(p, P2pKind::Ack, rdv.id, 0, Vec::new(), Instant::now() + EARLY_TAKE_WAIT);
         self.unexpected.push_back((p, tag, Unexpected::Data(data)));
+    }
+
+    /// Copies staged message `rdv` of `p` (local index `i`) out of its
+    /// staging area into `dst`: the sender may still be copying in, so
+    /// each chunk is waited for while `p` lives, until `deadline`.
+    fn read_staged(&self, local: &ShmLocal, p: Rank, i: usize, dst: &mut [u8], rdv: &Rdv, deadline: Instant) -> Result<(), String> {
+        let watch = self.peers[p].as_ref().and_then(|x| x.link.watch());
+        let coming = || match watch.map_or(Ok(()), watch_alive) {
+            Ok(()) if Instant::now() >= deadline => Err(format!("timed out waiting for the sender's staged bytes ({} bytes)", rdv.len)),
+            r => r,
+        };
+        local.stage_out(i, dst, rdv.addr, &coming)
     }
 
     /// Reads rendezvous message `rdv` of `p` into the receive `r`,
@@ -142,16 +161,7 @@ impl EventLoop {
         } else {
             let attach = self.attach.as_ref().and_then(|l| Some((l, l.attach.as_ref()?, l.local_index(p)?)));
             let read = match attach {
-                Some((local, _, i)) if rdv.staged => {
-                    // The sender may still be copying in: wait for its
-                    // chunks while it lives and the receive has time.
-                    let watch = self.peers[p].as_ref().and_then(|x| x.link.watch());
-                    let coming = || match watch.map_or(Ok(()), watch_alive) {
-                        Ok(()) if Instant::now() >= deadline => Err(format!("timed out waiting for the sender's staged bytes ({} bytes)", rdv.len)),
-                        r => r,
-                    };
-                    local.stage_out(i, buf.bytes_mut(), rdv.addr, &coming)
-                }
+                Some((local, _, i)) if rdv.staged => self.read_staged(local, p, i, buf.bytes_mut(), &rdv, deadline),
                 Some((local, a, i)) => pull(&local.workers, &|at, d| a.read(i, at, d), rdv.addr, buf.bytes_mut()).map_err(|e| e.to_string()),
                 None => Err(format!("rank {p} is not a rank of this host with cross-memory attach")),
             };
