@@ -20,6 +20,7 @@
 #![allow(unsafe_code)]
 
 pub mod arena;
+mod blocked;
 pub mod remote;
 mod host;
 mod place;
@@ -37,7 +38,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use segment::{Blocked, Channel, Layout, Segment, BLOCKED_RANKS};
+pub use blocked::{Blocked, BLOCKED_RANKS};
+pub use segment::{Channel, Layout, Segment};
 pub use window::{Area, Desc, PhaseWait, AttachError, Window};
 pub use attach::{split_point, Attach, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 pub use stage::StillComing;

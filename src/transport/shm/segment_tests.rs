@@ -1,35 +1,8 @@
-//! Tests of `segment.rs`: blocked words, segment files, sleeping on phases.
+//! Tests of `segment.rs`: segment files, sleeping on phases.
 
 use super::*;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Instant;
-
-#[test]
-fn blocked_words_round_trip_and_find_ranks_waiting_for_each_other() {
-    let phase = Blocked::phase(7, 12);
-    let message = Blocked::Message { seq: 7, on: Blocked::mask([0]).unwrap() };
-    for b in [phase, message, Blocked::Failed { seq: u32::MAX }, Blocked::Gone { seq: u32::MAX, failed: true }, Blocked::Gone { seq: 0, failed: false }, Blocked::phase(1, u64::MAX)] {
-        assert_eq!(Blocked::decode(b.encode()), Some(b));
-    }
-    assert_eq!(Blocked::decode(0), None);
-    assert_eq!(Blocked::mask([BLOCKED_RANKS]), None);
-    // rank 0 waits in a step for rank 1 (at phase 11, below 12); rank 1
-    // waits for rank 0's message
-    assert!(message.stuck_with(phase, 0, 11, 1));
-    assert!(phase.stuck_with(message, 1, 11, 0));
-    // not once rank 1 published phase 12 (rank 0's word is stale)
-    assert!(!phase.stuck_with(message, 1, 12, 0));
-    assert!(!phase.stuck_with(message, 1, 13, 0));
-    // wrapping phases
-    assert!(Blocked::phase(7, 1 << 29).stuck_with(message, 1, (1 << 29) - 1, 0));
-    // not: another operation, the same way, or not waiting for us
-    assert!(!Blocked::Message { seq: 8, on: 1 }.stuck_with(phase, 0, 11, 1));
-    assert!(!Blocked::phase(7, 12).stuck_with(phase, 0, 11, 1));
-    assert!(!Blocked::Message { seq: 7, on: 0b100 }.stuck_with(phase, 0, 11, 1));
-    // a peer that gave the operation up, when we wait for it
-    assert!(Blocked::Failed { seq: 7 }.stuck_with(phase, 0, 11, 2));
-    assert!(!Blocked::Failed { seq: 8 }.stuck_with(message, 1, 11, 0));
-}
 
 #[test]
 fn segments_are_private_exclusive_and_unlinked() {
