@@ -360,10 +360,10 @@ fn slow_reads_with_two_ranks_run_all_to_all_on_attach() {
 
 /// `auto`: every rank measures for itself, and all end with the same
 /// thresholds, one of the two the host rule gives; with two threads per
-/// rank, the fast one (16 MiB / 256 KiB / 1 MiB) without measuring. Slow
-/// reads read gather / scatter blocks from 4 MiB, but with 2 ranks (one
-/// peer reading or writing while the root copies its own part) over
-/// 256 KiB.
+/// rank, the fast one (16 MiB / 256 KiB / blocks over 1 MiB, over 4 MiB
+/// with 2 ranks) without measuring. Slow reads read gather / scatter
+/// blocks from 4 MiB, but with 2 ranks (one peer reading or writing while
+/// the root copies its own part) over 256 KiB.
 #[test]
 fn the_host_rule_gives_every_rank_the_same_thresholds() {
     use rustccl::config::{ATTACH_FROM_HOST, BROADCAST_FROM_HOST};
@@ -378,7 +378,7 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
         assert!(all.iter().all(|x| *x == all[0]), "{all:?}");
         // slow reads: no collective reads, blocks from 4 MiB (256 KiB with
         // 2 ranks), sends over 256 KiB
-        let fast = (Some(16u64 << 20), Some(256u64 << 10), Some(1u64 << 20));
+        let fast = (Some(16u64 << 20), Some(256u64 << 10), Some(if n == 2 { 4u64 << 20 } else { 1 << 20 }));
         let slow = (Some(u64::MAX), Some(256u64 << 10), Some(if n == 2 { 256u64 << 10 } else { 4 << 20 }));
         if threads == 2 {
             assert_eq!(all[0], fast);

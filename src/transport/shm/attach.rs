@@ -43,7 +43,8 @@ pub struct Attach {
     /// from the sender's tensor, smaller ones that fit its slots copied
     /// through them: the largest setting of the local ranks, else
     /// [`BLOCK_READ_MIN`] (at least `single_min`) where collectives read
-    /// and the host has at most [`BLOCK_SLOT_RANKS`] local ranks,
+    /// and the host has at most [`BLOCK_SLOT_RANKS`] local ranks
+    /// ([`PAIR_FAST_BLOCK_READ_MIN`] with 2),
     /// `single_min` otherwise; with shared tensors (set by `connect`)
     /// `host::SHARED_BLOCK_READ_MIN` with more local ranks, else
     /// [`SINGLE_READER_MIN`].
@@ -108,6 +109,14 @@ pub const PAIR_BLOCK_READ_MIN: usize = SINGLE_READER_MIN;
 pub const BLOCK_READ_MIN: usize = 1 << 20;
 /// The most local ranks for which [`BLOCK_READ_MIN`] applies.
 pub const BLOCK_SLOT_RANKS: usize = 4;
+/// [`BLOCK_READ_MIN`] for a host with 2 local ranks where reads are fast:
+/// blocks up to a slot's size (2 MiB with 8 threads a rank) go through the
+/// slots. On the 32-core host (2 ranks of 8 threads, settings alternating
+/// twice) 2 MiB blocks took 0.64-0.8x the time of the kernel's reads and
+/// writes: all_to_all 4 MiB 254 / 295 us against 349 / 460, gather 2 MiB
+/// blocks 210 / 282 against 263 / 348, scatter 4 MiB 154 / 232 against
+/// 246 / 232 (`benchmarks/results/2026-11-27-h200x2host-pair-block-slots/`).
+pub const PAIR_FAST_BLOCK_READ_MIN: usize = 4 << 20;
 
 /// Where a transfer of `len` bytes shared between a reader and a writer
 /// is cut (the reader takes the bytes before, the writer those from
@@ -131,6 +140,7 @@ impl Attach {
         let largest = |f: fn(&Segment) -> &AtomicU64| segs.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
         let (min_bytes, single_min) = (largest(Segment::attach_min), largest(Segment::single_min));
         let block_min = match largest(Segment::block_min) {
+            0 if min_bytes < NO_COLLECTIVE_READS && segs.len() == 2 => PAIR_FAST_BLOCK_READ_MIN.max(single_min),
             0 if min_bytes < NO_COLLECTIVE_READS && segs.len() <= BLOCK_SLOT_RANKS => BLOCK_READ_MIN.max(single_min),
             0 => single_min,
             set => set,
