@@ -8,7 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
-use rustccl::config::{AlgoConfig, FaultSpec};
+use rustccl::config::{AlgoConfig, FaultSpec, ShmConfig, TransportMode};
 use rustccl::transport::shm;
 use rustccl::{DType, Error, OpKind, ReduceOp};
 
@@ -346,5 +346,37 @@ fn peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
         assert!(matches!(first, Error::PeerLost { peer: 1, .. }), "rank {r}: {s}");
         assert!(s.contains("rustccl all_reduce (seq 1") && s.contains("gave the group up at its operation seq 1"), "rank {r}: {s}");
         assert!(matches!(later, Error::Poisoned { .. }), "rank {r}: {later}");
+    }
+}
+
+/// The same with 31 ranks on the host, the rank that gives up at local
+/// index 30: the blocked words' masks name only the first 29 local ranks,
+/// so its word is read for it by index (`Blocked::Gone`). One thread a
+/// rank and no quick team, to keep 31 ranks light.
+#[test]
+fn peers_of_a_rank_past_the_blocked_masks_that_gave_up_fail_at_once() {
+    let n = 31;
+    let fault = FaultSpec::parse("drop:rank=30:seq=1").unwrap();
+    let shm = ShmConfig { threads: 1, quick_threads: 0, ..common::TINY_SHM };
+    let comms = hosts_comms_with(&vec![0; n], AlgoConfig::default(), Duration::from_secs(30), TransportMode::Shm, shm, |_, o| o.fault = Some(fault.clone()));
+    let t0 = Instant::now();
+    let errs = on_ranks(&comms, |_, c| {
+        let call = || {
+            let b = buf(DType::F32, &[1.0; 16]);
+            let mut s = spec(OpKind::AllReduce);
+            s.inputs = vec![t(&b)];
+            c.submit(vec![s], None, None).unwrap().wait(None)
+        };
+        call().unwrap(); // seq 0
+        call().unwrap_err()
+    });
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+    assert!(errs[30].to_string().contains("RUSTCCL_FAULT: rank 30 dropped"), "{}", errs[30]);
+    // Every other rank fails: some name rank 30 itself, the others a peer
+    // that gave up in turn; none waited for its timeout.
+    let named = (0..30).filter(|&r| matches!(errs[r], Error::PeerLost { peer: 30, .. })).count();
+    assert!(named > 0, "{:?}", errs.iter().map(|e| e.to_string()).collect::<Vec<_>>());
+    for (r, e) in errs.iter().enumerate().take(30) {
+        assert!(matches!(e, Error::PeerLost { .. } | Error::Poisoned { .. }), "rank {r}: {e}");
     }
 }
