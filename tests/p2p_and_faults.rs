@@ -314,6 +314,15 @@ fn an_aborted_operation_keeps_its_tensors_where_peers_share_the_host() {
     }
 }
 
+/// An all_reduce of `len` ones on a fresh buffer (a failed call's buffer
+/// is kept), waited.
+fn ones_all_reduce(c: &rustccl::Communicator, len: usize) -> Result<(), Error> {
+    let b = buf(DType::F32, &vec![1.0; len]);
+    let mut s = spec(OpKind::AllReduce);
+    s.inputs = vec![t(&b)];
+    c.submit(vec![s], None, None).unwrap().wait(None)
+}
+
 /// A rank that an error poisons says so in its segment, so that its peers
 /// on the host fail at once where they wait for its next step, naming it,
 /// instead of at their timeout (30 s here). Rank 1's all_reduce seq 1
@@ -326,16 +335,9 @@ fn peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
     let comms = shm_comms_with(3, AlgoConfig::default(), Duration::from_secs(30), |_, o| o.fault = Some(fault.clone()));
     let t0 = Instant::now();
     let errs = on_ranks(&comms, |_, c| {
-        // (a fresh buffer a call: a failed one's is kept)
-        let call = || {
-            let b = buf(DType::F32, &[1.0; 64]);
-            let mut s = spec(OpKind::AllReduce);
-            s.inputs = vec![t(&b)];
-            c.submit(vec![s], None, None).unwrap().wait(None)
-        };
-        call().unwrap(); // seq 0
-        let first = call().unwrap_err();
-        let later = call().unwrap_err();
+        ones_all_reduce(c, 64).unwrap(); // seq 0
+        let first = ones_all_reduce(c, 64).unwrap_err();
+        let later = ones_all_reduce(c, 64).unwrap_err();
         (first, later)
     });
     assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}", t0.elapsed());
@@ -361,14 +363,8 @@ fn peers_of_a_rank_past_the_blocked_masks_that_gave_up_fail_at_once() {
     let comms = hosts_comms_with(&vec![0; n], AlgoConfig::default(), Duration::from_secs(30), TransportMode::Shm, shm, |_, o| o.fault = Some(fault.clone()));
     let t0 = Instant::now();
     let errs = on_ranks(&comms, |_, c| {
-        let call = || {
-            let b = buf(DType::F32, &[1.0; 16]);
-            let mut s = spec(OpKind::AllReduce);
-            s.inputs = vec![t(&b)];
-            c.submit(vec![s], None, None).unwrap().wait(None)
-        };
-        call().unwrap(); // seq 0
-        call().unwrap_err()
+        ones_all_reduce(c, 16).unwrap(); // seq 0
+        ones_all_reduce(c, 16).unwrap_err()
     });
     assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
     assert!(errs[30].to_string().contains("RUSTCCL_FAULT: rank 30 dropped"), "{}", errs[30]);
