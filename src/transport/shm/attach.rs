@@ -111,11 +111,13 @@ pub const BLOCK_READ_MIN: usize = 1 << 20;
 pub const BLOCK_SLOT_RANKS: usize = 4;
 /// [`BLOCK_READ_MIN`] for a host with 2 local ranks where reads are fast:
 /// blocks up to a slot's size (2 MiB with 8 threads a rank) go through the
-/// slots. On the 32-core host (2 ranks of 8 threads, settings alternating
-/// twice) 2 MiB blocks took 0.64-0.8x the time of the kernel's reads and
-/// writes: all_to_all 4 MiB 254 / 295 us against 349 / 460, gather 2 MiB
-/// blocks 210 / 282 against 263 / 348, scatter 4 MiB 154 / 232 against
-/// 246 / 232 (`benchmarks/results/2026-11-27-h200x2host-pair-block-slots/`).
+/// slots. On the 32-core host (2 ranks of 8 threads, builds alternating
+/// three times) 2 MiB blocks took 0.5-0.78x the time of the kernel's
+/// reads and writes in all_to_all and scatter and 0.83-1x in gather:
+/// all_to_all 4 MiB 264-286 us against 365-525, scatter 4 MiB 182-229
+/// against 285-333, gather of 2 MiB blocks 263-278 against 279-316
+/// (`benchmarks/results/2026-11-27-h200x2host-pair-block-slots/`; with 4
+/// ranks the same threshold was mixed, 0.87-1.08x).
 pub const PAIR_FAST_BLOCK_READ_MIN: usize = 4 << 20;
 
 /// Where a transfer of `len` bytes shared between a reader and a writer
