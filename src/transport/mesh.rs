@@ -278,12 +278,12 @@ impl Mesh {
     /// local peers of this operation stop waiting for it too. Fails too,
     /// as a lost peer, where one of them gave the group up (`Gone`).
     fn publish_blocked(&mut self, phase: Option<u64>, peers: impl IntoIterator<Item = Rank>) -> Result<()> {
-        let Some(local) = self.local.clone() else { return Ok(()) };
-        let idx: Vec<usize> = peers.into_iter().filter_map(|r| local.local_index(r)).collect();
-        let (seq, me) = (self.ctx.wire_seq(), local.me);
         if self.gone {
             return Ok(());
         }
+        let Some(local) = self.local.clone() else { return Ok(()) };
+        let idx: Vec<usize> = peers.into_iter().filter_map(|r| local.local_index(r)).collect();
+        let (seq, me) = (self.ctx.wire_seq(), local.me);
         // A peer we wait for gave the group up: it publishes no phase and
         // writes no message again (any rank index: no mask needed). What it
         // did before is visible to us now, so the wait takes one more pass
