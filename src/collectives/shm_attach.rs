@@ -321,14 +321,17 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
 
 /// `ins[p]`: what this rank sends rank p; `outs[p]`: what it gets from
 /// rank p (ours already copied). Sizes are checked against the sender's.
+/// The copies into and out of the slots run on the all_to_all workers,
+/// whose quick team takes larger phases than the others' (`Window::all_to_all_workers`).
 pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut [&mut [u8]]) -> Result<()> {
     let me = win.me();
     let slot = Window::small_slot(win.phase());
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, win.workers(), slot, &blocks, 0))?;
+    let wk = win.all_to_all_workers();
+    let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, wk, slot, &blocks, 0))?;
     let headers = Header::read_all(win, slot, mine);
-    let r = take(win, w, win.workers(), "all_to_all", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
+    let r = take(win, w, wk, "all_to_all", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
     if all_in_slots(&headers) {
         return r;
     }

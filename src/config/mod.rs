@@ -88,6 +88,9 @@ pub struct ShmConfig {
     /// Bytes per thread of the largest phase the quick team takes; 0:
     /// `transport::shm::workers::QUICK_BYTES_PER_THREAD`.
     pub quick_bytes: usize,
+    /// The same for all_to_all's block copies; 0:
+    /// `transport::shm::workers::QUICK_ALL_TO_ALL_BYTES_PER_THREAD`.
+    pub quick_all_to_all_bytes: usize,
     /// Smallest piece of the quick team's phases; 0:
     /// `transport::shm::workers::QUICK_MIN_PIECE` (or `min_piece` when smaller).
     pub quick_min_piece: usize,
@@ -380,6 +383,7 @@ impl Config {
                     _ => env_count("RUSTCCL_SHM_QUICK_THREADS", QUICK_FROM_HOST),
                 },
                 quick_bytes: env_usize("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", 0),
+                quick_all_to_all_bytes: env_usize("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", 0),
                 quick_min_piece: env_usize("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", 0),
                 spin_us: match std::env::var("RUSTCCL_SHM_SPIN_US").as_deref() {
                     Ok("auto") => SPIN_FROM_HOST,
@@ -476,6 +480,7 @@ impl Config {
             ("RUSTCCL_SHM_ROOT_THREADS", self.shm.root_threads.to_string()),
             ("RUSTCCL_SHM_QUICK_THREADS", if self.shm.quick_threads == QUICK_FROM_HOST { "auto".to_string() } else { self.shm.quick_threads.to_string() }),
             ("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", self.shm.quick_bytes.to_string()),
+            ("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", self.shm.quick_all_to_all_bytes.to_string()),
             ("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", self.shm.quick_min_piece.to_string()),
             ("RUSTCCL_SHM_SPIN_US", if self.shm.spin_us == SPIN_FROM_HOST { "auto".to_string() } else { self.shm.spin_us.to_string() }),
             ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", match self.shm.broadcast_min {

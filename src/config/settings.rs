@@ -91,6 +91,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "the largest parallel phase a rank's quick team (RUSTCCL_SHM_QUICK_THREADS) takes, per thread of the team (a reduction of n ranks' copies counts n times its bytes); larger phases run on the rank's own workers; 0: 262144 (on the 64-core host 524288 made 512 KiB - 2 MiB collectives with 4 and 8 ranks take 0.5-0.8x the time where the hypervisor took 5-30 s of CPU a sweep, but on a quiet host 2 MiB all_reduce 1.37x (4 ranks) and 1-2 MiB ones 1.13-1.24x (8 ranks) slower)",
     },
     Setting {
+        name: "RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD",
+        default: "0",
+        doc: "as RUSTCCL_SHM_QUICK_BYTES_PER_THREAD, for all_to_all's copies of its blocks into and out of the shared slots; 0: 1048576 (builds alternating three times: 8 ranks on the 64-core host 1 / 2 MiB all_to_all 0.52 / 0.78x the time, its 896 KiB phases on 2 spinning threads instead of 8 sleeping ones, whose late wake-ups every rank waited for; 4 ranks 2-4 MiB 0.32-0.57x there and 1 MiB 0.60x on the 32-core host; other sizes and 2 ranks within the runs' spread; the same limit for every collective made 1-2 MiB all_gathers and 2-4 MiB scatters 1.25-1.44x slower)",
+    },
+    Setting {
         name: "RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES",
         default: "0",
         doc: "smallest piece of a phase the quick team (RUSTCCL_SHM_QUICK_THREADS) takes, the team woken only for at least two (a reduction's pieces are 1/n of it, n local ranks); its threads spin, so a piece need not pay for a wake-up; 0: 32768, or RUSTCCL_SHM_MIN_PIECE_BYTES when smaller (on the 64-core host, against 262144: 512 KiB - 1 MiB all_to_all 0.68-0.82x the time with 4 and 8 ranks, other collectives within the runs' spread; 32768 and 65536 did alike)",

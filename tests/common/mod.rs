@@ -78,6 +78,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     gather_push: true,
     quick_threads: 0,
     quick_bytes: 0,
+    quick_all_to_all_bytes: 0,
     quick_min_piece: 0,
     split_send_min: usize::MAX,
     scatter_split_max: 0,

@@ -53,6 +53,8 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
             piece = int(os.environ.get("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", "0")) or min(32 << 10, th["shm_min_piece_bytes"])
             c.true(f"the quick team's pieces and phases: {th}",
                    (th["shm_quick_min_piece_bytes"], th["shm_quick_max_bytes"]) == (piece, quick * (256 << 10)))
+            a2a = int(os.environ.get("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", "0")) or (1 << 20)
+            c.true(f"all_to_all's larger quick phases: {th}", th["shm_quick_all_to_all_max_bytes"] == quick * a2a)
     return c.count, c.failures
 
 

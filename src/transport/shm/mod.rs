@@ -78,6 +78,9 @@ pub struct ShmLocal {
     /// the wake-up costs); only phases `n` times smaller than a copy's
     /// run on the quick team (`Workers::reducing`).
     pub sum_workers: Workers,
+    /// The same threads for all_to_all's block copies, whose quick team
+    /// takes larger phases (`workers::QUICK_ALL_TO_ALL_BYTES_PER_THREAD`).
+    pub all_to_all_workers: Workers,
     /// More threads for a root's phases in which the other ranks only
     /// wait (gather's and reduce's reads of every block, scatter's copies
     /// into the root's slots; `Window::solo_workers`): their cores are free,
@@ -523,7 +526,9 @@ pub fn connect(
     }
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.reducing(n);
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes) });
+    let a2a_bytes = if sizes.quick_all_to_all_bytes > 0 { sizes.quick_all_to_all_bytes } else { workers::QUICK_ALL_TO_ALL_BYTES_PER_THREAD };
+    let all_to_all_workers = workers.with_quick_bytes(a2a_bytes);
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, all_to_all_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes) });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

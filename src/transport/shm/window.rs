@@ -136,6 +136,11 @@ impl Window {
         }
     }
 
+    /// The threads for all_to_all's block copies (`ShmLocal::all_to_all_workers`).
+    pub fn all_to_all_workers(&self) -> &Workers {
+        &self.local.all_to_all_workers
+    }
+
     /// The worker threads with the smaller pieces of the reducing
     /// algorithms' copies.
     pub fn reduce_workers(&self) -> &Workers {

@@ -68,6 +68,19 @@ struct Quick {
 pub const QUICK_BYTES_PER_THREAD: usize = 256 << 10;
 /// The quick team's smallest piece (see [`QUICK_BYTES_PER_THREAD`]).
 pub const QUICK_MIN_PIECE: usize = 32 << 10;
+/// Bytes per thread of the largest phase of all_to_all's block copies
+/// (into the sender's slots, out of them) the quick team takes
+/// ([`Workers::with_quick_bytes`]). On the 64-core host with 8 ranks a
+/// 1 MiB all_to_all's 896 KiB phases went to the 8 sleeping workers, and
+/// every rank waited ~190 us of a 375 us call for the rank whose workers
+/// woke last (2-29 us on the 2 spinning threads). Builds alternating three
+/// times: 8 ranks 1 / 2 MiB 0.52 / 0.78x the time, 4 ranks 2-4 MiB
+/// 0.32-0.57x (64-core host, with steal) and 1 MiB 0.60x (32-core host),
+/// other sizes and 2 ranks within the runs' spread. The copies of other
+/// collectives keep [`QUICK_BYTES_PER_THREAD`]: that limit raised for
+/// every phase made 1-2 MiB all_gathers and 2-4 MiB scatters 1.25-1.44x
+/// slower (`benchmarks/results/2026-11-27-x4host-a2a-quick/`).
+pub const QUICK_ALL_TO_ALL_BYTES_PER_THREAD: usize = 1 << 20;
 
 impl Workers {
     /// `threads` <= 1: everything runs on the caller's thread; otherwise
@@ -139,6 +152,13 @@ impl Workers {
     /// (the quick team keeps its own).
     pub fn with_min_piece(&self, min_piece: usize) -> Workers {
         Workers { pool: self.pool.clone(), quick: self.quick.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin }
+    }
+
+    /// The same threads, whose quick team (if any) takes phases of up to
+    /// `bytes_per_thread` for each of its threads.
+    pub fn with_quick_bytes(&self, bytes_per_thread: usize) -> Workers {
+        let quick = self.quick.clone().map(|q| Quick { max_bytes: q.threads.saturating_mul(bytes_per_thread), ..q });
+        Workers { quick, ..self.with_min_piece(self.min_piece) }
     }
 
     /// The same threads for the reductions of `inputs` buffers (at least
@@ -379,6 +399,13 @@ mod tests {
         assert_eq!(quick, HashSet::from(["wt-q-0".to_string()]), "a reduction of {} bytes: {quick:?}", max / 4);
         assert!(!pool.is_empty() && pool.iter().all(|n| !n.starts_with("wt-q")), "larger reductions: {pool:?}");
         assert_eq!(sum.min_piece(), 256);
+        // all_to_all's copies: phases of up to 4x as many bytes on the team.
+        let blocks = wk.with_quick_bytes(4 * QUICK_BYTES_PER_THREAD);
+        assert_eq!(blocks.quick_limits(), (4 * max, 1024));
+        let (quick, pool) = helpers_at(&blocks, 4 * max);
+        assert_eq!(quick, HashSet::from(["wt-q-0".to_string()]), "a block phase of {} bytes: {quick:?}", 4 * max);
+        assert!(!pool.is_empty() && pool.iter().all(|n| !n.starts_with("wt-q")), "larger block phases: {pool:?}");
+        assert_eq!(wk.quick_limits().0, max, "the workers themselves keep their limit");
         // The same threads under other piece sizes; none below 2 threads.
         assert_eq!(wk.with_min_piece(128).quick_threads(), 2);
         let mut one = Workers::new(4, "wt", 64, Duration::ZERO).unwrap();
