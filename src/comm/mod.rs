@@ -218,7 +218,7 @@ impl Communicator {
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
         let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
-        let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns, p2p_shm);
+        let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns, p2p_shm, opts.timeout);
         Ok(Communicator {
             rank,
             size,

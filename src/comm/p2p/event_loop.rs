@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::link::Waiter;
 use super::{Incoming, Outgoing, Peer, Posted, Req, Sink, Split, Unexpected};
@@ -45,6 +45,8 @@ pub(super) struct EventLoop {
     shm: Vec<bool>,
     /// The engine shut down: everything pending has failed.
     exited: bool,
+    /// The group's timeout (`P2pEngine::new`).
+    pub(super) timeout: Duration,
 }
 
 /// What one pass did.
@@ -120,7 +122,7 @@ impl Progress for Driver {
 }
 
 impl EventLoop {
-    pub(super) fn new(rank: Rank, group: String, peers: Vec<Option<Peer>>, rx: mpsc::Receiver<Req>, attach: Option<Arc<ShmLocal>>) -> EventLoop {
+    pub(super) fn new(rank: Rank, group: String, peers: Vec<Option<Peer>>, rx: mpsc::Receiver<Req>, attach: Option<Arc<ShmLocal>>, timeout: Duration) -> EventLoop {
         let n = peers.len();
         let shm = peers.iter().map(|p| p.as_ref().is_some_and(|p| p.link.is_shm())).collect();
         EventLoop {
@@ -139,6 +141,7 @@ impl EventLoop {
             watch: vec![false; n],
             shm,
             exited: false,
+            timeout,
         }
     }
 

@@ -210,6 +210,8 @@ pub struct P2pEngine {
     txs: Vec<Option<Arc<ShmTx>>>,
     /// This host's ranks when cross-memory attach is on (rendezvous).
     attach: Option<Arc<ShmLocal>>,
+    /// The group's timeout, for waits that belong to no operation.
+    timeout: Duration,
 }
 
 fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -219,8 +221,10 @@ fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
 impl P2pEngine {
     /// `conns`: a TCP connection per peer; `shm`: shared-memory links to
     /// the peers of this host that have them (their TCP connection then
-    /// only watches for the peer's death).
-    pub fn new(rank: Rank, size: usize, group: String, conns: Vec<Option<Conn>>, shm: Option<ShmP2p>) -> P2pEngine {
+    /// only watches for the peer's death). `timeout`: the group's, for
+    /// what the engine does for no operation of its own (acking a message
+    /// it took before its receive was posted).
+    pub fn new(rank: Rank, size: usize, group: String, conns: Vec<Option<Conn>>, shm: Option<ShmP2p>, timeout: Duration) -> P2pEngine {
         let mut kinds: Vec<&'static str> = conns.iter().map(|c| if c.is_some() { "tcp" } else { "" }).collect();
         kinds.resize(size, "");
         if let Some((_, links)) = &shm {
@@ -242,7 +246,7 @@ impl P2pEngine {
         });
         let attach = shm.as_ref().map(|(l, _)| l.clone()).filter(|l| l.attach.is_some());
         let state = Mutex::new(State::Idle(Links { conns, shm }));
-        P2pEngine { rank, size, group, state, seq: Mutex::new(0), kinds, txs, attach }
+        P2pEngine { rank, size, group, state, seq: Mutex::new(0), kinds, txs, attach, timeout }
     }
 
     /// "shm" or "tcp": how messages to / from `peer` travel.
@@ -302,7 +306,7 @@ impl P2pEngine {
         };
         let (tx, rx) = mpsc::channel();
         let any_shm = peers.iter().flatten().any(|p| p.link.is_shm());
-        let ev = Arc::new(Mutex::new(EventLoop::new(self.rank, self.group.clone(), peers, rx, attach)));
+        let ev = Arc::new(Mutex::new(EventLoop::new(self.rank, self.group.clone(), peers, rx, attach, self.timeout)));
         let driver = local_weak.filter(|_| any_shm).map(|l| Arc::new(Driver(Arc::downgrade(&ev), l)) as Arc<dyn Progress>);
         let handle = std::thread::Builder::new()
             .name(name("p2p"))

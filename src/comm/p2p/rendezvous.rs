@@ -115,7 +115,10 @@ impl EventLoop {
 
     /// Copies staged message `rdv` of `p` (tag `tag`), sent by value and
     /// not yet received, into an unexpected buffer and acks it, freeing the
-    /// sender's area. If its chunks do not come within [`EARLY_TAKE_WAIT`]
+    /// sender's area (the ack may wait the group's timeout for room in
+    /// the sender's ring, as a receive's ack waits the receive's; with
+    /// [`EARLY_TAKE_WAIT`] a sender that read nothing for a second lost its
+    /// link). If its chunks do not come within [`EARLY_TAKE_WAIT`]
     /// (or the sender is gone) it waits for its receive as a rendezvous
     /// message instead, which then reads it or reports why not.
     fn take_early(&mut self, p: Rank, tag: i64, rdv: Rdv) {
@@ -129,7 +132,9 @@ impl EventLoop {
             self.unexpected.push_back((p, tag, Unexpected::Rendezvous(rdv)));
             return;
         }
-        self.queue_control(p, P2pKind::Ack, rdv.id, 0, Vec::new(), Instant::now() + EARLY_TAKE_WAIT);
+        // No receive gives the ack a deadline: the group's timeout does
+        // (the ack waits only while the sender's ring is full).
+        self.queue_control(p, P2pKind::Ack, rdv.id, 0, Vec::new(), Instant::now() + self.timeout);
         self.unexpected.push_back((p, tag, Unexpected::Data(data)));
     }
 
