@@ -93,7 +93,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD",
         default: "0",
-        doc: "as RUSTCCL_SHM_QUICK_BYTES_PER_THREAD, for all_to_all's copies of its blocks into and out of the shared slots; 0: 1048576 (builds alternating three times: 8 ranks on the 64-core host 1 / 2 MiB all_to_all 0.52 / 0.78x the time, its 896 KiB phases on 2 spinning threads instead of 8 sleeping ones, whose late wake-ups every rank waited for; 4 ranks 2-4 MiB 0.32-0.57x there and 1 MiB 0.60x on the 32-core host; other sizes and 2 ranks within the runs' spread; the same limit for every collective made 1-2 MiB all_gathers and 2-4 MiB scatters 1.25-1.44x slower)",
+        doc: "as RUSTCCL_SHM_QUICK_BYTES_PER_THREAD, for all_to_all's copies of its blocks into and out of the shared slots; 0: 1048576 (builds alternating three times: 8 ranks on the 64-core host 1 / 2 MiB all_to_all 0.52 / 0.78x the time, its 896 KiB phases on 2 spinning threads instead of 8 sleeping ones, whose late wake-ups every rank waited for; 4 ranks 2-4 MiB 0.32-0.57x there (0.61-0.82x in the pair of runs with the least steal) and 1 MiB 0.60x on the 32-core host; other sizes and 2 ranks within the runs' spread; the same limit for every collective made 1-2 MiB all_gathers and 2-4 MiB scatters 1.25-1.44x slower)",
     },
     Setting {
         name: "RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES",

@@ -75,7 +75,7 @@ pub const QUICK_MIN_PIECE: usize = 32 << 10;
 /// every rank waited ~190 us of a 375 us call for the rank whose workers
 /// woke last (2-29 us on the 2 spinning threads). Builds alternating three
 /// times: 8 ranks 1 / 2 MiB 0.52 / 0.78x the time, 4 ranks 2-4 MiB
-/// 0.32-0.57x (64-core host, with steal) and 1 MiB 0.60x (32-core host),
+/// 0.32-0.57x (64-core host, with steal; 0.61-0.82x in the quietest pair) and 1 MiB 0.60x (32-core host),
 /// other sizes and 2 ranks within the runs' spread. The copies of other
 /// collectives keep [`QUICK_BYTES_PER_THREAD`]: that limit raised for
 /// every phase made 1-2 MiB all_gathers and 2-4 MiB scatters 1.25-1.44x
