@@ -15,7 +15,7 @@
 //! sender's death lets it go sooner.
 #![forbid(unsafe_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::event_loop::{site, EventLoop};
 use super::rendezvous::pull;
@@ -24,10 +24,6 @@ use crate::error::Error;
 use crate::transport::frame::{rendezvous_body, rendezvous_parse as parse, P2pKind};
 use crate::transport::shm::split_point;
 use crate::types::Rank;
-
-/// How long a pushed answer may wait in the ring when its send is gone
-/// (it names that in its text).
-const ORPHAN_DEADLINE: Duration = Duration::from_secs(60);
 
 impl EventLoop {
     /// Where a rendezvous message `rdv` from `p` is split, when this rank
@@ -83,7 +79,9 @@ impl EventLoop {
             Ok(()) => String::new(),
             Err(e) => e,
         };
-        let deadline = Instant::now() + span.unwrap_or(ORPHAN_DEADLINE);
+        // A send that is gone (the text names that) answers within the
+        // group's timeout, as its receive would have.
+        let deadline = Instant::now() + span.unwrap_or(self.timeout);
         self.queue_control(p, P2pKind::Pushed, id, text.len() as u64, text.into_bytes(), deadline);
     }
 
