@@ -58,6 +58,8 @@ pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> 
 /// as with 8 sleeping ones (4 ranks, 4 spinning against 8 sleeping:
 /// 0.3-0.5x), but 8 MiB ones 1.1-1.7x longer: hence only for the small
 /// phases (`benchmarks/results/2026-11-26-h200x4host-quick-team/`).
+/// A share of one thread (the caller alone) becomes a team of 2 with
+/// [`MANY_LOCAL_RANKS`] or more local ranks: see there.
 pub(super) fn quick_threads_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
     if sizes.quick_threads != QUICK_FROM_HOST {
         return sizes.quick_threads;
@@ -74,12 +76,28 @@ fn quick_share(local_ranks: usize, threads: usize, cores: usize) -> usize {
         return 0;
     }
     let q = (cores / 4 / local_ranks.max(1)).min(threads);
-    if q >= 2 {
-        q
-    } else {
-        0
+    match q {
+        2.. => q,
+        1 if local_ranks >= MANY_LOCAL_RANKS && threads >= 2 => 2,
+        _ => 0,
     }
 }
+
+/// From this many local ranks a rank whose share of a quarter of the
+/// cores is one thread still gets a quick team of 2 (its caller and one
+/// spinning helper: the quarter counted in helpers rather than threads).
+/// Every phase waits for the rank whose sleeping workers woke last, and
+/// the more ranks, the later that one: on the 64-core host 16 ranks of 4
+/// sleeping workers took 0.51-0.62x the time with a team of 2 for 512 KiB
+/// all_reduce, all_to_all, broadcast and reduce_scatter (scatter, gather,
+/// all_gather 0.80-0.88x, reduce 1.07x), 8 MiB ones 0.85-1.18x, small
+/// ones mostly within the runs' spread (a few 1.1-1.25x), settings
+/// alternating twice (`benchmarks/results/2026-11-27-x4host-quick-16rank/`);
+/// a team of 3 was no better. With 8 ranks of 4 on the 32-core host the
+/// same team was a wash (512 KiB all_to_all and reduce 0.82x, 2 MiB
+/// all_to_all and small all_gathers 1.3x slower:
+/// `benchmarks/results/2026-11-27-x4host-a2a-quick/quick-team-8rank-32core/`).
+pub(super) const MANY_LOCAL_RANKS: usize = 16;
 
 /// Whether `local_ranks` ranks of `threads` threads take at most a
 /// quarter of `cores` (one thread a rank has nobody to spin for).
@@ -435,10 +453,13 @@ mod tests {
     #[test]
     fn a_quick_team_takes_a_ranks_share_of_a_quarter_of_the_cores() {
         // 64 cores: 4 ranks of 8 sleeping workers get 4, 8 ranks 2, 16
-        // none (1 a rank); 2 ranks of 8 spin themselves; 2 ranks of 8 on
-        // 16 cores get 2, 4 ranks of 4 none; the 2-core VM none.
-        assert_eq!((quick_share(4, 8, 64), quick_share(8, 8, 64), quick_share(16, 4, 64)), (4, 2, 0));
+        // ranks of 4 (1 a rank, but many ranks) 2; 2 ranks of 8 spin
+        // themselves; 2 ranks of 8 on 16 cores get 2, 4 ranks of 4 none;
+        // 8 ranks of 4 on 32 cores (1 a rank, fewer ranks) none; 16 ranks
+        // of 2 on 32 cores (no share) none; the 2-core VM none.
+        assert_eq!((quick_share(4, 8, 64), quick_share(8, 8, 64), quick_share(16, 4, 64)), (4, 2, 2));
         assert_eq!((quick_share(2, 8, 64), quick_share(2, 8, 16), quick_share(4, 4, 16)), (0, 2, 0));
+        assert_eq!((quick_share(8, 4, 32), quick_share(16, 2, 32), quick_share(32, 4, 128)), (0, 0, 2));
         assert_eq!((quick_share(2, 1, 2), quick_share(4, 2, 64)), (0, 0));
     }
 
