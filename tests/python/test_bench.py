@@ -115,6 +115,14 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
     with open(os.path.join(outdir, name + ".png"), "rb") as f:
         png = f.read()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    # The committed results keep only the JSONL: the PNG redrawn from it
+    # (python -m rustccl.bench.plot) is the same picture.
+    from rustccl.bench import plot
+
+    redrawn = os.path.join(outdir, name + "-redrawn.png")
+    assert plot.main([os.path.join(outdir, name + ".jsonl"), redrawn]) == 0
+    with open(redrawn, "rb") as f:
+        assert f.read() == png
     recs = [json.loads(line) for line in open(os.path.join(outdir, name + ".jsonl"))]
     head = recs[0]
     assert head["kind"] == "header" and head["world"] == world and head["device"] == "cpu"
