@@ -89,15 +89,18 @@ fn quick_share(local_ranks: usize, threads: usize, cores: usize) -> usize {
 /// Every phase waits for the rank whose sleeping workers woke last, and
 /// the more ranks, the later that one: on the 64-core host 16 ranks of 4
 /// sleeping workers took 0.51-0.62x the time with a team of 2 for 512 KiB
-/// all_reduce, all_to_all, broadcast and reduce_scatter (scatter, gather,
-/// all_gather 0.80-0.88x, reduce 1.07x), 8 MiB ones 0.85-1.18x, small
-/// ones mostly within the runs' spread (a few 1.1-1.25x), settings
-/// alternating twice (`benchmarks/results/2026-11-27-x4host-quick-16rank/`);
+/// all_reduce, all_to_all, broadcast and reduce_scatter (scatter, gather
+/// 0.80-0.87x, reduce 1.07x), 8 MiB ones 0.85-1.18x, small ones mostly
+/// within the runs' spread (a few 1.1-1.35x), settings alternating twice;
+/// builds alternating twice, 512 KiB all_reduce, broadcast, all_to_all and
+/// send_recv 0.61-0.72x, but all_gathers of 128 KiB parts 1.45x slower
+/// (1.11x in the settings runs; untested guess: the helper, still
+/// spinning after the rank's copy-in, beside its 4 workers' copy-out) (`benchmarks/results/2026-11-27-x4host-quick-16rank/`);
 /// a team of 3 was no better. With 8 ranks of 4 on the 32-core host the
 /// same team was a wash (512 KiB all_to_all and reduce 0.82x, 2 MiB
 /// all_to_all and small all_gathers 1.3x slower:
 /// `benchmarks/results/2026-11-27-x4host-a2a-quick/quick-team-8rank-32core/`).
-pub(super) const MANY_LOCAL_RANKS: usize = 16;
+const MANY_LOCAL_RANKS: usize = 16;
 
 /// Whether `local_ranks` ranks of `threads` threads take at most a
 /// quarter of `cores` (one thread a rank has nobody to spin for).
