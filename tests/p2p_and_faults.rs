@@ -376,3 +376,36 @@ fn peers_of_a_rank_past_the_blocked_masks_that_gave_up_fail_at_once() {
         assert!(matches!(e, Error::PeerLost { .. } | Error::Poisoned { .. }), "rank {r}: {e}");
     }
 }
+
+/// Peers over TCP are told too: the rank that gives up closes its TCP
+/// links, as a crashed process's close, so a peer waiting for its next
+/// step fails at once instead of at its timeout (30 s here). Ranks 0 and
+/// 1 share a host (shared memory between them), rank 2 is on another
+/// (TCP to both); each of ranks 1 and 2 in turn drops its seq 1.
+#[test]
+fn tcp_peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
+    for (hosts, mode, dropper) in [(vec![0, 0, 1], TransportMode::Auto, 1), (vec![0, 0, 1], TransportMode::Auto, 2), (vec![0, 1, 2], TransportMode::Tcp, 1)] {
+        let fault = FaultSpec::parse(&format!("drop:rank={dropper}:seq=1")).unwrap();
+        let shm = ShmConfig { threads: 1, quick_threads: 0, ..common::TINY_SHM };
+        let comms = hosts_comms_with(&hosts, AlgoConfig::default(), Duration::from_secs(30), mode, shm, |_, o| o.fault = Some(fault.clone()));
+        let t0 = Instant::now();
+        let errs = on_ranks(&comms, |_, c| {
+            ones_all_reduce(c, 64).unwrap(); // seq 0
+            let first = ones_all_reduce(c, 64).unwrap_err();
+            let later = ones_all_reduce(c, 64).unwrap_err();
+            (first, later)
+        });
+        let took = t0.elapsed();
+        let what = format!("hosts {hosts:?}, rank {dropper} drops: {:?}", errs.iter().map(|e| e.0.to_string()).collect::<Vec<_>>());
+        assert!(took < Duration::from_secs(5), "took {took:?}; {what}");
+        assert!(errs[dropper].0.to_string().contains(&format!("RUSTCCL_FAULT: rank {dropper} dropped")), "{what}");
+        for r in (0..3).filter(|&r| r != dropper) {
+            let (first, later) = (&errs[r].0, &errs[r].1);
+            // The dropper itself, or a peer that gave up in turn.
+            assert!(matches!(first, Error::PeerLost { .. }), "rank {r}: {first}; {what}");
+            let s = first.to_string();
+            assert!(s.contains("rustccl all_reduce (seq 1") && s.contains("gave the group up"), "rank {r}: {s}; {what}");
+            assert!(matches!(later, Error::Poisoned { .. }), "rank {r}: {later}; {what}");
+        }
+    }
+}

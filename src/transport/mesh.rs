@@ -170,8 +170,12 @@ impl Mesh {
     }
 
     fn io_lost(&self, peer: Rank, e: &io::Error, what: &str) -> Error {
+        // A peer closes its links when it exits and when it gives the
+        // group up (`Transport::give_up`): say both.
+        const WHY: &str = "the peer exited, or gave the group up after an error of its own: its log names the cause";
         let detail = match e.kind() {
-            io::ErrorKind::UnexpectedEof => format!("connection closed by peer while {what}"),
+            io::ErrorKind::UnexpectedEof => format!("connection closed by peer while {what} ({WHY})"),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted => format!("{what} failed: {e} ({WHY})"),
             _ => format!("{what} failed: {e}"),
         };
         self.lost(peer, detail)
@@ -485,6 +489,15 @@ impl Transport for Mesh {
             let failed = matches!(Blocked::decode(l.mine().blocked().load(Ordering::Acquire)), Some(Blocked::Failed { seq: s }) if s == seq);
             l.mine().blocked().store(Blocked::Gone { seq, failed }.encode(), Ordering::Release);
             self.gone = true;
+        }
+        // Peers on other hosts learn it from our TCP links closing, as
+        // from a crashed process's: the group never uses them again here
+        // (its later operations fail as poisoned), and shrinking it goes
+        // over the point-to-point links.
+        for l in self.links.iter().flatten() {
+            if let Link::Tcp(t) = l {
+                t.shutdown();
+            }
         }
     }
 

@@ -152,8 +152,9 @@ pub trait Transport: Send {
 
     /// This rank takes no further part in the group from operation `seq`
     /// on (an error poisoned it, or it was aborted): tells the peers that
-    /// share its host, so that those waiting for its next step fail at once
-    /// instead of at their timeout. Peers over TCP are not told.
+    /// share its host (a word in its shared memory) and closes its TCP
+    /// links to the others, so that those waiting for its next step fail
+    /// at once instead of at their timeout.
     fn give_up(&mut self, _seq: u64) {}
 
     /// A window onto the shared areas of the ranks of this host, and the
