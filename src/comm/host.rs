@@ -222,9 +222,12 @@ impl Exec {
                 if self.kept.is_empty() && self.transport.kind().starts_with("shm") {
                     self.kept.append(&mut job.ops);
                 }
-                // This rank runs no further step: peers on this host that
-                // wait for one fail now, not at their timeout.
-                self.transport.give_up(seq);
+                // This rank runs no further step: peers that wait for one
+                // fail now, not at their timeout. Not over TCP after our
+                // own timeout: the peers waiting for the same straggler
+                // time out themselves about now, and one that saw our
+                // link close first would name us instead of the straggler.
+                self.transport.give_up(seq, !matches!(e, Error::Timeout { .. }));
             }
             if e.poisons() && self.poisoned.is_none() {
                 self.poisoned = Some(e.clone());

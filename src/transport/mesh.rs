@@ -483,7 +483,7 @@ impl Transport for Mesh {
         }
     }
 
-    fn give_up(&mut self, seq: u64) {
+    fn give_up(&mut self, seq: u64, close_tcp: bool) {
         if let Some(l) = &self.local {
             let seq = seq as u32;
             let failed = matches!(Blocked::decode(l.mine().blocked().load(Ordering::Acquire)), Some(Blocked::Failed { seq: s }) if s == seq);
@@ -494,9 +494,11 @@ impl Transport for Mesh {
         // from a crashed process's: the group never uses them again here
         // (its later operations fail as poisoned), and shrinking it goes
         // over the point-to-point links.
-        for l in self.links.iter().flatten() {
-            if let Link::Tcp(t) = l {
-                t.shutdown();
+        if close_tcp {
+            for l in self.links.iter().flatten() {
+                if let Link::Tcp(t) = l {
+                    t.shutdown();
+                }
             }
         }
     }

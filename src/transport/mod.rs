@@ -152,10 +152,10 @@ pub trait Transport: Send {
 
     /// This rank takes no further part in the group from operation `seq`
     /// on (an error poisoned it, or it was aborted): tells the peers that
-    /// share its host (a word in its shared memory) and closes its TCP
-    /// links to the others, so that those waiting for its next step fail
-    /// at once instead of at their timeout.
-    fn give_up(&mut self, _seq: u64) {}
+    /// share its host (a word in its shared memory), so that those waiting
+    /// for its next step fail at once instead of at their timeout; with
+    /// `close_tcp`, closes its TCP links too, which tells the others.
+    fn give_up(&mut self, _seq: u64, _close_tcp: bool) {}
 
     /// A window onto the shared areas of the ranks of this host, and the
     /// phase waits that order access to it (for the shared-memory

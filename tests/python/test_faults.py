@@ -13,22 +13,13 @@ import launch
 def test_stalled_rank_times_out_on_every_rank(transport):
     env = {"RUSTCCL_FAULT": "delay:rank=2:seq=1:ms=6000", "RUSTCCL_TRANSPORT": transport}
     res = launch.run("w_faults:stalled", 3, env=env, pg_timeout=2, timeout=120)
-    timed_out = []
     for r in (0, 1):
         first, later = res[r]["first"], res[r]["later"]
-        assert "seq 1" in first["msg"] and "rustccl all_reduce" in first["msg"], first
+        assert first["type"] == "DistBackendError", first
+        assert " Timed out " in first["msg"] and "seq 1" in first["msg"] and "rustccl all_reduce" in first["msg"], first
         assert first["s"] < 2 + 3, f"rank {r} took {first['s']:.1f} s for a 2 s timeout"
-        if " Timed out " in first["msg"]:
-            assert first["type"] == "DistBackendError", first
-            timed_out.append(r)
-        else:
-            # Over TCP the other waiting rank, timed out a moment sooner,
-            # closed its links as it gave the group up (`give_up`).
-            assert transport == "tcp" and first["type"] == "DistNetworkError", first
-            assert "connection closed by peer" in first["msg"] and "gave the group up" in first["msg"], first
         assert later["runtime_error"] and later["s"] < 1, later  # fails fast afterwards
-        assert (" Timed out " in later["msg"]) == (r in timed_out), later  # with the same cause
-    assert timed_out, "no rank reported the timeout itself"
+        assert " Timed out " in later["msg"], later  # with the same cause
     # The late rank may still complete seq 1 (its peers' data had arrived
     # before they gave up), but its next collective fails at once.
     assert res[2]["later"]["runtime_error"] and res[2]["later"]["s"] < 5, res[2]
