@@ -329,17 +329,23 @@ fn ones_all_reduce(c: &rustccl::Communicator, len: usize) -> Result<(), Error> {
 /// fails before it starts (`RUSTCCL_FAULT` drop), as a failed read or a
 /// timeout of its own would fail it; ranks 0 and 2 wait for its step.
 /// Their own next call fails at once as well (they are poisoned now).
+/// Every rank runs all_reduce seq 0 (which succeeds), seq 1 and one more
+/// (which fail): their errors.
+fn seq1_and_later_errors(comms: &[rustccl::Communicator]) -> Vec<(Error, Error)> {
+    on_ranks(comms, |_, c| {
+        ones_all_reduce(c, 64).unwrap(); // seq 0
+        let first = ones_all_reduce(c, 64).unwrap_err();
+        let later = ones_all_reduce(c, 64).unwrap_err();
+        (first, later)
+    })
+}
+
 #[test]
 fn peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
     let fault = FaultSpec::parse("drop:rank=1:seq=1").unwrap();
     let comms = shm_comms_with(3, AlgoConfig::default(), Duration::from_secs(30), |_, o| o.fault = Some(fault.clone()));
     let t0 = Instant::now();
-    let errs = on_ranks(&comms, |_, c| {
-        ones_all_reduce(c, 64).unwrap(); // seq 0
-        let first = ones_all_reduce(c, 64).unwrap_err();
-        let later = ones_all_reduce(c, 64).unwrap_err();
-        (first, later)
-    });
+    let errs = seq1_and_later_errors(&comms);
     assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}", t0.elapsed());
     assert!(errs[1].0.to_string().contains("RUSTCCL_FAULT: rank 1 dropped"), "{}", errs[1].0);
     for r in [0, 2] {
@@ -381,7 +387,9 @@ fn peers_of_a_rank_past_the_blocked_masks_that_gave_up_fail_at_once() {
 /// links, as a crashed process's close, so a peer waiting for its next
 /// step fails at once instead of at its timeout (30 s here). Ranks 0 and
 /// 1 share a host (shared memory between them), rank 2 is on another
-/// (TCP to both); each of ranks 1 and 2 in turn drops its seq 1.
+/// (TCP to both), and each of ranks 1 and 2 in turn drops its seq 1; then
+/// three hosts. (After its own timeout a rank keeps its links:
+/// `a_missing_rank_times_out_naming_it`.)
 #[test]
 fn tcp_peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
     for (hosts, mode, dropper) in [(vec![0, 0, 1], TransportMode::Auto, 1), (vec![0, 0, 1], TransportMode::Auto, 2), (vec![0, 1, 2], TransportMode::Tcp, 1)] {
@@ -389,12 +397,7 @@ fn tcp_peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
         let shm = ShmConfig { threads: 1, quick_threads: 0, ..common::TINY_SHM };
         let comms = hosts_comms_with(&hosts, AlgoConfig::default(), Duration::from_secs(30), mode, shm, |_, o| o.fault = Some(fault.clone()));
         let t0 = Instant::now();
-        let errs = on_ranks(&comms, |_, c| {
-            ones_all_reduce(c, 64).unwrap(); // seq 0
-            let first = ones_all_reduce(c, 64).unwrap_err();
-            let later = ones_all_reduce(c, 64).unwrap_err();
-            (first, later)
-        });
+        let errs = seq1_and_later_errors(&comms);
         let took = t0.elapsed();
         let what = format!("hosts {hosts:?}, rank {dropper} drops: {:?}", errs.iter().map(|e| e.0.to_string()).collect::<Vec<_>>());
         assert!(took < Duration::from_secs(5), "took {took:?}; {what}");
