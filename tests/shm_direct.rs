@@ -94,3 +94,67 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
     assert_eq!(th(&tcp[0], "shm_one_round_max_bytes"), None);
     assert_eq!(th(&tcp[0], "segment_bytes"), Some(algo.segment_bytes as u64));
 }
+
+/// Phases too large for the quick team led by it while the sleeping
+/// workers join (`RUSTCCL_SHM_QUICK_LEADS`): a team of 2 that takes 64
+/// bytes a thread, so nearly every phase is led; with the two-copy
+/// algorithms and with single-copy reads, every collective against the
+/// local reference, many times over (a worker that joins late or never
+/// must not lose or repeat a piece).
+#[test]
+fn collectives_whose_phases_the_quick_team_leads_match_the_reference() {
+    for attach_min in [usize::MAX, 0] {
+        let shm = ShmConfig { threads: 3, quick_threads: 2, quick_bytes: 64, quick_all_to_all_bytes: 64, quick_min_piece: 64, min_piece: 64, spin_us: 0, quick_leads: Some(true), attach_min, broadcast_min: attach_min, ..common::TINY_SHM };
+        for n in [2, 4] {
+            let comms = mesh_comms(n, tiny_algo(), std::time::Duration::from_secs(60), TransportMode::Shm, shm);
+            let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(name, _)| *name == k).map(|(_, v)| *v);
+            assert_eq!(th(&comms[0], "shm_quick_leads"), Some(1));
+            on_ranks(&comms, |r, c| {
+                for round in 0..5 {
+                    for len in [1000, 5003, 20000] {
+                        let what = format!("attach_min={attach_min} n={n} len={len} round={round}");
+                        let dt = DType::F32;
+                        let b = buf(dt, &values(dt, ReduceOp::Sum, r, len));
+                        all_reduce(c, &b, ReduceOp::Sum);
+                        let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, ReduceOp::Sum, p, len)).collect();
+                        assert_close(dt, ReduceOp::Sum, &read(dt, &b), &reference(dt, ReduceOp::Sum, &contribs), &format!("all_reduce {what}"));
+                        check_reduce_scatter_flat(c, r, n, dt, ReduceOp::Sum, len, &format!("reduce_scatter {what}"));
+                        check_reduce(c, r, n, dt, ReduceOp::Max, round % n, len, &format!("reduce {what}"));
+                        let root = (round + 1) % n;
+                        let b = buf(dt, &values(dt, ReduceOp::Sum, r, len));
+                        broadcast(c, &b, root);
+                        assert_eq!(read(dt, &b), values(dt, ReduceOp::Sum, root, len), "broadcast {what}");
+                        // all_gather, all_to_all (block of rank p for rank q: values(p * n + q)), gather, scatter
+                        let input = buf(dt, &values(dt, ReduceOp::Sum, r, len));
+                        let outs: Vec<_> = (0..n).map(|_| buf(dt, &vec![0.0; len])).collect();
+                        let mut s = spec(OpKind::AllGather);
+                        s.inputs = vec![t(&input)];
+                        s.outputs = outs.iter().map(t).collect();
+                        run(c, s);
+                        let all: Vec<Vec<f64>> = (0..n).map(|p| values(dt, ReduceOp::Sum, p, len)).collect();
+                        assert_eq!(outs.iter().map(|o| read(dt, o)).collect::<Vec<_>>(), all, "all_gather {what}");
+                        let block = |p: usize, q: usize| values(dt, ReduceOp::Sum, p * n + q, len);
+                        let ib = buf(dt, &(0..n).flat_map(|q| block(r, q)).collect::<Vec<_>>());
+                        let ob = buf(dt, &vec![-1.0; n * len]);
+                        let mut s = spec(OpKind::AllToAll);
+                        s.in_splits = vec![len as i64; n];
+                        s.out_splits = vec![len as i64; n];
+                        s.inputs = vec![t(&ib)];
+                        s.outputs = vec![t(&ob)];
+                        run(c, s);
+                        assert_eq!(read(dt, &ob), (0..n).flat_map(|p| block(p, r)).collect::<Vec<_>>(), "all_to_all {what}");
+                        let outs: Vec<_> = if r == root { (0..n).map(|_| buf(dt, &vec![0.0; len])).collect() } else { vec![] };
+                        gather(c, &input, &outs, root);
+                        if r == root {
+                            assert_eq!(outs.iter().map(|o| read(dt, o)).collect::<Vec<_>>(), all, "gather {what}");
+                        }
+                        let ins: Vec<_> = if r == root { (0..n).map(|q| buf(dt, &block(root, q))).collect() } else { vec![] };
+                        let out = buf(dt, &vec![0.0; len]);
+                        scatter(c, &ins, &out, root);
+                        assert_eq!(read(dt, &out), block(root, r), "scatter {what}");
+                    }
+                }
+            });
+        }
+    }
+}

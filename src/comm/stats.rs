@@ -182,6 +182,8 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         let (quick_max, quick_piece) = l.workers.quick_limits();
         v.push(("shm_quick_max_bytes", quick_max as u64));
         v.push(("shm_quick_min_piece_bytes", quick_piece as u64));
+        // 1: phases too large for the quick team start on it while the workers wake.
+        v.push(("shm_quick_leads", l.workers.quick_leads() as u64));
         // all_to_all's block copies: the quick team's largest phase there.
         v.push(("shm_quick_all_to_all_max_bytes", l.all_to_all_workers.quick_limits().0 as u64));
         v.push(("shm_min_piece_bytes", l.workers.min_piece() as u64));

@@ -94,6 +94,9 @@ pub struct ShmConfig {
     /// Smallest piece of the quick team's phases; 0:
     /// `transport::shm::workers::QUICK_MIN_PIECE` (or `min_piece` when smaller).
     pub quick_min_piece: usize,
+    /// Phases too large for the quick team start on it while the workers
+    /// wake and join (`Workers::add_quick`); None: from the host.
+    pub quick_leads: Option<bool>,
     /// How long a rank's idle worker threads spin (microseconds) before
     /// they sleep (`transport::shm::team`); [`SPIN_FROM_HOST`]: from the
     /// share of the host's cores the local ranks' threads take.
@@ -385,6 +388,7 @@ impl Config {
                 quick_bytes: env_usize("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", 0),
                 quick_all_to_all_bytes: env_usize("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", 0),
                 quick_min_piece: env_usize("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", 0),
+                quick_leads: std::env::var("RUSTCCL_SHM_QUICK_LEADS").ok().filter(|v| v.trim() != "auto").map(|_| env_flag("RUSTCCL_SHM_QUICK_LEADS")),
                 spin_us: match std::env::var("RUSTCCL_SHM_SPIN_US").as_deref() {
                     Ok("auto") => SPIN_FROM_HOST,
                     _ => env_count("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST),
@@ -482,6 +486,7 @@ impl Config {
             ("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", self.shm.quick_bytes.to_string()),
             ("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", self.shm.quick_all_to_all_bytes.to_string()),
             ("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", self.shm.quick_min_piece.to_string()),
+            ("RUSTCCL_SHM_QUICK_LEADS", self.shm.quick_leads.map_or("auto".to_string(), |on| (on as u8).to_string())),
             ("RUSTCCL_SHM_SPIN_US", if self.shm.spin_us == SPIN_FROM_HOST { "auto".to_string() } else { self.shm.spin_us.to_string() }),
             ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", match self.shm.broadcast_min {
                 usize::MAX => "off".into(),

@@ -80,6 +80,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     quick_bytes: 0,
     quick_all_to_all_bytes: 0,
     quick_min_piece: 0,
+    quick_leads: None,
     split_send_min: usize::MAX,
     scatter_split_max: 0,
 };

@@ -42,6 +42,8 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
             share = min(len(os.sched_getaffinity(0)) // 4 // th["local_ranks"], th["shm_threads"])
             quick = 0 if roomy or share < 2 else share
             c.true(f"a quick team as the host allows: {th}", th["shm_quick_threads"] == quick)
+            c.true(f"a quick team leads larger phases with up to 4 local ranks: {th}",
+                   th["shm_quick_leads"] == int(quick > 0 and th["local_ranks"] <= 4))
         if "RUSTCCL_SHM_MIN_PIECE_BYTES" not in os.environ:
             piece = min(256 << 10, th["shm_slot_bytes"])
             c.true(f"pieces of 256 KiB or a slot: {th}", th["shm_min_piece_bytes"] == piece)
@@ -53,8 +55,12 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
             piece = int(os.environ.get("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", "0")) or min(32 << 10, th["shm_min_piece_bytes"])
             c.true(f"the quick team's pieces and phases: {th}",
                    (th["shm_quick_min_piece_bytes"], th["shm_quick_max_bytes"]) == (piece, quick * (256 << 10)))
-            a2a = int(os.environ.get("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", "0")) or (1 << 20)
-            c.true(f"all_to_all's larger quick phases: {th}", th["shm_quick_all_to_all_max_bytes"] == quick * a2a)
+            # the team leads larger phases with up to 4 local ranks; then
+            # all_to_all's copies keep its usual limit, else 1 MiB a thread
+            leads = int(os.environ.get("RUSTCCL_SHM_QUICK_LEADS", str(int(th["local_ranks"] <= 4))))
+            c.true(f"the quick team leads as set or as the host allows: {th}", th["shm_quick_leads"] == leads)
+            a2a = int(os.environ.get("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", "0")) or (256 << 10 if leads else 1 << 20)
+            c.true(f"all_to_all's quick phases: {th}", th["shm_quick_all_to_all_max_bytes"] == quick * a2a)
     return c.count, c.failures
 
 

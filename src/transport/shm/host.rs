@@ -102,6 +102,29 @@ fn quick_share(local_ranks: usize, threads: usize, cores: usize) -> usize {
 /// `benchmarks/results/2026-11-27-x4host-a2a-quick/quick-team-8rank-32core/`).
 const MANY_LOCAL_RANKS: usize = 16;
 
+/// Whether a phase too large for the quick team starts on it while the
+/// rank's sleeping workers wake and join (`Workers::add_quick`): the
+/// `setting` (`ShmConfig::quick_leads`), or with at most
+/// [`LEAD_MAX_LOCAL_RANKS`] local ranks.
+pub(super) fn quick_leads_for(setting: Option<bool>, local_ranks: usize) -> bool {
+    setting.unwrap_or(local_ranks <= LEAD_MAX_LOCAL_RANKS)
+}
+
+/// Up to this many local ranks the quick team leads the larger phases. On
+/// the 32-core host, settings alternating (2 and 4 ranks, two and three
+/// pairs of runs, all_to_all's copies then led from the quick team's
+/// usual 256 KiB a thread), 2 MiB collectives took 0.54-0.93x the time
+/// (a few 4-rank ones up to 1.05x), 8 MiB ones 0.73-0.96x (4-rank
+/// reduce_scatter and scatter 1.16-1.30x, each one run of two at twice the
+/// other), 512 KiB ones mostly within the runs' spread (2-rank broadcast
+/// and scatter 1.1-1.2x); on the 64-core host 4 ranks' 512 KiB - 8 MiB
+/// ones 0.23-0.89x (one pair). With 8 ranks there (every core a worker's,
+/// 10-45 s of steal a sweep) all_reduce and all_gather took 1.1-3.4x
+/// longer, reduce_scatter and all_to_all 0.3-0.8x: the sleeping team that
+/// replaces rayon's pool there did worse than rayon before too
+/// (`benchmarks/results/2026-11-27-quick-leads/`).
+const LEAD_MAX_LOCAL_RANKS: usize = 4;
+
 /// Whether `local_ranks` ranks of `threads` threads take at most a
 /// quarter of `cores` (one thread a rank has nobody to spin for).
 fn room_to_spin(local_ranks: usize, threads: usize, cores: usize) -> bool {
@@ -443,7 +466,7 @@ pub fn one_round_max(setting: usize, local_ranks: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{pushed_reduce_attach_min, quick_share, room_to_spin, ATTACH_MIN};
+    use super::{pushed_reduce_attach_min, quick_leads_for, quick_share, room_to_spin, ATTACH_MIN};
 
     #[test]
     fn a_reduce_with_pushes_reads_from_8_mib_with_5_to_8_ranks_and_512_kib_with_more() {
@@ -464,6 +487,12 @@ mod tests {
         assert_eq!((quick_share(2, 8, 64), quick_share(2, 8, 16), quick_share(4, 4, 16)), (0, 2, 0));
         assert_eq!((quick_share(8, 4, 32), quick_share(16, 2, 32), quick_share(32, 4, 128)), (0, 0, 2));
         assert_eq!((quick_share(2, 1, 2), quick_share(4, 2, 64)), (0, 0));
+    }
+
+    #[test]
+    fn the_quick_team_leads_with_up_to_four_local_ranks_unless_set() {
+        assert_eq!((quick_leads_for(None, 2), quick_leads_for(None, 4), quick_leads_for(None, 5), quick_leads_for(None, 16)), (true, true, false, false));
+        assert_eq!((quick_leads_for(Some(true), 16), quick_leads_for(Some(false), 2)), (true, false));
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub use attach::{split_point, Attach, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SIN
 pub use stage::StillComing;
 pub use workers::Workers;
 
-use host::{quick_threads_for, reads_for, root_threads_for, scatter_split_max, spin_for, stage_for, threads_for, SMALL_SLOT};
+use host::{quick_leads_for, quick_threads_for, reads_for, root_threads_for, scatter_split_max, spin_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
 pub use place::moves as thread_moves;
 
@@ -521,12 +521,18 @@ pub fn connect(
     let mut workers = Workers::new(threads, &name, min_piece, spin)?;
     let quick_bytes = if sizes.quick_bytes > 0 { sizes.quick_bytes } else { workers::QUICK_BYTES_PER_THREAD };
     let quick_piece = if sizes.quick_min_piece > 0 { sizes.quick_min_piece } else { workers::QUICK_MIN_PIECE.min(min_piece) };
-    if let Err(e) = workers.add_quick(quick_threads_for(sizes, n, threads), &name, host::SPIN, quick_bytes, quick_piece) {
+    if let Err(e) = workers.add_quick(quick_threads_for(sizes, n, threads), &name, host::SPIN, quick_bytes, quick_piece, quick_leads_for(sizes.quick_leads, n)) {
         log_at!(LogLevel::Info, "rank {me}: no quick team ({e}); the rank's own threads take every phase");
     }
     let reduce_workers = workers.with_min_piece(min_piece / 2);
     let sum_workers = workers.reducing(n);
-    let a2a_bytes = if sizes.quick_all_to_all_bytes > 0 { sizes.quick_all_to_all_bytes } else { workers::QUICK_ALL_TO_ALL_BYTES_PER_THREAD };
+    // Where the quick team leads the larger phases, all_to_all's copies
+    // need no limit of their own.
+    let a2a_bytes = match sizes.quick_all_to_all_bytes {
+        0 if workers.quick_leads() => quick_bytes,
+        0 => workers::QUICK_ALL_TO_ALL_BYTES_PER_THREAD,
+        b => b,
+    };
     let all_to_all_workers = workers.with_quick_bytes(a2a_bytes);
     let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, all_to_all_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes) });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());

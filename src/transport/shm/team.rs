@@ -112,11 +112,21 @@ impl Team {
     /// raised here then. `job` must take its work from a shared source
     /// until none is left (any run may do all of it, or none).
     pub fn run(&self, helpers: usize, job: &(dyn Fn() + Sync)) {
+        self.run_beside(helpers, job, job, self.shared.spin);
+    }
+
+    /// As [`Team::run`], but this thread runs `mine` instead of `job`:
+    /// something that takes `job`'s work itself until none is left (the
+    /// job run on another team: `Workers`' phases led by the quick team),
+    /// and once it has returned, waits for the helpers that joined,
+    /// spinning `wait_spin` before it sleeps (they are in their last
+    /// piece). Where the team is busy or no helper is wanted, `mine` alone.
+    pub fn run_beside(&self, helpers: usize, job: &(dyn Fn() + Sync), mine: &dyn Fn(), wait_spin: Duration) {
         let k = helpers.min(self.handles.len());
         let _busy = match self.busy.try_lock() {
             Ok(g) if k > 0 => g,
             Err(TryLockError::Poisoned(p)) if k > 0 => p.into_inner(),
-            _ => return job(),
+            _ => return mine(),
         };
         let s = &*self.shared;
         // SAFETY: the 'static reference lives only in `s.job`, which a
@@ -132,12 +142,17 @@ impl Team {
         for h in &self.handles[..k] {
             h.thread().unpark();
         }
-        let all_done = AllDone { shared: s, open: next };
-        job();
+        let all_done = AllDone { shared: s, open: next, spin: wait_spin };
+        mine();
         drop(all_done);
         if s.panicked.swap(false, Ordering::AcqRel) {
             resume_unwind(Box::new("a rustccl shared-memory worker thread panicked"));
         }
+    }
+
+    /// How long idle helpers spin before they sleep.
+    pub fn spin(&self) -> Duration {
+        self.shared.spin
     }
 }
 
@@ -162,6 +177,8 @@ fn stop_all(shared: &Shared, handles: &mut Vec<JoinHandle<()>>) {
 struct AllDone<'a> {
     shared: &'a Shared,
     open: u64,
+    /// How long to spin for the joined helpers before sleeping.
+    spin: Duration,
 }
 
 impl Drop for AllDone<'_> {
@@ -170,7 +187,7 @@ impl Drop for AllDone<'_> {
         // SeqCst with the helpers' join (`active` up, then the state read):
         // either a helper sees the job closed, or this thread sees it joined.
         s.state.store(self.open & !0xffff, Ordering::SeqCst);
-        wait_until(s.spin, Some(Duration::from_millis(1)), || s.active.load(Ordering::SeqCst) == 0);
+        wait_until(self.spin, Some(Duration::from_millis(1)), || s.active.load(Ordering::SeqCst) == 0);
         *lock(&s.job) = None;
         *lock(&s.caller) = None;
     }
@@ -331,6 +348,43 @@ mod tests {
             data = cells.into_iter().map(|c| c.into_inner()).collect();
         }
         assert_eq!(data, vec![100, 100, 100]);
+    }
+
+    #[test]
+    fn a_job_run_beside_another_team_shares_its_work_and_closes_with_it() {
+        // The helpers of `workers` join a job that `lead` runs; none runs
+        // it after the call returned, every piece runs once.
+        for spin in [Duration::ZERO, Duration::from_micros(50)] {
+            let (workers, lead) = (Team::new(3, "tw", spin).unwrap(), Team::new(1, "tl", Duration::from_micros(200)).unwrap());
+            let late = AtomicUsize::new(0);
+            let mut workers_joined = 0;
+            for round in 0..500 {
+                let closed = AtomicBool::new(false);
+                let next = AtomicUsize::new(0);
+                let done = AtomicUsize::new(0);
+                let who = Mutex::new(HashSet::new());
+                let pieces = if round % 2 == 0 { 4 } else { 64 };
+                let job = || {
+                    if closed.load(Ordering::SeqCst) {
+                        late.fetch_add(1, Ordering::SeqCst);
+                    }
+                    who.lock().unwrap().insert(thread::current().name().unwrap_or("").to_string());
+                    while next.fetch_add(1, Ordering::SeqCst) < pieces {
+                        let t0 = Instant::now();
+                        while t0.elapsed() < Duration::from_micros(20) {
+                            std::hint::spin_loop();
+                        }
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                };
+                workers.run_beside(3, &job, &|| lead.run(1, &job), Duration::from_micros(100));
+                closed.store(true, Ordering::SeqCst);
+                assert_eq!(done.load(Ordering::SeqCst), pieces);
+                workers_joined += who.into_inner().unwrap().iter().any(|n| n.starts_with("tw")) as usize;
+            }
+            assert_eq!(late.load(Ordering::SeqCst), 0, "a helper ran a job after its call returned");
+            assert!(workers_joined > 0, "no worker ever joined (spin {spin:?})");
+        }
     }
 
     #[test]

@@ -53,6 +53,9 @@ struct Quick {
     /// Smallest piece of a phase the team takes: its threads spin, so a
     /// piece need not pay for a wake-up.
     min_piece: usize,
+    /// A larger phase starts on the team at once while the workers wake
+    /// and join it (`Workers::add_quick`).
+    leads: bool,
 }
 
 /// Bytes a phase may hold per thread of a quick team to run there, and
@@ -70,7 +73,9 @@ pub const QUICK_BYTES_PER_THREAD: usize = 256 << 10;
 pub const QUICK_MIN_PIECE: usize = 32 << 10;
 /// Bytes per thread of the largest phase of all_to_all's block copies
 /// (into the sender's slots, out of them) the quick team takes
-/// ([`Workers::with_quick_bytes`]). On the 64-core host with 8 ranks a
+/// ([`Workers::with_quick_bytes`]) where it does not lead the larger
+/// phases (`Workers::add_quick`; where it does, they keep
+/// [`QUICK_BYTES_PER_THREAD`]). On the 64-core host with 8 ranks a
 /// 1 MiB all_to_all's 896 KiB phases went to the 8 sleeping workers, and
 /// every rank waited ~190 us of a 375 us call for the rank whose workers
 /// woke last (2-29 us on the 2 spinning threads). Builds alternating three
@@ -114,14 +119,28 @@ impl Workers {
     /// into pieces of at least `min_piece` (and 64 bytes): where
     /// the workers' own threads sleep when idle, waking them costs tens of
     /// microseconds a phase on a VM, more than a few spinning threads need
-    /// for such a phase (`host::quick_threads_for`). On an error (no
-    /// threads to be had) the workers stay as they were.
-    pub fn add_quick(&mut self, threads: usize, name: &str, spin: Duration, bytes_per_thread: usize, min_piece: usize) -> io::Result<()> {
+    /// for such a phase (`host::quick_threads_for`). With `leads`, a
+    /// larger phase starts on the team at once while the workers wake, and
+    /// those that woke before its last piece was taken join it; it ends
+    /// without waiting for the others (the workers then run as a
+    /// [`Team`] that does not spin, instead of rayon's pool, whose scope
+    /// waits for every thread it asked for). On an error (no threads to
+    /// be had) the workers stay as they were.
+    pub fn add_quick(&mut self, threads: usize, name: &str, spin: Duration, bytes_per_thread: usize, min_piece: usize, leads: bool) -> io::Result<()> {
         if threads >= 2 {
             let pool = Pool::Team(Arc::new(Team::new(threads - 1, &format!("{name}-q"), spin)?));
-            self.quick = Some(Quick { pool, threads, max_bytes: threads.saturating_mul(bytes_per_thread), min_piece: min_piece.max(64) });
+            if leads && matches!(self.pool, Some(Pool::Rayon(_))) {
+                self.pool = Some(Pool::Team(Arc::new(Team::new(self.threads - 1, name, self.spin)?)));
+            }
+            self.quick = Some(Quick { pool, threads, max_bytes: threads.saturating_mul(bytes_per_thread), min_piece: min_piece.max(64), leads });
         }
         Ok(())
+    }
+
+    /// Whether phases too large for the quick team start on it while the
+    /// workers wake (`add_quick`'s `leads`).
+    pub fn quick_leads(&self) -> bool {
+        self.quick.as_ref().is_some_and(|q| q.leads)
     }
 
     /// The quick team's largest phase and smallest piece (0, 0: no team).
@@ -218,7 +237,8 @@ impl Workers {
     /// quick team's bytes runs on that team instead. The first error is
     /// returned.
     pub fn for_each<T: Send, E: Send>(&self, items: Vec<T>, bytes: usize, f: impl Fn(T) -> Result<(), E> + Sync + Send) -> Result<(), E> {
-        let (pool, min_piece) = match self.quick_for(bytes) {
+        let quick = self.quick_for(bytes);
+        let (pool, min_piece) = match quick {
             Some(q) => (Some(&q.pool), q.min_piece),
             None => (self.pool.as_ref(), self.min_piece),
         };
@@ -239,9 +259,16 @@ impl Workers {
                 failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
             }
         };
-        match pool {
-            Pool::Team(team) => team.run(n - 1, &work),
-            Pool::Rayon(pool) => {
+        match (pool, self.leader(quick)) {
+            // The quick team (this thread one of it) starts at once; the
+            // workers, as many as make up the rank's threads, join as
+            // they wake.
+            (Pool::Team(team), Some((lead, q))) => {
+                let helpers = (n - 1).min(self.threads.saturating_sub(q.threads).max(1));
+                team.run_beside(helpers, &work, &|| lead.run(q.threads - 1, &work), lead.spin());
+            }
+            (Pool::Team(team), None) => team.run(n - 1, &work),
+            (Pool::Rayon(pool), _) => {
                 let helpers = (n - 1).min(pool.current_num_threads());
                 pool.in_place_scope(|s| {
                     for _ in 0..helpers {
@@ -256,6 +283,15 @@ impl Workers {
 
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The quick team that leads a phase the workers take (`quick`: the
+    /// team when it takes the phase itself, then none leads).
+    fn leader(&self, quick: Option<&Quick>) -> Option<(&Team, &Quick)> {
+        match (quick, &self.quick) {
+            (None, Some(q @ Quick { pool: Pool::Team(t), leads: true, .. })) => Some((&**t, q)),
+            _ => None,
+        }
     }
 
     /// Piece length for `len` bytes: one per thread, whole cache lines,
@@ -375,7 +411,7 @@ mod tests {
     #[test]
     fn small_phases_run_on_the_quick_team_and_large_ones_on_the_workers() {
         let mut wk = Workers::new(4, "wt", 1024, Duration::ZERO).unwrap();
-        wk.add_quick(2, "wt", SPIN, QUICK_BYTES_PER_THREAD, 1024).unwrap();
+        wk.add_quick(2, "wt", SPIN, QUICK_BYTES_PER_THREAD, 1024, false).unwrap();
         assert_eq!(wk.quick_threads(), 2);
         let max = 2 * QUICK_BYTES_PER_THREAD;
         let me = std::thread::current().name().unwrap_or("").to_string();
@@ -409,14 +445,49 @@ mod tests {
         // The same threads under other piece sizes; none below 2 threads.
         assert_eq!(wk.with_min_piece(128).quick_threads(), 2);
         let mut one = Workers::new(4, "wt", 64, Duration::ZERO).unwrap();
-        one.add_quick(1, "wt", SPIN, QUICK_BYTES_PER_THREAD, 64).unwrap();
+        one.add_quick(1, "wt", SPIN, QUICK_BYTES_PER_THREAD, 64, false).unwrap();
         assert_eq!(one.quick_threads(), 0);
+    }
+
+    #[test]
+    fn a_phase_too_large_for_a_leading_quick_team_runs_on_it_and_the_workers_that_woke() {
+        // Sleeping workers (no spin: rayon's pool, replaced by a team).
+        let mut wk = Workers::new(4, "wl", 1024, Duration::ZERO).unwrap();
+        wk.add_quick(2, "wl", SPIN, 1024, 1024, true).unwrap();
+        assert!(wk.quick_leads());
+        let me = std::thread::current().name().unwrap_or("").to_string();
+        let (mut quick, mut pool) = (HashSet::new(), HashSet::new());
+        for _ in 0..20 {
+            // 8 items of 2 ms, 8 KiB in all: over the team's 2 KiB.
+            for n in names(&wk, 8, 8 << 10).into_iter().filter(|n| *n != me) {
+                if n.starts_with("wl-q") { quick.insert(n) } else { pool.insert(n) };
+            }
+        }
+        assert_eq!(quick, HashSet::from(["wl-q-0".to_string()]), "the quick team's helper leads every phase");
+        assert!(!pool.is_empty() && pool.iter().all(|n| n.starts_with("wl-")), "workers join: {pool:?}");
+        // Every item once, the first error back, also with late workers.
+        for _ in 0..200 {
+            let ran = Mutex::new(Vec::new());
+            let r = wk.for_each((0..6usize).collect(), 6 << 10, |i| {
+                ran.lock().unwrap().push(i);
+                if i == 4 { Err(i) } else { Ok(()) }
+            });
+            assert_eq!(r, Err(4));
+            let mut ran = ran.into_inner().unwrap();
+            ran.sort();
+            assert_eq!(ran, (0..6).collect::<Vec<_>>());
+        }
+        // Without `leads` the same phase runs on the workers alone.
+        let mut plain = Workers::new(4, "wn", 1024, Duration::ZERO).unwrap();
+        plain.add_quick(2, "wn", SPIN, 1024, 1024, false).unwrap();
+        assert!(!plain.quick_leads());
+        assert!(names(&plain, 8, 8 << 10).iter().all(|n| !n.starts_with("wn-q")));
     }
 
     #[test]
     fn the_quick_team_cuts_its_phases_into_its_own_smaller_pieces() {
         let mut wk = Workers::new(8, "wp", 1 << 16, Duration::ZERO).unwrap();
-        wk.add_quick(4, "wp", SPIN, 1 << 14, 1 << 10).unwrap();
+        wk.add_quick(4, "wp", SPIN, 1 << 14, 1 << 10, false).unwrap();
         assert_eq!(wk.quick_limits(), (1 << 16, 1 << 10));
         // 12 KiB on the quick team (at most 64 KiB): 4 pieces of 3 KiB.
         assert_eq!(wk.ranges(12 << 10), (0..4).map(|i| i * 3072..(i + 1) * 3072).collect::<Vec<_>>());
@@ -436,7 +507,7 @@ mod tests {
         assert_eq!(sum.ranges(4 << 10).len(), 4);
         // The workers' own smallest piece: the workers' count of pieces.
         let mut same = Workers::new(8, "wp", 1 << 16, Duration::ZERO).unwrap();
-        same.add_quick(4, "wp", SPIN, 1 << 16, 1 << 16).unwrap();
+        same.add_quick(4, "wp", SPIN, 1 << 16, 1 << 16, false).unwrap();
         assert_eq!(same.quick_limits(), (1 << 18, 1 << 16));
         assert_eq!(same.ranges(128 << 10).len(), 2);
     }
