@@ -17,6 +17,17 @@ fn algorithm(c: &Communicator, op: &str) -> &'static str {
     c.stats().snapshot()[op].algorithm
 }
 
+/// An all_gather of `values(dtype, Sum, r, len)` from every rank: the parts.
+fn all_gather_values(c: &Communicator, dt: DType, r: usize, n: usize, len: usize) -> Vec<Vec<f64>> {
+    let input = buf(dt, &values(dt, ReduceOp::Sum, r, len));
+    let outs: Vec<_> = (0..n).map(|_| buf(dt, &vec![0.0; len])).collect();
+    let mut s = spec(OpKind::AllGather);
+    s.inputs = vec![t(&input)];
+    s.outputs = outs.iter().map(t).collect();
+    run(c, s);
+    outs.iter().map(|o| read(dt, o)).collect()
+}
+
 #[test]
 fn broadcast_all_gather_and_reduce_scatter_go_direct() {
     for n in [2, 3, 5] {
@@ -30,14 +41,8 @@ fn broadcast_all_gather_and_reduce_scatter_go_direct() {
                     assert_eq!(read(dt, &b), values(dt, ReduceOp::Sum, root, len), "broadcast n={n} root={root} len={len}");
                 }
                 let dt = DType::I64;
-                let expect: Vec<f64> = (0..n).flat_map(|p| values(dt, ReduceOp::Sum, p, len)).collect();
-                let input = buf(dt, &values(dt, ReduceOp::Sum, r, len));
-                let outs: Vec<_> = (0..n).map(|_| buf(dt, &vec![0.0; len])).collect();
-                let mut s = spec(OpKind::AllGather);
-                s.inputs = vec![t(&input)];
-                s.outputs = outs.iter().map(t).collect();
-                run(c, s);
-                assert_eq!(outs.iter().flat_map(|o| read(dt, o)).collect::<Vec<_>>(), expect, "all_gather n={n} len={len}");
+                let expect: Vec<Vec<f64>> = (0..n).map(|p| values(dt, ReduceOp::Sum, p, len)).collect();
+                assert_eq!(all_gather_values(c, dt, r, n, len), expect, "all_gather n={n} len={len}");
                 for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg] {
                     let dt = DType::F32;
                     check_reduce_scatter_flat(c, r, n, dt, op, len, &format!("reduce_scatter {op:?} n={n} len={len}"));
@@ -126,13 +131,8 @@ fn collectives_whose_phases_the_quick_team_leads_match_the_reference() {
                         assert_eq!(read(dt, &b), values(dt, ReduceOp::Sum, root, len), "broadcast {what}");
                         // all_gather, all_to_all (block of rank p for rank q: values(p * n + q)), gather, scatter
                         let input = buf(dt, &values(dt, ReduceOp::Sum, r, len));
-                        let outs: Vec<_> = (0..n).map(|_| buf(dt, &vec![0.0; len])).collect();
-                        let mut s = spec(OpKind::AllGather);
-                        s.inputs = vec![t(&input)];
-                        s.outputs = outs.iter().map(t).collect();
-                        run(c, s);
                         let all: Vec<Vec<f64>> = (0..n).map(|p| values(dt, ReduceOp::Sum, p, len)).collect();
-                        assert_eq!(outs.iter().map(|o| read(dt, o)).collect::<Vec<_>>(), all, "all_gather {what}");
+                        assert_eq!(all_gather_values(c, dt, r, n, len), all, "all_gather {what}");
                         let block = |p: usize, q: usize| values(dt, ReduceOp::Sum, p * n + q, len);
                         let ib = buf(dt, &(0..n).flat_map(|q| block(r, q)).collect::<Vec<_>>());
                         let ob = buf(dt, &vec![-1.0; n * len]);

@@ -363,20 +363,26 @@ mod tests {
         }
     }
 
+    /// A phase of `items` items said to hold `bytes`, item `fail` failing:
+    /// every item ran once and `fail`'s error came back.
+    fn each_item_once_and_the_first_error_back(wk: &Workers, items: usize, bytes: usize, fail: usize) {
+        let ran = Mutex::new(Vec::new());
+        let r = wk.for_each((0..items).collect(), bytes, |i| {
+            ran.lock().unwrap().push(i);
+            if i == fail { Err(i) } else { Ok(()) }
+        });
+        assert_eq!(r, Err(fail));
+        let mut ran = ran.into_inner().unwrap();
+        ran.sort();
+        assert_eq!(ran, (0..items).collect::<Vec<_>>());
+    }
+
     #[test]
     fn every_item_runs_once_and_the_first_error_comes_back() {
         for spin in [SPIN, Duration::ZERO] {
             let wk = Workers::new(3, "test", 64, spin).unwrap();
             for _ in 0..20 {
-                let ran = Mutex::new(Vec::new());
-                let r = wk.for_each((0..10usize).collect(), 10 * wk.min_piece(), |i| {
-                    ran.lock().unwrap().push(i);
-                    if i == 7 { Err(i) } else { Ok(()) }
-                });
-                assert_eq!(r, Err(7));
-                let mut ran = ran.into_inner().unwrap();
-                ran.sort();
-                assert_eq!(ran, (0..10).collect::<Vec<_>>());
+                each_item_once_and_the_first_error_back(&wk, 10, 10 * wk.min_piece(), 7);
             }
         }
     }
@@ -467,15 +473,7 @@ mod tests {
         assert!(!pool.is_empty() && pool.iter().all(|n| n.starts_with("wl-")), "workers join: {pool:?}");
         // Every item once, the first error back, also with late workers.
         for _ in 0..200 {
-            let ran = Mutex::new(Vec::new());
-            let r = wk.for_each((0..6usize).collect(), 6 << 10, |i| {
-                ran.lock().unwrap().push(i);
-                if i == 4 { Err(i) } else { Ok(()) }
-            });
-            assert_eq!(r, Err(4));
-            let mut ran = ran.into_inner().unwrap();
-            ran.sort();
-            assert_eq!(ran, (0..6).collect::<Vec<_>>());
+            each_item_once_and_the_first_error_back(&wk, 6, 6 << 10, 4);
         }
         // Without `leads` the same phase runs on the workers alone.
         let mut plain = Workers::new(4, "wn", 1024, Duration::ZERO).unwrap();
