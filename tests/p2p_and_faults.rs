@@ -323,12 +323,6 @@ fn ones_all_reduce(c: &rustccl::Communicator, len: usize) -> Result<(), Error> {
     c.submit(vec![s], None, None).unwrap().wait(None)
 }
 
-/// A rank that an error poisons says so in its segment, so that its peers
-/// on the host fail at once where they wait for its next step, naming it,
-/// instead of at their timeout (30 s here). Rank 1's all_reduce seq 1
-/// fails before it starts (`RUSTCCL_FAULT` drop), as a failed read or a
-/// timeout of its own would fail it; ranks 0 and 2 wait for its step.
-/// Their own next call fails at once as well (they are poisoned now).
 /// Every rank runs all_reduce seq 0 (which succeeds), seq 1 and one more
 /// (which fail): their errors.
 fn seq1_and_later_errors(comms: &[rustccl::Communicator]) -> Vec<(Error, Error)> {
@@ -340,6 +334,12 @@ fn seq1_and_later_errors(comms: &[rustccl::Communicator]) -> Vec<(Error, Error)>
     })
 }
 
+/// A rank that an error poisons says so in its segment, so that its peers
+/// on the host fail at once where they wait for its next step, naming it,
+/// instead of at their timeout (30 s here). Rank 1's all_reduce seq 1
+/// fails before it starts (`RUSTCCL_FAULT` drop), as a failed read or a
+/// timeout of its own would fail it; ranks 0 and 2 wait for its step.
+/// Their own next call fails at once as well (they are poisoned now).
 #[test]
 fn peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
     let fault = FaultSpec::parse("drop:rank=1:seq=1").unwrap();
