@@ -360,7 +360,7 @@ fn slow_reads_with_two_ranks_run_all_to_all_on_attach() {
 
 /// `auto`: every rank measures for itself, and all end with the same
 /// thresholds, one of the two the host rule gives; with two threads per
-/// rank, the fast one (16 MiB / 256 KiB / blocks over 1 MiB, over 4 MiB
+/// rank, the fast one (16 MiB / 256 KiB / blocks over 2 MiB, over 4 MiB
 /// with 2 ranks) without measuring. Slow reads read gather / scatter
 /// blocks from 4 MiB, but with 2 ranks (one peer reading or writing while
 /// the root copies its own part) over 256 KiB.
@@ -378,7 +378,7 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
         assert!(all.iter().all(|x| *x == all[0]), "{all:?}");
         // slow reads: no collective reads, blocks from 4 MiB (256 KiB with
         // 2 ranks), sends over 256 KiB
-        let fast = (Some(16u64 << 20), Some(256u64 << 10), Some(if n == 2 { 4u64 << 20 } else { 1 << 20 }));
+        let fast = (Some(16u64 << 20), Some(256u64 << 10), Some(if n == 2 { 4u64 << 20 } else { 2 << 20 }));
         let slow = (Some(u64::MAX), Some(256u64 << 10), Some(if n == 2 { 256u64 << 10 } else { 4 << 20 }));
         if threads == 2 {
             assert_eq!(all[0], fast);
@@ -397,7 +397,7 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
 /// peers only from 4 MiB per rank (20 MiB; it reads every peer twice),
 /// the collectives that read once from 16 MiB, reduce (whose root takes
 /// pushes) from 8 MiB, and all_to_all / gather / scatter blocks over
-/// 256 KiB (1 MiB only up to 4 ranks: the all_to_all test above has 3);
+/// 256 KiB (2 MiB only up to 4 ranks: the all_to_all test above has 3);
 /// at 16 MiB all_reduce keeps two copies while reduce_scatter reads, an
 /// 8 MiB reduce reads (and pushes) and a smaller one copies, and all give
 /// the reference result.
@@ -536,7 +536,8 @@ fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
 }
 
 /// all_to_all blocks that fit the sender's slot go through it up to the
-/// block-read threshold (default 1 MiB where collectives read) and are
+/// block-read threshold (default 2 MiB with 3-4 local ranks where
+/// collectives read) and are
 /// read from its tensor above: ranks given different settings take the
 /// largest, so a block one rank would read is not looked for in a slot
 /// its sender left empty. Blocks of 0, 400, 700 and 1400 bytes around a
@@ -547,7 +548,7 @@ fn all_to_all_blocks_around_the_block_read_threshold_arrive_with_settings_that_d
         comms_with(|r| ShmConfig { threads: 3, attach_min: 1 << 20, block_min: blocks[r], ..common::TINY_SHM })
     };
     let th = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_block_read_min_bytes").map(|(_, v)| *v);
-    for (blocks, want) in [([0, 0, 0], 1u64 << 20), ([500, 0, 0], 500), ([0, 0, 500], 500), ([0, 200, 500], 500)] {
+    for (blocks, want) in [([0, 0, 0], 2u64 << 20), ([500, 0, 0], 500), ([0, 0, 500], 500), ([0, 200, 500], 500)] {
         let comms = with(blocks);
         assert!(comms.iter().all(|c| th(c) == Some(want)), "{blocks:?}: {:?}", comms.iter().map(th).collect::<Vec<_>>());
         // rank r sends rank p (r + 2p) % 4 x 100 floats... in bytes 0 / 400 / 700 / 1400

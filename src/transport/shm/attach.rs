@@ -98,15 +98,24 @@ pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 pub const PAIR_BLOCK_READ_MIN: usize = SINGLE_READER_MIN;
 
 /// all_to_all / gather / scatter blocks up to this size go through the
-/// senders' slots where reads are fast (when they fit) and the host has at
-/// most [`BLOCK_SLOT_RANKS`] local ranks: on the 16-core host with 4 ranks,
+/// senders' slots where reads are fast (when they fit: a slot holds
+/// 2 MiB with 8 threads a rank, 1 MiB with 4) and the host has at most
+/// [`BLOCK_SLOT_RANKS`] local ranks: on the 16-core host with 4 ranks,
 /// 1-4 MiB all_to_all took 1.3-1.5x less time so and 4 MiB scatter
-/// 1.5-1.8x (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`); blocks
-/// of 2-4 MiB through slots made 8-16 MiB ones slower. With 8 ranks it made
-/// no difference, and with 16 on the 64-core host 8 MiB all_to_all (512 KiB
-/// blocks, every rank copying twice at once) was 25% slower: there blocks
-/// over `single_min` are read, as before.
-pub const BLOCK_READ_MIN: usize = 1 << 20;
+/// 1.5-1.8x (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`). It
+/// was 1 MiB until 2 MiB blocks were timed through the slots of 4 ranks of
+/// 8 threads, settings alternating: on the 64-core host (four pairs of
+/// runs) 8 MiB all_to_all took 0.56-1.03x the time (median 0.80), 8 MiB
+/// scatter 0.61-0.93x (0.76), gathers of 2 MiB blocks 0.70-1.21x (0.82)
+/// (`benchmarks/results/2026-11-27-x4host-block-slots/`); on the 32-core
+/// host all_to_all and scatter 0.87-0.88x, gather 1.08x (one run of three
+/// pairs, `benchmarks/results/2026-11-27-h200x2host-pair-block-slots/four-ranks/`).
+/// With 8 ranks on the 64-core host 2 MiB blocks through the slots made
+/// 16 MiB all_to_all and gather 1.3x slower (two pairs, same folder), and
+/// with 16 ranks 8 MiB all_to_all (512 KiB blocks, every rank copying
+/// twice at once) was 25% slower: there blocks over `single_min` are
+/// read, as before.
+pub const BLOCK_READ_MIN: usize = 2 << 20;
 /// The most local ranks for which [`BLOCK_READ_MIN`] applies.
 pub const BLOCK_SLOT_RANKS: usize = 4;
 /// [`BLOCK_READ_MIN`] for a host with 2 local ranks where reads are fast:
