@@ -231,17 +231,6 @@ fn a_part_its_rank_could_not_reduce_fails_every_rank_that_takes_it() {
     }
 }
 
-/// Changes the protection of the page at `addr` (only `on` the rank that
-/// owns it).
-fn protect(on: bool, addr: usize, prot: i32) {
-    if on {
-        // SAFETY: one page inside a buffer of this test (a whole page of
-        // its middle chunk), nothing else lives there; restored before the
-        // buffer is read or freed.
-        assert_eq!(unsafe { libc::mprotect(addr as *mut libc::c_void, 4096, prot) }, 0);
-    }
-}
-
 /// Ranks given different thresholds (or attach off on one of them) still
 /// agree: off anywhere means off everywhere, otherwise the largest
 /// threshold applies to all (no rank waits for another at setup or picks

@@ -135,3 +135,40 @@ fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
         }
     }
 }
+
+/// A scatter root that could not write one receiver's second half (rank
+/// 1's here: a page of that half of its output is read-only) fails that
+/// receiver and itself, naming the cause, and no other: rank 2, whose
+/// half it wrote, returns its block (the root says whose halves it
+/// missed, not only that it failed). Through the workers (3 threads) and
+/// on the caller alone (1).
+#[test]
+fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
+    const LEN: usize = 8192; // floats a block: 32 KiB, 8 pages
+    let block = |p: usize| -> Vec<f64> { (0..LEN).map(|i| ((i * 5 + p * 11) % 251) as f64).collect() };
+    for threads in [3, 1] {
+        let comms = n_comms_with(3, |_| ShmConfig { threads, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, ..common::TINY_SHM });
+        let got = on_ranks(&comms, |r, c| {
+            let ins: Vec<_> = if r == 0 { (0..3).map(|p| buf(DType::F32, &block(p))).collect() } else { vec![] };
+            let out = buf(DType::F32, &vec![-1.0; LEN]);
+            // a whole page of the second half (from 16 KiB) of rank 1's output
+            let page = (out.tensor().expect("not lent").addr() + 2 * LEN).next_multiple_of(4096) + 4096;
+            protect(r == 1, page, libc::PROT_READ);
+            let mut s = spec(OpKind::Scatter);
+            s.inputs = ins.iter().map(t).collect();
+            s.outputs = vec![t(&out)];
+            let res = c.submit(vec![s], None, None).unwrap().wait(None);
+            protect(r == 1, page, libc::PROT_READ | libc::PROT_WRITE);
+            // (a rank that failed keeps its tensors lent: peers might still write them)
+            let got = if res.is_ok() { read(DType::F32, &out) } else { vec![] };
+            (res.err().map(|e| e.to_string()), got)
+        });
+        let what = format!("threads={threads}: {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
+        let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
+        assert!(err(0).contains("rustccl scatter") && err(0).contains("rank 1") && err(0).contains("Bad address"), "{what}");
+        assert!(err(1).contains("rustccl scatter") && err(1).contains("second half"), "{what}");
+        assert!(got[2].0.is_none(), "rank 2's half was written: {what}");
+        assert_eq!(got[2].1, block(2), "{what}");
+        assert_eq!(algorithm(&comms[2], "scatter"), "shm_attach", "{what}");
+    }
+}

@@ -31,6 +31,8 @@
 #![forbid(unsafe_code)]
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::error::Result;
 use crate::transport::shm::{split_point, Area, Desc, PhaseWait, AttachError, Window, Workers};
@@ -471,9 +473,9 @@ pub(super) fn first_failed(win: &Window, w: &dyn PhaseWait, slot: Area, senders:
 /// root alone decides, and says which receivers it writes to in its
 /// header ([`split_bit`]), so ranks with other settings cannot disagree.
 /// Where it splits any block, every rank takes one more step: a split
-/// receiver reads the root's first word ([`FAILED`]) after the root's
-/// writes (`p+2`) and before the root, waiting for `p+3`, may start its
-/// next operation and write that slot again.
+/// receiver reads whether the root failed its half ([`second_half_written`])
+/// after the root's writes (`p+2`) and before the root, waiting for `p+3`,
+/// may start its next operation and write that slot again.
 /// `own`: the root copies its own part of `ins` into `output` after the
 /// first step, while the others take theirs (false: the caller copies it
 /// after the operation, as `output` overlaps some of `ins`).
@@ -514,7 +516,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         // The root writes our second half until it publishes p+2, and
         // keeps its slot (the word that says whether it failed) until p+3.
         step.sync(win, w, 1)?;
-        let r = r.and_then(|()| first_failed(win, w, slot, std::iter::once(root), "write the second half of this rank's scatter block into its output"));
+        let r = r.and_then(|()| second_half_written(win, w, slot, root));
         return step.end(win, w, 2, false, r);
     }
     let r = if me != root {
@@ -523,8 +525,11 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         if own {
             win.workers().copy(output, ins[me]);
         }
-        let r = push_halves(win, w, solo, &blocks, split);
+        let (unwritten, r) = push_halves(win, w, solo, &blocks, split);
         if r.is_err() {
+            if let Some(at) = unwritten_at(win) {
+                win.put(slot, at, &unwritten.to_ne_bytes());
+            }
             set_slot_word(win, slot, flags | FAILED);
         }
         r
@@ -540,17 +545,15 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
 /// `c`'s block (none beyond the word's 56 bits for receivers: those read
 /// their whole block).
 fn split_bit(c: usize) -> u64 {
-    if c < 56 {
-        1 << (8 + c)
-    } else {
-        0
-    }
+    if c < 56 { 1 << (8 + c) } else { 0 }
 }
 
 /// A scatter root's writes of the second half of the block of every
 /// receiver `split` into its posted output, on `wk`'s threads; a receiver
-/// that posted another size gets nothing (it fails itself).
-fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, &[u8])], split: impl Fn(usize) -> bool) -> Result<()> {
+/// that posted another size gets nothing (it fails itself). Every piece is
+/// tried; returns the [`split_bit`]s of the receivers some piece of whose
+/// half could not be written, and the first failure.
+fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, &[u8])], split: impl Fn(usize) -> bool) -> (u64, Result<()>) {
     let mut items = Vec::new();
     for &(c, d) in blocks.iter().filter(|(c, _)| split(*c)) {
         if win.check_posted("scatter", c, 0, d.len()).is_err() {
@@ -560,5 +563,39 @@ fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, 
         items.extend(wk.ranges(d.len() - half).into_iter().map(|r| (c, half + r.start, &d[half + r.start..half + r.end])));
     }
     let bytes = items.iter().map(|i| i.2.len()).sum();
-    wk.for_each(items, bytes, |(c, off, src)| win.push(c, 0, off, src)).map_err(|e: AttachError| win.failed(w, e))
+    let (unwritten, first) = (AtomicU64::new(0), Mutex::new(None));
+    let Ok(()) = wk.for_each(items, bytes, |(c, off, src)| {
+        if let Err(e) = win.push(c, 0, off, src) {
+            unwritten.fetch_or(split_bit(c), Ordering::Relaxed);
+            first.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        }
+        Ok::<(), Infallible>(())
+    });
+    let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
+    (unwritten.into_inner(), first.map_or(Ok(()), |e: AttachError| Err(win.failed(w, e))))
+}
+
+/// Where a scatter root that failed ([`FAILED`]) says whose second halves
+/// it could not write ([`push_halves`]' bits): the word after its header
+/// in its small slot, whose blocks area a root that splits does not use
+/// (its blocks are read); `None` where the slot has no room for it.
+fn unwritten_at(win: &Window) -> Option<usize> {
+    let at = blocks_at(win.ranks().len());
+    (at + 8 <= win.small_capacity()).then_some(at)
+}
+
+/// After a scatter root's writes (`p+2`): whether it wrote this split
+/// receiver's second half. A root that failed names the receivers it
+/// could not write to ([`unwritten_at`]; all where there is no room), so
+/// the others keep their blocks.
+fn second_half_written(win: &Window, w: &dyn PhaseWait, slot: Area, root: usize) -> Result<()> {
+    let mine = |at| {
+        let mut word = [0u8; 8];
+        win.get(root, slot, at, &mut word);
+        u64::from_ne_bytes(word) & split_bit(win.me()) != 0
+    };
+    if slot_word(win, root, slot) & FAILED != 0 && unwritten_at(win).is_none_or(mine) {
+        return first_failed(win, w, slot, std::iter::once(root), "write the second half of this rank's scatter block into its output");
+    }
+    Ok(())
 }

@@ -444,3 +444,15 @@ pub fn n_comms_with(n: usize, shm: impl Fn(usize) -> ShmConfig + Sync) -> Vec<Co
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
 }
+
+/// Changes the protection of the page at `addr` (only `on` the rank that
+/// owns it): a test's way to make one rank's reads or writes of a peer's
+/// buffer fail.
+pub fn protect(on: bool, addr: usize, prot: i32) {
+    if on {
+        // SAFETY: one whole page inside a buffer of the calling test,
+        // where nothing else lives; the test restores it before the
+        // buffer is read or freed.
+        assert_eq!(unsafe { libc::mprotect(addr as *mut libc::c_void, 4096, prot) }, 0);
+    }
+}
