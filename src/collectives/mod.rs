@@ -33,6 +33,7 @@ pub mod ring;
 pub mod shm_all_gather;
 pub mod shm_attach;
 pub mod shm_attach_reduce;
+pub mod shm_attach_scatter;
 pub mod shm_broadcast;
 pub mod shm_one_round;
 pub mod shm_pipelined;
@@ -485,7 +486,7 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
                     // others read: then after them.
                     let own = inputs.as_ref().is_some_and(|ins| !any_overlap(&ins.spans(), &[output.span()]));
                     let views = inputs.as_ref().map(|i| i.views());
-                    shm_attach::scatter(&win, wait, views.as_deref(), output.bytes_mut(), *root, own)?;
+                    shm_attach_scatter::scatter(&win, wait, views.as_deref(), output.bytes_mut(), *root, own)?;
                     if let (false, Some(ins)) = (own, inputs.as_ref()) {
                         let (src, so, len) = locate(ins, r);
                         copy_own(Some(&win), output, 0, src, so, len);

@@ -21,7 +21,7 @@
 //! A gather whose blocks no slot takes is where data goes the other way
 //! (so do a 2-rank broadcast's second half, [`broadcast`], a reduce's
 //! parts, `shm_attach_reduce`, and the second half of a scatter's read
-//! blocks up to `RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES`, [`scatter`]): where tensors are read through the kernel, the root
+//! blocks up to `RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES`, `shm_attach_scatter`): where tensors are read through the kernel, the root
 //! posts its outputs and says so in its header ([`POSTED_FOR_PUSHES`]),
 //! and each sender writes its block into them itself (`Window::push`),
 //! side by side, while the root copies its own part; the root waits for
@@ -31,8 +31,6 @@
 #![forbid(unsafe_code)]
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use crate::error::Result;
 use crate::transport::shm::{split_point, Area, Desc, PhaseWait, AttachError, Window, Workers};
@@ -119,7 +117,7 @@ fn staggered<T>(win: &Window, items: &mut [T], peer_of: impl Fn(&T) -> usize) {
 /// from its tensor (`transport::shm::Attach::block_min`). Both sides
 /// decide from the length alone. With the attach threshold at 0 (tests)
 /// every block is read directly.
-fn eager(win: &Window, len: usize) -> bool {
+pub(super) fn eager(win: &Window, len: usize) -> bool {
     !win.block_read(len) && len <= win.slot_capacity()
 }
 
@@ -127,7 +125,7 @@ fn eager(win: &Window, len: usize) -> bool {
 /// slot: after a header of one word of flags (whether the sender's blocks
 /// are in it, [`IN_SLOT`], and the others below), and one word per local
 /// rank with the length of its block.
-fn blocks_at(n: usize) -> usize {
+pub(super) fn blocks_at(n: usize) -> usize {
     (8 * (n + 1)).div_ceil(64) * 64
 }
 
@@ -141,22 +139,20 @@ pub(super) const POSTED_FOR_PUSHES: u64 = 2;
 /// peers read once reduced (`shm_attach_reduce`). Written over its small
 /// slot's first word before the publish after which the peers look.
 pub(super) const FAILED: u64 = 4;
-/// A scatter root's bits for the receivers whose blocks it splits ([`split_bit`]).
-const SPLIT_BITS: u64 = u64::MAX << 8;
 
 /// A sender's header, as written by [`offer`].
-struct Header {
-    in_slot: bool,
+pub(super) struct Header {
+    pub in_slot: bool,
     /// The first word: [`IN_SLOT`], [`POSTED_FOR_PUSHES`], [`FAILED`],
-    /// a scatter root's [`split_bit`]s.
-    flags: u64,
-    lens: Vec<usize>,
+    /// a scatter root's `shm_attach_scatter::split_bit`s.
+    pub flags: u64,
+    pub lens: Vec<usize>,
 }
 
 impl Header {
     /// After the first step: every rank's header, ours standing for
     /// whether our blocks went to our slot (`mine`).
-    fn read_all(win: &Window, slot: Area, mine: bool) -> Vec<Header> {
+    pub fn read_all(win: &Window, slot: Area, mine: bool) -> Vec<Header> {
         let n = win.ranks().len();
         (0..n)
             .map(|peer| {
@@ -188,7 +184,7 @@ impl Header {
 /// with or without blocks, `flags` (a root's push flags, a scatter root's
 /// split bits) in its first word. Returns whether the blocks are in the
 /// small slot.
-fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[u8])], flags: u64) -> bool {
+pub(super) fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[u8])], flags: u64) -> bool {
     let n = win.ranks().len();
     let in_slot = fits_small(win, blocks.iter().map(|(_, d)| d.len()).sum());
     let mut header = vec![0u8; 8 * (n + 1)];
@@ -217,7 +213,7 @@ fn fits_small(win: &Window, total: usize) -> bool {
 /// same headers, so all take the same decision: then nobody reads
 /// anybody's tensors or input slots, and the operation ends without a
 /// second step (the small slots alternate).
-fn all_in_slots(headers: &[Header]) -> bool {
+pub(super) fn all_in_slots(headers: &[Header]) -> bool {
     headers.iter().all(|h| h.in_slot)
 }
 
@@ -227,7 +223,7 @@ fn all_in_slots(headers: &[Header]) -> bool {
 /// tensor it posted as that entry; copies and reads on `wk`'s threads.
 /// Sizes are checked against the sender's first, for every block: a
 /// mismatch moves nothing and names the peer.
-fn take(win: &Window, w: &dyn PhaseWait, wk: &Workers, op: &'static str, slot: Area, headers: &[Header], blocks: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
+pub(super) fn take(win: &Window, w: &dyn PhaseWait, wk: &Workers, op: &'static str, slot: Area, headers: &[Header], blocks: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
     let me = win.me();
     let mut from = Vec::with_capacity(blocks.len());
     for (peer, entry, input, dst) in blocks {
@@ -257,7 +253,7 @@ fn take(win: &Window, w: &dyn PhaseWait, wk: &Workers, op: &'static str, slot: A
     pull_all(win, w, wk, pulls)
 }
 
-fn desc(name: &'static str, len: usize, root: Option<usize>) -> Desc {
+pub(super) fn desc(name: &'static str, len: usize, root: Option<usize>) -> Desc {
     Desc { name, dtype: DType::U8, op: ReduceOp::Sum, len, root }
 }
 
@@ -457,145 +453,6 @@ pub(super) fn first_failed(win: &Window, w: &dyn PhaseWait, slot: Area, senders:
         if slot_word(win, c, slot) & FAILED != 0 {
             return Err(w.mismatch(win.ranks()[c], format!("the peer could not {what} (its own error names the cause)")));
         }
-    }
-    Ok(())
-}
-
-/// Every rank reads its part of the root's `ins` (the root's own part is
-/// copied by the caller). The root copies the blocks that go through its
-/// slots on its solo-phase threads: the others wait for them. A block
-/// read from the root's tensor, of at most the root's
-/// [`Window::scatter_split_max`] bytes, is split where the root takes
-/// pushes ([`Window::gather_push`]): its receiver reads the first half
-/// while the root, idle otherwise, writes the second into the receiver's
-/// output (posted for it), on its solo-phase threads; the root's readers
-/// all go through its one address space, its writes through theirs. The
-/// root alone decides, and says which receivers it writes to in its
-/// header ([`split_bit`]), so ranks with other settings cannot disagree.
-/// Where it splits any block, every rank takes one more step: a split
-/// receiver reads whether the root failed its half ([`second_half_written`])
-/// after the root's writes (`p+2`) and before the root, waiting for `p+3`,
-/// may start its next operation and write that slot again.
-/// `own`: the root copies its own part of `ins` into `output` after the
-/// first step, while the others take theirs (false: the caller copies it
-/// after the operation, as `output` overlaps some of `ins`).
-pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, output: &mut [u8], root: usize, own: bool) -> Result<()> {
-    let me = win.me();
-    let ins = ins.unwrap_or(&[]);
-    let slot = Window::small_slot(win.phase());
-    let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
-    let mut mine = false;
-    let solo = win.solo_workers(blocks.iter().map(|(_, d)| d.len()).sum());
-    // The root's choice: which receivers' blocks it splits (their reads
-    // stay whole where the blocks go through its slots after all).
-    let mut flags = 0;
-    if me == root && win.gather_push() {
-        flags = POSTED_FOR_PUSHES;
-        for &(c, d) in &blocks {
-            if !eager(win, d.len()) && d.len() <= win.scatter_split_max() {
-                flags |= split_bit(c);
-            }
-        }
-    }
-    // The root's entries are its inputs, a receiver's its output (where
-    // the root may write).
-    let posted: Vec<&[u8]> = if me == root { ins.to_vec() } else { vec![&*output] };
-    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), &posted, || mine = offer(win, solo, slot, &blocks, flags))?;
-    drop(posted);
-    let headers = Header::read_all(win, slot, mine);
-    // (Our own header, as read, says only whether our blocks are in the slot.)
-    let root_flags = if me == root { flags } else { headers[root].flags };
-    let pushes = !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0;
-    let split = |c: usize| pushes && root_flags & split_bit(c) != 0;
-    let steps = if pushes && root_flags & SPLIT_BITS != 0 { 2 } else { 1 };
-    if me != root && split(me) {
-        let r = win.check_size("scatter", root, output.len(), headers[root].lens[me]).and_then(|()| {
-            let half = split_point(output.len());
-            pull_all(win, w, win.workers(), vec![(root, me, 0, &mut output[..half])])
-        });
-        // The root writes our second half until it publishes p+2, and
-        // keeps its slot (the word that says whether it failed) until p+3.
-        step.sync(win, w, 1)?;
-        let r = r.and_then(|()| second_half_written(win, w, slot, root));
-        return step.end(win, w, 2, false, r);
-    }
-    let r = if me != root {
-        take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)])
-    } else {
-        if own {
-            win.workers().copy(output, ins[me]);
-        }
-        let (unwritten, r) = push_halves(win, w, solo, &blocks, split);
-        if r.is_err() {
-            if let Some(at) = unwritten_at(win) {
-                win.put(slot, at, &unwritten.to_ne_bytes());
-            }
-            set_slot_word(win, slot, flags | FAILED);
-        }
-        r
-    };
-    if all_in_slots(&headers) {
-        return r;
-    }
-    let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));
-    step.end(win, w, steps, read_from_us, r)
-}
-
-/// In a scatter root's header: it writes the second half of local rank
-/// `c`'s block (none beyond the word's 56 bits for receivers: those read
-/// their whole block).
-fn split_bit(c: usize) -> u64 {
-    if c < 56 { 1 << (8 + c) } else { 0 }
-}
-
-/// A scatter root's writes of the second half of the block of every
-/// receiver `split` into its posted output, on `wk`'s threads; a receiver
-/// that posted another size gets nothing (it fails itself). Every piece is
-/// tried; returns the [`split_bit`]s of the receivers some piece of whose
-/// half could not be written, and the first failure.
-fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, &[u8])], split: impl Fn(usize) -> bool) -> (u64, Result<()>) {
-    let mut items = Vec::new();
-    for &(c, d) in blocks.iter().filter(|(c, _)| split(*c)) {
-        if win.check_posted("scatter", c, 0, d.len()).is_err() {
-            continue;
-        }
-        let half = split_point(d.len());
-        items.extend(wk.ranges(d.len() - half).into_iter().map(|r| (c, half + r.start, &d[half + r.start..half + r.end])));
-    }
-    let bytes = items.iter().map(|i| i.2.len()).sum();
-    let (unwritten, first) = (AtomicU64::new(0), Mutex::new(None));
-    let Ok(()) = wk.for_each(items, bytes, |(c, off, src)| {
-        if let Err(e) = win.push(c, 0, off, src) {
-            unwritten.fetch_or(split_bit(c), Ordering::Relaxed);
-            first.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-        }
-        Ok::<(), Infallible>(())
-    });
-    let first = first.into_inner().unwrap_or_else(|p| p.into_inner());
-    (unwritten.into_inner(), first.map_or(Ok(()), |e: AttachError| Err(win.failed(w, e))))
-}
-
-/// Where a scatter root that failed ([`FAILED`]) says whose second halves
-/// it could not write ([`push_halves`]' bits): the word after its header
-/// in its small slot, whose blocks area a root that splits does not use
-/// (its blocks are read); `None` where the slot has no room for it.
-fn unwritten_at(win: &Window) -> Option<usize> {
-    let at = blocks_at(win.ranks().len());
-    (at + 8 <= win.small_capacity()).then_some(at)
-}
-
-/// After a scatter root's writes (`p+2`): whether it wrote this split
-/// receiver's second half. A root that failed names the receivers it
-/// could not write to ([`unwritten_at`]; all where there is no room), so
-/// the others keep their blocks.
-fn second_half_written(win: &Window, w: &dyn PhaseWait, slot: Area, root: usize) -> Result<()> {
-    let mine = |at| {
-        let mut word = [0u8; 8];
-        win.get(root, slot, at, &mut word);
-        u64::from_ne_bytes(word) & split_bit(win.me()) != 0
-    };
-    if slot_word(win, root, slot) & FAILED != 0 && unwritten_at(win).is_none_or(mine) {
-        return first_failed(win, w, slot, std::iter::once(root), "write the second half of this rank's scatter block into its output");
     }
     Ok(())
 }
