@@ -87,6 +87,21 @@ def test_abort_fails_a_stuck_collective():
     assert out["runtime_error"] and out["since_abort"] < 6, out
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_completed_send_is_received_after_its_sender_exited(transport):
+    """4 KB through the ring and 1 MiB staged in the sender's shared
+    memory (a staging area set for it: the 2-core VM has none by default),
+    or over TCP: both arrive intact at a receive posted after the sender's
+    process exited."""
+    env = {"RUSTCCL_TRANSPORT": transport, "RUSTCCL_SHM_STAGED_SEND_MAX_BYTES": str(8 << 20)}
+    res = launch.run("w_faults:send_then_exit", 2, env=env, pg_timeout=20, timeout=120)
+    assert res[1]["gone"], res[1]
+    if transport == "shm":
+        assert res[0]["staged_max"] == 8 << 20, res[0]
+    for k, got in enumerate(res[1]["got"]):
+        assert got["err"]["type"] is None and got["equal"], (k, got)
+
+
 def test_init_destroy_cycles_leak_nothing():
     res = launch.run("w_faults:cycles", 2, 200, init="none", timeout=400)
     for r in res:

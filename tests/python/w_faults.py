@@ -133,3 +133,44 @@ def cycles(rank: int, world: int, n: int) -> dict:
         if k in (n // 4, n - 1):
             samples.append(counts())
     return {"after_warmup": samples[0], "end": samples[1]}
+
+
+def _gone(pid: int, within: float) -> bool:
+    """Whether process `pid` exited (or is a zombie) within `within` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+SENT_THEN_LEFT = [1000, 1 << 18]  # floats: 4 KB by value, 1 MiB (staged or streamed)
+
+
+def send_then_exit(rank: int, world: int) -> dict:
+    """Rank 0 sends, destroys its group and exits; rank 1 posts its
+    receives only once rank 0's process is gone. A send that completed is
+    delivered (as gloo's, whose bytes wait in the socket)."""
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        for i, n in enumerate(SENT_THEN_LEFT):
+            dist.send(torch.arange(n, dtype=torch.float32) + i, 1)
+        store.set("sender_pid", str(os.getpid()))
+        store.wait(["pid_read"])  # the store lives in this process
+        staged = rustccl.stats()["thresholds"].get("shm_staged_send_max_bytes")
+        dist.destroy_process_group()
+        return {"staged_max": staged}
+    pid = int(store.get("sender_pid"))
+    store.set("pid_read", "1")
+    gone = _gone(pid, 60)
+    got = []
+    for i, n in enumerate(SENT_THEN_LEFT):
+        y = torch.zeros(n)
+        err = _timed(lambda: dist.recv(y, 0))
+        got.append({"err": err, "equal": torch.equal(y, torch.arange(n, dtype=torch.float32) + i)})
+    return {"gone": gone, "got": got}
