@@ -3,7 +3,7 @@
 //! block from the root, out of the root's small slot, its input slots or
 //! its tensor, and where the root takes pushes it writes the second half
 //! of a block its receiver reads ([`scatter`]). A root that could not
-//! write a receiver's half says which ([`second_half_written`]).
+//! write a receiver's half says which (`second_half_written`).
 #![forbid(unsafe_code)]
 
 use std::convert::Infallible;
@@ -27,9 +27,9 @@ const SPLIT_BITS: u64 = u64::MAX << 8;
 /// output (posted for it), on its solo-phase threads; the root's readers
 /// all go through its one address space, its writes through theirs. The
 /// root alone decides, and says which receivers it writes to in its
-/// header ([`split_bit`]), so ranks with other settings cannot disagree.
+/// header (`split_bit`), so ranks with other settings cannot disagree.
 /// Where it splits any block, every rank takes one more step: a split
-/// receiver reads whether the root failed its half ([`second_half_written`])
+/// receiver reads whether the root failed its half (`second_half_written`)
 /// after the root's writes (`p+2`) and before the root, waiting for `p+3`,
 /// may start its next operation and write that slot again.
 /// `own`: the root copies its own part of `ins` into `output` after the

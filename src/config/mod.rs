@@ -133,7 +133,7 @@ pub struct ShmConfig {
     pub split_send_min: usize,
     /// A scatter root splits the blocks its receivers would read of at
     /// most this many bytes (it writes their second halves,
-    /// `collectives::shm_attach::scatter`); 0: from the host
+    /// `collectives::shm_attach_scatter::scatter`); 0: from the host
     /// (`transport::shm::host::scatter_split_max`); `usize::MAX`: any size.
     pub scatter_split_max: usize,
 }
