@@ -436,13 +436,23 @@ fn push_failures(win: &Window, w: &dyn PhaseWait, slot: Area, headers: &[Header]
 
 /// Writes the first word of this rank's small slot `slot` (push flags).
 pub(super) fn set_slot_word(win: &Window, slot: Area, word: u64) {
-    win.put(slot, 0, &word.to_ne_bytes());
+    set_slot_word_at(win, slot, 0, word);
+}
+
+/// Writes the word at byte `at` of this rank's small slot `slot`.
+pub(super) fn set_slot_word_at(win: &Window, slot: Area, at: usize, word: u64) {
+    win.put(slot, at, &word.to_ne_bytes());
 }
 
 /// The first word of local rank `peer`'s small slot `slot`.
 pub(super) fn slot_word(win: &Window, peer: usize, slot: Area) -> u64 {
+    slot_word_at(win, peer, slot, 0)
+}
+
+/// The word at byte `at` of local rank `peer`'s small slot `slot`.
+pub(super) fn slot_word_at(win: &Window, peer: usize, slot: Area, at: usize) -> u64 {
     let mut word = [0u8; 8];
-    win.get(peer, slot, 0, &mut word);
+    win.get(peer, slot, at, &mut word);
     u64::from_ne_bytes(word)
 }
 

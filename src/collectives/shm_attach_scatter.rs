@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::shm_attach::{all_in_slots, blocks_at, desc, eager, first_failed, offer, pull_all, set_slot_word, slot_word, take, Header, Step, FAILED, POSTED_FOR_PUSHES};
+use super::shm_attach::{all_in_slots, blocks_at, desc, eager, first_failed, offer, pull_all, set_slot_word, set_slot_word_at, slot_word, slot_word_at, take, Header, Step, FAILED, POSTED_FOR_PUSHES};
 use crate::error::Result;
 use crate::transport::shm::{split_point, Area, AttachError, PhaseWait, Window, Workers};
 
@@ -84,7 +84,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         let (unwritten, r) = push_halves(win, w, solo, &blocks, split);
         if r.is_err() {
             if let Some(at) = unwritten_at(win) {
-                win.put(slot, at, &unwritten.to_ne_bytes());
+                set_slot_word_at(win, slot, at, unwritten);
             }
             set_slot_word(win, slot, flags | FAILED);
         }
@@ -119,6 +119,9 @@ fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, 
         items.extend(wk.ranges(d.len() - half).into_iter().map(|r| (c, half + r.start, &d[half + r.start..half + r.end])));
     }
     let bytes = items.iter().map(|i| i.2.len()).sum();
+    // Each failure is recorded and the closure goes on: `for_each` on one
+    // thread would stop at the first error, and a receiver after it would
+    // take its half as written.
     let (unwritten, first) = (AtomicU64::new(0), Mutex::new(None));
     let Ok(()) = wk.for_each(items, bytes, |(c, off, src)| {
         if let Err(e) = win.push(c, 0, off, src) {
@@ -145,11 +148,7 @@ fn unwritten_at(win: &Window) -> Option<usize> {
 /// could not write to ([`unwritten_at`]; all where there is no room), so
 /// the others keep their blocks.
 fn second_half_written(win: &Window, w: &dyn PhaseWait, slot: Area, root: usize) -> Result<()> {
-    let mine = |at| {
-        let mut word = [0u8; 8];
-        win.get(root, slot, at, &mut word);
-        u64::from_ne_bytes(word) & split_bit(win.me()) != 0
-    };
+    let mine = |at| slot_word_at(win, root, slot, at) & split_bit(win.me()) != 0;
     if slot_word(win, root, slot) & FAILED != 0 && unwritten_at(win).is_none_or(mine) {
         return first_failed(win, w, slot, std::iter::once(root), "write the second half of this rank's scatter block into its output");
     }
