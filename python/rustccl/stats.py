@@ -4,7 +4,8 @@
     {'group': '0', 'rank': 0, 'size': 2, 'transport': 'tcp', 'nccl': None,
      'thresholds': {'small_allreduce_bytes': 65536, ..., 'shm_one_round_max_bytes': ...},
      'ops': {'all_reduce': {'calls': 12, 'bytes': ..., 'avg_us': ..., 'busbw_GBps': ...,
-                            'recent_avg_us': ..., 'algorithm': 'ring', 'transport': 'tcp', ...}}}
+                            'recent_avg_us': ..., 'algorithm': 'ring', 'algorithms': {'ring': 12},
+                            'transport': 'tcp', ...}}}
     >>> rustccl.reset_stats()
 
 Times of CUDA collectives are measured on the device only with
@@ -32,7 +33,12 @@ def _group_name(group) -> str:
 def stats(group=None) -> dict:
     """Counters of `group` (a ProcessGroup, a group name, or None for the
     default group): per collective calls, errors, bytes, total and recent
-    time, algbw / busbw, and the algorithm and transport used last; and
+    time, algbw / busbw, the algorithm and transport used last, and the
+    successful calls per algorithm (``algorithms``; for send and recv
+    between ranks of one host, how each message crossed: ``shm_ring``,
+    ``shm_staged`` (through the sender's staging area, or copied out of
+    it before its receive came), ``shm_read`` (read from the sender's
+    tensor), ``shm_split``; ``direct`` over TCP); and
     the algorithm thresholds in force (``thresholds``: the settings, or what
     was chosen from the host, e.g. the shared-memory one-round limit); and
     this process's shared tensors (``shared_tensors``: bytes in use, peak,

@@ -459,7 +459,8 @@ impl Communicator {
                 let record = move |w: &Work| {
                     let w2 = w.clone();
                     w.on_complete(Box::new(move |r, _| {
-                        let s = stats::Sample { op: kind, bytes, duration: w2.duration(), algorithm: "direct", transport, ok: r.is_ok() };
+                        let algorithm = w2.route().unwrap_or("direct");
+                        let s = stats::Sample { op: kind, bytes, duration: w2.duration(), algorithm, transport, ok: r.is_ok() };
                         st.record(s);
                         if let Err(e) = r {
                             st.note_error(e);

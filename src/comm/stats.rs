@@ -33,6 +33,8 @@ pub struct OpStats {
     /// (bytes, duration) of the last RECENT timed calls.
     pub recent: VecDeque<(u64, Duration)>,
     pub algorithm: &'static str,
+    /// Successful calls per algorithm.
+    pub algorithms: BTreeMap<&'static str, u64>,
     pub transport: &'static str,
     /// Bytes this rank sent to other hosts (hierarchical all_reduce).
     pub between_hosts_bytes: u64,
@@ -98,6 +100,7 @@ impl Stats {
         }
         e.bytes += s.bytes;
         e.algorithm = s.algorithm;
+        *e.algorithms.entry(s.algorithm).or_default() += 1;
         e.transport = s.transport;
         if let Some(d) = s.duration {
             e.timed_calls += 1;
@@ -250,9 +253,13 @@ mod tests {
             });
         }
         s.record(Sample { op: OpKind::AllReduce, bytes: 5, duration: None, algorithm: "x", transport: "y", ok: false });
+        s.record(Sample { op: OpKind::AllReduce, bytes: 0, duration: None, algorithm: "one_round", transport: "shm", ok: true });
+        s.record(Sample { op: OpKind::AllReduce, bytes: 0, duration: None, algorithm: "ring", transport: "tcp", ok: true });
         let snap = s.snapshot();
         let a = &snap["all_reduce"];
-        assert_eq!((a.calls, a.errors, a.bytes, a.timed_calls), (41, 1, 4000, 40));
+        assert_eq!((a.calls, a.errors, a.bytes, a.timed_calls), (43, 1, 4000, 40));
+        // Failed calls count under no algorithm.
+        assert_eq!(a.algorithms.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>(), vec![("one_round", 1), ("ring", 41)]);
         assert_eq!(a.recent.len(), RECENT);
         assert_eq!(a.recent.back().unwrap().1, Duration::from_micros(49));
         assert_eq!(a.algorithm, "ring");

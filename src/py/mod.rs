@@ -357,6 +357,11 @@ fn stats_dict<'py>(py: Python<'py>, c: &crate::comm::Communicator) -> PyResult<B
         d.set_item("recent_avg_us", rt * 1e6 / n)?;
         d.set_item("recent_busbw_GBps", bw(rb, rt) * bus_factor(name, c.size()))?;
         d.set_item("algorithm", s.algorithm)?;
+        let algorithms = PyDict::new(py);
+        for (a, n) in &s.algorithms {
+            algorithms.set_item(*a, *n)?;
+        }
+        d.set_item("algorithms", algorithms)?;
         d.set_item("transport", s.transport)?;
         d.set_item("between_hosts_bytes", s.between_hosts_bytes)?;
         d.set_item("codec", s.codec)?;

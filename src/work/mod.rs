@@ -69,6 +69,9 @@ struct State {
     callbacks: Vec<Callback>,
     /// For receives from any source: who sent.
     source: Option<Rank>,
+    /// How a point-to-point message crossed, where the engine says
+    /// (`comm::p2p`'s routes, counted in stats).
+    route: Option<&'static str>,
     started: Option<Instant>,
     finished: Option<Instant>,
     /// Threads asleep in `wait`: `finish` wakes them only if there are any
@@ -92,7 +95,7 @@ impl Work {
         Work(Arc::new(Inner {
             op,
             seq,
-            state: Mutex::new(State { result: None, mark: None, callbacks: Vec::new(), source: None, started: None, finished: None, waiters: 0 }),
+            state: Mutex::new(State { result: None, mark: None, callbacks: Vec::new(), source: None, route: None, started: None, finished: None, waiters: 0 }),
             cv: Condvar::new(),
             progress: OnceLock::new(),
         }))
@@ -104,7 +107,7 @@ impl Work {
         Work(Arc::new(Inner {
             op,
             seq,
-            state: Mutex::new(State { result: None, mark: Some(mark), callbacks: Vec::new(), source: None, started: Some(started), finished: None, waiters: 0 }),
+            state: Mutex::new(State { result: None, mark: Some(mark), callbacks: Vec::new(), source: None, route: None, started: Some(started), finished: None, waiters: 0 }),
             cv: Condvar::new(),
             progress: OnceLock::new(),
         }))
@@ -142,6 +145,15 @@ impl Work {
 
     pub fn source(&self) -> Option<Rank> {
         self.lock().source
+    }
+
+    /// Records how the message crossed (the last call wins).
+    pub fn set_route(&self, route: &'static str) {
+        self.lock().route = Some(route);
+    }
+
+    pub fn route(&self) -> Option<&'static str> {
+        self.lock().route
     }
 
     /// (started, finished) instants, where known.

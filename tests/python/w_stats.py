@@ -42,15 +42,69 @@ def counters(rank: int, world: int) -> tuple[int, list[str]]:
     ag = s["ops"]["all_gather"]
     c.true(f"all_gather bytes {ag['bytes']}", ag["calls"] == 1 and ag["bytes"] == 7 * 4 * world)
     c.true("barrier counted", s["ops"]["barrier"]["calls"] == 1)
+    algs = ar["algorithms"]
+    c.true(f"all_reduce per algorithm {algs}", algs == {"shm_one_round": 5, "shm_pipelined": 3})
     if rank in (0, 1):
         key = "send" if rank == 0 else "recv"
         c.true(f"{key} counted: {s['ops'].get(key)}", s["ops"][key]["calls"] == 1 and s["ops"][key]["bytes"] == 12)
+        c.true(f"{key} through the ring: {s['ops'][key]}", s["ops"][key]["algorithms"] == {"shm_ring": 1})
     g = dist.new_group()
     dist.all_reduce(torch.ones(4), group=g)
     c.true("a group's own counters", rustccl.stats(g)["ops"]["all_reduce"]["calls"] == 1)
     c.true("default group unchanged", rustccl.stats()["ops"]["all_reduce"]["calls"] == 8)
     rustccl.reset_stats()
     c.true("reset all", rustccl.stats()["ops"] == {} and rustccl.stats(g)["ops"] == {})
+    return c.count, c.failures
+
+
+# (floats, sleep after): 200 KiB sends staged by value, each before any
+# receive (the receiver takes each out of the staging area at once, which
+# frees it for the next); a small one through the ring; 1 MiB staged by
+# rendezvous; 12 MiB (over the 8 MiB staging area) read by the receiver.
+P2P_ROUTES = [(50 << 10, 0.5)] * 4 + [(3000, 0), (1 << 18, 0), (3 << 20, 0)]
+
+
+def p2p_routes(rank: int, world: int, expect_large: str) -> tuple[int, list[str]]:
+    """Run with RUSTCCL_SHM_STAGED_SEND_MAX_BYTES=8388608: how each send
+    and receive crossed, counted per route in stats()["ops"][op]["algorithms"]
+    on both ranks, and the bytes intact. `expect_large`: the 12 MiB
+    message's route (read, or split with its split threshold set; over TCP
+    every message is "direct")."""
+    c = Checker(rank)
+    store = dist.distributed_c10d._get_default_store()
+    # A rank's point-to-point engine starts with its first send or receive:
+    # until then nothing takes messages out of its rings.
+    w = torch.zeros(1)
+    if rank == 0:
+        dist.send(w, 1)
+    else:
+        dist.recv(w, 0)
+    rustccl.reset_stats()
+    if rank == 0:
+        last = None
+        for i, (n, pause) in enumerate(P2P_ROUTES):
+            x = torch.arange(n, dtype=torch.float32) + i
+            if n == P2P_ROUTES[-1][0]:
+                last = dist.isend(x, 1)  # completes on its receive
+            else:
+                dist.send(x, 1)
+            time.sleep(pause)
+        store.set("sent", "1")
+        last.wait()
+    else:
+        store.wait(["sent"])
+        for i, (n, _) in enumerate(P2P_ROUTES):
+            y = torch.zeros(n)
+            dist.recv(y, 0)
+            c.true(f"message {i} intact", torch.equal(y, torch.arange(n, dtype=torch.float32) + i))
+    op = "send" if rank == 0 else "recv"
+    algs = rustccl.stats()["ops"][op]["algorithms"]
+    if expect_large == "direct":
+        want = {"direct": len(P2P_ROUTES)}
+    else:
+        want = {"shm_staged": 5, "shm_ring": 1, expect_large: 1}
+    c.true(f"{op} routes {algs}, want {want}", algs == want)
+    dist.barrier()
     return c.count, c.failures
 
 

@@ -239,6 +239,9 @@ impl EventLoop {
                     return;
                 }
                 let (rdv, seq) = self.route_send(peer, buf.bytes());
+                if let Some(r) = self.route_of(peer, rdv, seq.is_some()) {
+                    work.set_route(r);
+                }
                 let now = Instant::now();
                 let mut to_stage = None;
                 if let Some(p) = self.peers[peer].as_mut() {
@@ -287,10 +290,13 @@ impl EventLoop {
                 let now = Instant::now();
                 match found {
                     Some(i) => match self.unexpected.remove(i).expect("index from position") {
-                        (p, _, Unexpected::Data(data)) => {
+                        (p, _, Unexpected::Data(data, how)) => {
                             let r = deliver(&mut buf, &data, p, tag);
                             drop(buf);
                             work.set_source(p);
+                            if let Some(how) = how {
+                                work.set_route(how);
+                            }
                             work.finish(r);
                         }
                         (p, _, Unexpected::Rendezvous(rdv)) => {
@@ -445,6 +451,9 @@ impl EventLoop {
             Sink::Posted(r) => {
                 drop(r.buf);
                 r.work.set_source(p);
+                if let Some(how) = self.route_of(p, false, false) {
+                    r.work.set_route(how);
+                }
                 r.work.finish(Ok(()));
             }
             Sink::Buffer(data) => {
@@ -455,9 +464,15 @@ impl EventLoop {
                         let res = deliver(&mut r.buf, &data, p, tag);
                         drop(r.buf);
                         r.work.set_source(p);
+                        if let Some(how) = self.route_of(p, false, false) {
+                            r.work.set_route(how);
+                        }
                         r.work.finish(res);
                     }
-                    None => self.unexpected.push_back((p, tag, Unexpected::Data(data))),
+                    None => {
+                        let how = self.route_of(p, false, false);
+                        self.unexpected.push_back((p, tag, Unexpected::Data(data, how)));
+                    }
                 }
             }
             Sink::Discard(_) => {}

@@ -141,9 +141,25 @@ struct Split {
     deadline: Instant,
 }
 
-/// A message no receive matched yet.
+/// How a message to or from a rank of this host crossed, as counted in
+/// `rustccl.stats()` (`ops["send"]["algorithms"]`, `ops["recv"][...]`);
+/// messages over TCP count as "direct".
+pub(super) mod route {
+    /// By value through the ring (written in, copied out).
+    pub const RING: &str = "shm_ring";
+    /// Through the sender's staging area (by value or by rendezvous),
+    /// or copied out of it before its receive came ([`super::Unexpected`]).
+    pub const STAGED: &str = "shm_staged";
+    /// Read by the receiver from the sender's tensor (rendezvous).
+    pub const READ: &str = "shm_read";
+    /// Read half by the receiver, the other half written by the sender.
+    pub const SPLIT: &str = "shm_split";
+}
+
+/// A message no receive matched yet: its bytes, and how they came
+/// ([`route`]; `None` over TCP), or a rendezvous header.
 enum Unexpected {
-    Data(Vec<u8>),
+    Data(Vec<u8>, Option<&'static str>),
     Rendezvous(Rdv),
 }
 
@@ -346,6 +362,7 @@ impl P2pEngine {
                         // Finished with no lock held: its callbacks may
                         // submit again.
                         drop(req);
+                        work.set_route(route::RING);
                         work.finish(Ok(()));
                         return Ok(work);
                     }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::event_loop::{site, size_mismatch, EventLoop};
 use super::link::watch_alive;
-use super::{Outgoing, Posted, Rdv, Unexpected};
+use super::{route, Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
 use crate::tensor::HostTensor;
 use crate::transport::frame::{rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
@@ -73,6 +73,17 @@ impl EventLoop {
     pub(super) fn rendezvous_to(&self, peer: Rank, nbytes: usize) -> bool {
         let shm = self.peers[peer].as_ref().is_some_and(|p| p.link.is_shm());
         by_rendezvous(self.attach.as_deref(), shm, nbytes)
+    }
+
+    /// How a message to or from `peer` crosses ([`route`]): by rendezvous
+    /// (`rdv`) or by value, `staged` or not; `None` over TCP.
+    pub(super) fn route_of(&self, peer: Rank, rdv: bool, staged: bool) -> Option<&'static str> {
+        let shm = self.peers[peer].as_ref().is_some_and(|p| p.link.is_shm());
+        shm.then_some(match (staged, rdv) {
+            (true, _) => route::STAGED,
+            (false, true) => route::READ,
+            (false, false) => route::RING,
+        })
     }
 
     /// How a send of `data` to `peer` goes: by rendezvous (true) or by
@@ -135,7 +146,7 @@ impl EventLoop {
         // No receive gives the ack a deadline: the group's timeout does
         // (the ack waits only while the sender's ring is full).
         self.queue_control(p, P2pKind::Ack, rdv.id, 0, Vec::new(), Instant::now() + self.timeout);
-        self.unexpected.push_back((p, tag, Unexpected::Data(data)));
+        self.unexpected.push_back((p, tag, Unexpected::Data(data, Some(route::STAGED))));
     }
 
     /// Copies staged message `rdv` of `p` (local index `i`) out of its
@@ -185,6 +196,7 @@ impl EventLoop {
         let text = nack.unwrap_or_default().into_bytes();
         self.queue_control(p, P2pKind::Ack, rdv.id, text.len() as u64, text, ack_deadline);
         work.set_source(p);
+        work.set_route(if rdv.staged { route::STAGED } else { route::READ });
         work.finish(res);
     }
 

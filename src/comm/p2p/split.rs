@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use super::event_loop::{site, EventLoop};
 use super::rendezvous::pull;
-use super::{Posted, Rdv, Split};
+use super::{route, Posted, Rdv, Split};
 use crate::error::Error;
 use crate::transport::frame::{rendezvous_body, rendezvous_parse as parse, P2pKind};
 use crate::transport::shm::split_point;
@@ -76,7 +76,13 @@ impl EventLoop {
         let (dst, from) = parse(data);
         let span = self.peers[p].as_ref().and_then(|x| x.awaiting.iter().find(|a| a.id == id)).map(|a| a.deadline.saturating_duration_since(a.posted_at));
         let text = match self.push_tail(p, id, dst, from as usize, len as usize) {
-            Ok(()) => String::new(),
+            Ok(()) => {
+                let send = self.peers[p].as_ref().and_then(|x| x.awaiting.iter().find(|a| a.id == id));
+                if let Some(w) = send.and_then(|a| a.work.as_ref()) {
+                    w.set_route(route::SPLIT);
+                }
+                String::new()
+            }
             Err(e) => e,
         };
         // A send that is gone (the text names that) answers within the
@@ -133,6 +139,7 @@ impl EventLoop {
         self.queue_control(p, P2pKind::Ack, id, nack.len() as u64, nack.into_bytes(), Instant::now() + span);
         if let Some(w) = s.work {
             w.set_source(p);
+            w.set_route(route::SPLIT);
             w.finish(res);
         }
     }
