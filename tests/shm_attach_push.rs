@@ -172,3 +172,32 @@ fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
         assert_eq!(algorithm(&comms[2], "scatter"), "shm_attach", "{what}");
     }
 }
+
+/// The same failure where the root's small slot has no room after its
+/// header for the word that names the receivers it missed (64 bytes with 3
+/// local ranks: the header takes them all): every split receiver fails,
+/// rank 2 too, naming the root, since none can tell whether its own half
+/// was written.
+#[test]
+fn a_scatter_root_with_no_room_to_name_whom_it_missed_fails_every_split_receiver() {
+    const LEN: usize = 8192;
+    let block = |p: usize| -> Vec<f64> { (0..LEN).map(|i| ((i * 7 + p * 13) % 251) as f64).collect() };
+    let comms = n_comms_with(3, |_| ShmConfig { threads: 3, small_bytes: 64, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, ..common::TINY_SHM });
+    let got = on_ranks(&comms, |r, c| {
+        let ins: Vec<_> = if r == 0 { (0..3).map(|p| buf(DType::F32, &block(p))).collect() } else { vec![] };
+        let out = buf(DType::F32, &vec![-1.0; LEN]);
+        let page = (out.tensor().expect("not lent").addr() + 2 * LEN).next_multiple_of(4096) + 4096;
+        protect(r == 1, page, libc::PROT_READ);
+        let mut s = spec(OpKind::Scatter);
+        s.inputs = ins.iter().map(t).collect();
+        s.outputs = vec![t(&out)];
+        let res = c.submit(vec![s], None, None).unwrap().wait(None);
+        protect(r == 1, page, libc::PROT_READ | libc::PROT_WRITE);
+        res.err().map(|e| e.to_string())
+    });
+    let err = |r: usize| got[r].as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {got:?}"));
+    assert!(err(0).contains("rustccl scatter") && err(0).contains("rank 1") && err(0).contains("Bad address"), "{got:?}");
+    for r in [1, 2] {
+        assert!(err(r).contains("rustccl scatter") && err(r).contains("second half"), "rank {r}: {got:?}");
+    }
+}
