@@ -4,6 +4,7 @@
 
 use std::sync::OnceLock;
 
+mod env;
 mod settings;
 
 /// Defaults of `RUSTCCL_SHM_TENSORS_MIN_BYTES` / `_CACHE_BYTES`.
@@ -263,25 +264,9 @@ pub struct Config {
     pub debug: LogLevel,
 }
 
+pub use env::{env_flag, parse_size};
+use env::{env_auto_flag, env_auto_size, env_count, env_on, env_usize};
 pub use settings::{Setting, SETTINGS};
-
-/// A byte count, or `None` for unset / empty / "auto" (at most 256 MiB).
-fn env_auto_size(name: &str) -> Option<usize> {
-    match std::env::var(name).as_deref() {
-        Err(_) | Ok("") | Ok("auto") => None,
-        Ok(_) => Some(env_usize(name, 1 << 20).min(256 << 20)),
-    }
-}
-
-/// Whether a yes / no setting is on ("1", "true" or "TRUE"), read now.
-pub fn env_flag(name: &str) -> bool {
-    matches!(std::env::var(name).as_deref(), Ok("1") | Ok("true") | Ok("TRUE"))
-}
-
-/// A setting that is on unless set to 0 / false / off.
-fn env_on(name: &str) -> bool {
-    !matches!(std::env::var(name).as_deref().map(str::trim), Ok("0" | "false" | "FALSE" | "off"))
-}
 
 /// `RUSTCCL_SHM_TENSORS_MIN_BYTES` and `_CACHE_BYTES`, read now: the arena
 /// reads them when `import rustccl` enables it, before anything reads
@@ -289,45 +274,6 @@ fn env_on(name: &str) -> bool {
 /// the import).
 pub fn shm_tensors_sizes() -> (usize, usize) {
     (env_usize("RUSTCCL_SHM_TENSORS_MIN_BYTES", SHM_TENSORS_MIN), env_usize("RUSTCCL_SHM_TENSORS_CACHE_BYTES", SHM_TENSORS_CACHE))
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    match std::env::var(name) {
-        Ok(v) => parse_size(&v).unwrap_or_else(|| {
-            eprintln!("rustccl: ignoring {name}={v:?}: not a byte count");
-            default
-        }),
-        Err(_) => default,
-    }
-}
-
-/// A setting that counts something other than bytes (threads, entries,
-/// microseconds): a plain whole number; anything else is ignored, with a
-/// message.
-fn env_count(name: &str, default: usize) -> usize {
-    match std::env::var(name) {
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-            eprintln!("rustccl: ignoring {name}={v:?}: not a whole number");
-            default
-        }),
-        Err(_) => default,
-    }
-}
-
-/// Parses "65536", "64K", "64KiB", "1M", "2MiB".
-pub fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: usize = num.parse().ok()?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult)
 }
 
 fn parse_level(s: &str) -> LogLevel {
@@ -388,7 +334,7 @@ impl Config {
                 quick_bytes: env_usize("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", 0),
                 quick_all_to_all_bytes: env_usize("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", 0),
                 quick_min_piece: env_usize("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", 0),
-                quick_leads: std::env::var("RUSTCCL_SHM_QUICK_LEADS").ok().filter(|v| v.trim() != "auto").map(|_| env_flag("RUSTCCL_SHM_QUICK_LEADS")),
+                quick_leads: env_auto_flag("RUSTCCL_SHM_QUICK_LEADS"),
                 spin_us: match std::env::var("RUSTCCL_SHM_SPIN_US").as_deref() {
                     Ok("auto") => SPIN_FROM_HOST,
                     _ => env_count("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST),
@@ -556,25 +502,6 @@ pub fn log_line(args: std::fmt::Arguments<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_with_units() {
-        assert_eq!(parse_size("65536"), Some(65536));
-        assert_eq!(parse_size("64K"), Some(65536));
-        assert_eq!(parse_size("2MiB"), Some(2 << 20));
-        assert_eq!(parse_size("x"), None);
-    }
-
-    #[test]
-    fn counts_take_plain_numbers_only() {
-        // Names no other test reads, so setting them races with nothing.
-        std::env::set_var("RUSTCCL_TEST_COUNT_PLAIN", " 12 ");
-        std::env::set_var("RUSTCCL_TEST_COUNT_UNIT", "64K");
-        assert_eq!(env_count("RUSTCCL_TEST_COUNT_PLAIN", 3), 12);
-        assert_eq!(env_count("RUSTCCL_TEST_COUNT_UNIT", 3), 3, "a byte unit on a count is ignored");
-        assert_eq!(env_count("RUSTCCL_TEST_COUNT_UNSET", 3), 3);
-        assert_eq!(env_usize("RUSTCCL_TEST_COUNT_UNIT", 3), 65536);
-    }
 
     #[test]
     fn fault_specs_parse() {
