@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use rustccl::config::ShmConfig;
-use rustccl::{DType, OpKind, ReduceOp};
+use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
 /// Between two ranks a broadcast that reads the root's buffer has the
 /// root write the second half into the other's itself, where the root
@@ -136,6 +136,31 @@ fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
     }
 }
 
+/// Floats in a block of the half-failed scatters below: 32 KiB, 8 pages.
+const HALF_FAILED_LEN: usize = 8192;
+
+/// Scatters `block(p)` from rank 0 to every rank of `comms` with a whole
+/// page of the second half (from 16 KiB) of rank 1's output read-only, so
+/// the root cannot write it; per rank, the error and the block received.
+fn scatter_with_a_read_only_half(comms: &[Communicator], block: impl Fn(usize) -> Vec<f64> + Sync) -> Vec<(Option<String>, Vec<f64>)> {
+    const LEN: usize = HALF_FAILED_LEN;
+    let n = comms.len();
+    on_ranks(comms, |r, c| {
+        let ins: Vec<_> = if r == 0 { (0..n).map(|p| buf(DType::F32, &block(p))).collect() } else { vec![] };
+        let out = buf(DType::F32, &vec![-1.0; LEN]);
+        let page = (out.tensor().expect("not lent").addr() + 2 * LEN).next_multiple_of(4096) + 4096;
+        protect(r == 1, page, libc::PROT_READ);
+        let mut s = spec(OpKind::Scatter);
+        s.inputs = ins.iter().map(t).collect();
+        s.outputs = vec![t(&out)];
+        let res = c.submit(vec![s], None, None).unwrap().wait(None);
+        protect(r == 1, page, libc::PROT_READ | libc::PROT_WRITE);
+        // (a rank that failed keeps its tensors lent: peers might still write them)
+        let got = if res.is_ok() { read(DType::F32, &out) } else { vec![] };
+        (res.err().map(|e| e.to_string()), got)
+    })
+}
+
 /// A scatter root that could not write one receiver's second half (rank
 /// 1's here: a page of that half of its output is read-only) fails that
 /// receiver and itself, naming the cause, and no other: rank 2, whose
@@ -144,25 +169,10 @@ fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
 /// on the caller alone (1).
 #[test]
 fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
-    const LEN: usize = 8192; // floats a block: 32 KiB, 8 pages
-    let block = |p: usize| -> Vec<f64> { (0..LEN).map(|i| ((i * 5 + p * 11) % 251) as f64).collect() };
+    let block = |p: usize| -> Vec<f64> { (0..HALF_FAILED_LEN).map(|i| ((i * 5 + p * 11) % 251) as f64).collect() };
     for threads in [3, 1] {
         let comms = n_comms_with(3, |_| ShmConfig { threads, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, ..common::TINY_SHM });
-        let got = on_ranks(&comms, |r, c| {
-            let ins: Vec<_> = if r == 0 { (0..3).map(|p| buf(DType::F32, &block(p))).collect() } else { vec![] };
-            let out = buf(DType::F32, &vec![-1.0; LEN]);
-            // a whole page of the second half (from 16 KiB) of rank 1's output
-            let page = (out.tensor().expect("not lent").addr() + 2 * LEN).next_multiple_of(4096) + 4096;
-            protect(r == 1, page, libc::PROT_READ);
-            let mut s = spec(OpKind::Scatter);
-            s.inputs = ins.iter().map(t).collect();
-            s.outputs = vec![t(&out)];
-            let res = c.submit(vec![s], None, None).unwrap().wait(None);
-            protect(r == 1, page, libc::PROT_READ | libc::PROT_WRITE);
-            // (a rank that failed keeps its tensors lent: peers might still write them)
-            let got = if res.is_ok() { read(DType::F32, &out) } else { vec![] };
-            (res.err().map(|e| e.to_string()), got)
-        });
+        let got = scatter_with_a_read_only_half(&comms, block);
         let what = format!("threads={threads}: {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
         let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
         assert!(err(0).contains("rustccl scatter") && err(0).contains("rank 1") && err(0).contains("Bad address"), "{what}");
@@ -180,24 +190,13 @@ fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
 /// was written.
 #[test]
 fn a_scatter_root_with_no_room_to_name_whom_it_missed_fails_every_split_receiver() {
-    const LEN: usize = 8192;
-    let block = |p: usize| -> Vec<f64> { (0..LEN).map(|i| ((i * 7 + p * 13) % 251) as f64).collect() };
+    let block = |p: usize| -> Vec<f64> { (0..HALF_FAILED_LEN).map(|i| ((i * 7 + p * 13) % 251) as f64).collect() };
     let comms = n_comms_with(3, |_| ShmConfig { threads: 3, small_bytes: 64, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, ..common::TINY_SHM });
-    let got = on_ranks(&comms, |r, c| {
-        let ins: Vec<_> = if r == 0 { (0..3).map(|p| buf(DType::F32, &block(p))).collect() } else { vec![] };
-        let out = buf(DType::F32, &vec![-1.0; LEN]);
-        let page = (out.tensor().expect("not lent").addr() + 2 * LEN).next_multiple_of(4096) + 4096;
-        protect(r == 1, page, libc::PROT_READ);
-        let mut s = spec(OpKind::Scatter);
-        s.inputs = ins.iter().map(t).collect();
-        s.outputs = vec![t(&out)];
-        let res = c.submit(vec![s], None, None).unwrap().wait(None);
-        protect(r == 1, page, libc::PROT_READ | libc::PROT_WRITE);
-        res.err().map(|e| e.to_string())
-    });
-    let err = |r: usize| got[r].as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {got:?}"));
-    assert!(err(0).contains("rustccl scatter") && err(0).contains("rank 1") && err(0).contains("Bad address"), "{got:?}");
+    let got = scatter_with_a_read_only_half(&comms, block);
+    let what = format!("{:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
+    let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
+    assert!(err(0).contains("rustccl scatter") && err(0).contains("rank 1") && err(0).contains("Bad address"), "{what}");
     for r in [1, 2] {
-        assert!(err(r).contains("rustccl scatter") && err(r).contains("second half"), "rank {r}: {got:?}");
+        assert!(err(r).contains("rustccl scatter") && err(r).contains("second half"), "rank {r}: {what}");
     }
 }
