@@ -139,15 +139,19 @@ impl Work {
         self.lock().started = Some(Instant::now());
     }
 
-    pub fn set_source(&self, rank: Rank) {
-        self.lock().source = Some(rank);
+    /// A receive's message came from `rank`, by `route` where the engine
+    /// says how it crossed.
+    pub fn arrived(&self, rank: Rank, route: Option<&'static str>) {
+        let mut s = self.lock();
+        s.source = Some(rank);
+        s.route = route.or(s.route);
     }
 
     pub fn source(&self) -> Option<Rank> {
         self.lock().source
     }
 
-    /// Records how the message crossed (the last call wins).
+    /// Records how a send's message crossed (the last call wins).
     pub fn set_route(&self, route: &'static str) {
         self.lock().route = Some(route);
     }

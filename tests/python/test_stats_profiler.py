@@ -20,9 +20,10 @@ def test_stats_counters():
 def test_stats_count_how_each_message_crossed(transport, split, expect):
     """stats() counts sends and receives per route: staged (the 200 KiB
     sends, each taken out of the sender's staging area before its receive
-    was posted, so every one found the area free), ring, and the 12 MiB
-    one read by the receiver or split with the sender; over TCP all
-    direct."""
+    was posted, so every one found the area free), ring (the small ones),
+    and the 12 MiB one read by the receiver or split with the sender; over
+    TCP all direct. Without the early take, the later 200 KiB sends go
+    through the ring."""
     env = {"RUSTCCL_TRANSPORT": transport, "RUSTCCL_SHM_STAGED_SEND_MAX_BYTES": str(8 << 20), "RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES": split}
     launch.expect_ok(launch.run("w_stats:p2p_routes", 2, expect, env=env))
 

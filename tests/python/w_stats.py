@@ -57,11 +57,13 @@ def counters(rank: int, world: int) -> tuple[int, list[str]]:
     return c.count, c.failures
 
 
-# (floats, sleep after): 200 KiB sends staged by value, each before any
-# receive (the receiver takes each out of the staging area at once, which
-# frees it for the next); a small one through the ring; 1 MiB staged by
-# rendezvous; 12 MiB (over the 8 MiB staging area) read by the receiver.
-P2P_ROUTES = [(50 << 10, 0.5)] * 4 + [(3000, 0), (1 << 18, 0), (3 << 20, 0)]
+# Floats a message: four of 200 KiB, staged by value, each sent before any
+# receive of them (the receiver takes each out of the staging area at
+# once, which frees it for the next); a small one through the ring; 1 MiB
+# staged by rendezvous; 12 MiB (over the 8 MiB staging area) read by the
+# receiver.
+P2P_BY_VALUE = 50 << 10
+P2P_ROUTES = [P2P_BY_VALUE] * 4 + [3000, 1 << 18, 3 << 20]
 
 
 def p2p_routes(rank: int, world: int, expect_large: str) -> tuple[int, list[str]]:
@@ -69,40 +71,43 @@ def p2p_routes(rank: int, world: int, expect_large: str) -> tuple[int, list[str]
     and receive crossed, counted per route in stats()["ops"][op]["algorithms"]
     on both ranks, and the bytes intact. `expect_large`: the 12 MiB
     message's route (read, or split with its split threshold set; over TCP
-    every message is "direct")."""
+    every message is "direct"). After each 200 KiB send, a token goes to
+    rank 1 and back on tag 1: rings are read in order, so rank 1's engine
+    took the message out (and acked it) before it got the token, and rank 0
+    read the ack before the answer."""
     c = Checker(rank)
-    store = dist.distributed_c10d._get_default_store()
-    # A rank's point-to-point engine starts with its first send or receive:
-    # until then nothing takes messages out of its rings.
-    w = torch.zeros(1)
-    if rank == 0:
-        dist.send(w, 1)
-    else:
-        dist.recv(w, 0)
     rustccl.reset_stats()
+    store = dist.distributed_c10d._get_default_store()
+    token = torch.zeros(1)
     if rank == 0:
         last = None
-        for i, (n, pause) in enumerate(P2P_ROUTES):
+        for i, n in enumerate(P2P_ROUTES):
             x = torch.arange(n, dtype=torch.float32) + i
-            if n == P2P_ROUTES[-1][0]:
+            if i == len(P2P_ROUTES) - 1:
                 last = dist.isend(x, 1)  # completes on its receive
             else:
                 dist.send(x, 1)
-            time.sleep(pause)
+            if n == P2P_BY_VALUE:
+                dist.send(token, 1, tag=1)
+                dist.recv(token, 1, tag=1)
         store.set("sent", "1")
         last.wait()
     else:
+        for _ in range(P2P_ROUTES.count(P2P_BY_VALUE)):
+            dist.recv(token, 0, tag=1)
+            dist.send(token, 0, tag=1)
         store.wait(["sent"])
-        for i, (n, _) in enumerate(P2P_ROUTES):
+        for i, n in enumerate(P2P_ROUTES):
             y = torch.zeros(n)
             dist.recv(y, 0)
             c.true(f"message {i} intact", torch.equal(y, torch.arange(n, dtype=torch.float32) + i))
     op = "send" if rank == 0 else "recv"
     algs = rustccl.stats()["ops"][op]["algorithms"]
+    tokens = P2P_ROUTES.count(P2P_BY_VALUE)
     if expect_large == "direct":
-        want = {"direct": len(P2P_ROUTES)}
+        want = {"direct": len(P2P_ROUTES) + tokens}
     else:
-        want = {"shm_staged": 5, "shm_ring": 1, expect_large: 1}
+        want = {"shm_staged": tokens + 1, "shm_ring": tokens + 1, expect_large: 1}
     c.true(f"{op} routes {algs}, want {want}", algs == want)
     dist.barrier()
     return c.count, c.failures

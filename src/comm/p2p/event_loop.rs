@@ -293,10 +293,7 @@ impl EventLoop {
                         (p, _, Unexpected::Data(data, how)) => {
                             let r = deliver(&mut buf, &data, p, tag);
                             drop(buf);
-                            work.set_source(p);
-                            if let Some(how) = how {
-                                work.set_route(how);
-                            }
+                            work.arrived(p, how);
                             work.finish(r);
                         }
                         (p, _, Unexpected::Rendezvous(rdv)) => {
@@ -450,10 +447,7 @@ impl EventLoop {
         match sink {
             Sink::Posted(r) => {
                 drop(r.buf);
-                r.work.set_source(p);
-                if let Some(how) = self.route_of(p, false, false) {
-                    r.work.set_route(how);
-                }
+                r.work.arrived(p, self.route_of(p, false, false));
                 r.work.finish(Ok(()));
             }
             Sink::Buffer(data) => {
@@ -463,16 +457,10 @@ impl EventLoop {
                         let mut r = self.posted.remove(i);
                         let res = deliver(&mut r.buf, &data, p, tag);
                         drop(r.buf);
-                        r.work.set_source(p);
-                        if let Some(how) = self.route_of(p, false, false) {
-                            r.work.set_route(how);
-                        }
+                        r.work.arrived(p, self.route_of(p, false, false));
                         r.work.finish(res);
                     }
-                    None => {
-                        let how = self.route_of(p, false, false);
-                        self.unexpected.push_back((p, tag, Unexpected::Data(data, how)));
-                    }
+                    None => self.unexpected.push_back((p, tag, Unexpected::Data(data, self.route_of(p, false, false)))),
                 }
             }
             Sink::Discard(_) => {}

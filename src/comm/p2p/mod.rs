@@ -144,7 +144,7 @@ struct Split {
 /// How a message to or from a rank of this host crossed, as counted in
 /// `rustccl.stats()` (`ops["send"]["algorithms"]`, `ops["recv"][...]`);
 /// messages over TCP count as "direct".
-pub(super) mod route {
+mod route {
     /// By value through the ring (written in, copied out).
     pub const RING: &str = "shm_ring";
     /// Through the sender's staging area (by value or by rendezvous),

@@ -195,8 +195,7 @@ impl EventLoop {
         let ack_deadline = Instant::now() + deadline.saturating_duration_since(posted_at);
         let text = nack.unwrap_or_default().into_bytes();
         self.queue_control(p, P2pKind::Ack, rdv.id, text.len() as u64, text, ack_deadline);
-        work.set_source(p);
-        work.set_route(if rdv.staged { route::STAGED } else { route::READ });
+        work.arrived(p, Some(if rdv.staged { route::STAGED } else { route::READ }));
         work.finish(res);
     }
 

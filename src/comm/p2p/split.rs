@@ -74,11 +74,12 @@ impl EventLoop {
     /// our threads, then answered (pushed, with the error if any).
     pub(super) fn on_push_request(&mut self, p: Rank, id: u64, len: u64, data: &[u8]) {
         let (dst, from) = parse(data);
-        let span = self.peers[p].as_ref().and_then(|x| x.awaiting.iter().find(|a| a.id == id)).map(|a| a.deadline.saturating_duration_since(a.posted_at));
+        let send = self.peers[p].as_ref().and_then(|x| x.awaiting.iter().find(|a| a.id == id));
+        let span = send.map(|a| a.deadline.saturating_duration_since(a.posted_at));
+        let work = send.and_then(|a| a.work.clone());
         let text = match self.push_tail(p, id, dst, from as usize, len as usize) {
             Ok(()) => {
-                let send = self.peers[p].as_ref().and_then(|x| x.awaiting.iter().find(|a| a.id == id));
-                if let Some(w) = send.and_then(|a| a.work.as_ref()) {
+                if let Some(w) = work {
                     w.set_route(route::SPLIT);
                 }
                 String::new()
@@ -138,8 +139,7 @@ impl EventLoop {
         let span = s.deadline.saturating_duration_since(s.posted_at);
         self.queue_control(p, P2pKind::Ack, id, nack.len() as u64, nack.into_bytes(), Instant::now() + span);
         if let Some(w) = s.work {
-            w.set_source(p);
-            w.set_route(route::SPLIT);
+            w.arrived(p, Some(route::SPLIT));
             w.finish(res);
         }
     }
