@@ -132,7 +132,7 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
     if method == "ab":
         # the host's copy bandwidth, measured in this run, and each row as a fraction of it
         assert list(head["copy_GBps"]) == [head["host"]] and head["copy_GBps"][head["host"]] > 0
-        assert "copy bandwidth" in md and "rustccl busbw / copy" in md
+        assert "copy bandwidth" in md and "rustccl busbw / copy" in md and "rustccl algorithm" in md
         # the host's memory with every rank's threads copying at once (the memory floor's speed)
         hc = head["host_copy"][head["host"]]
         assert list(head["host_copy"]) == [head["host"]] and hc["GBps"] > 0 and hc["threads"] >= 1
@@ -155,6 +155,13 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
         assert r["bytes"] == r["size"] * (world if r["op"] in ("all_gather", "gather") else 1)
         if method == "ab":
             assert math.isclose(r["busbw_frac"], r["busbw_GBps"] / head["copy_GBps"][head["host"]])
+            # rustccl's rows name the algorithms of their timed calls (rank 0's
+            # counters: a send_recv ping-pong is a send and a receive)
+            calls = r["iters"] * r["repeats"] * (2 if r["op"] == "send_recv" else 1)
+            if r["backend"] == "rustccl":
+                assert r["algorithms"] and sum(r["algorithms"].values()) == calls, r
+            else:
+                assert "algorithms" not in r, r
     assert sorted({r["size"] for r in results}) == [8, 64, 512, 4096]
     floors = [r for r in recs if r["kind"] == "floor"]
     if method == "ab":

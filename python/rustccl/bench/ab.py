@@ -18,6 +18,11 @@ byte), in the same alternation: torch's own cost per call, the floor no
 backend goes below (``kind: floor`` rows; the reports show it beside the
 backends and what the ratio would be for a backend that took no time).
 Not for all_gather, which the fake backend runs as copies.
+
+Each rustccl row also says which algorithms ran its timed calls on this
+rank (``algorithms``: calls per algorithm, from ``rustccl.stats()``; for
+send_recv, how the messages crossed), so a table shows where a threshold
+switched paths.
 """
 
 from __future__ import annotations
@@ -53,6 +58,23 @@ def groups(cfg, store, rank: int, world: int, device, errors: list) -> dict:
             out[b] = dist.new_group(backend=b, timeout=timedelta(seconds=cfg.timeout))
         except Exception as e:  # noqa: BLE001 - the other backends are still measured
             errors.append((b, e))
+    return out
+
+
+# The stats ops a bench op's calls count under (send_recv: both ways).
+STATS_OPS = {"send_recv": ("send", "recv")}
+
+
+def algorithms(group, op: str) -> dict:
+    """rustccl's successful calls per algorithm so far for bench op `op`
+    in `group` (this rank's counters)."""
+    import rustccl
+
+    stats = rustccl.stats(group)["ops"]
+    out: dict = {}
+    for name in STATS_OPS.get(op, (op,)):
+        for a, n in stats.get(name, {}).get("algorithms", {}).items():
+            out[a] = out.get(a, 0) + n
     return out
 
 
@@ -106,6 +128,8 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
         except Exception:  # noqa: BLE001
             fns.pop(FLOOR, None)
     order = list(fns)
+    counted = "rustccl" if "rustccl" in groups_ else None
+    before = algorithms(groups_[counted], op) if counted else {}
     # GPU hosts drift more than CPU ones: at least 5 rounds on CUDA.
     rounds = max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
     for k in range(rounds):
@@ -119,6 +143,9 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
                 if b != FLOOR:
                     errors.append((b, e, op))
                     del live[b]
+    ran = {}
+    if counted in groups_:
+        ran = {a: n - before.get(a, 0) for a, n in algorithms(groups_[counted], op).items() if n > before.get(a, 0)}
     for b in order:
         if b not in groups_ or not loops[b]:
             continue
@@ -131,7 +158,8 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
         rows.append({"kind": "result", "backend": b, "device": device.type, "world": world, "op": op,
                      "dtype": cfg.dtype, "size": size, "bytes": nbytes, "count": count, "us": secs * 1e6,
                      "us_max": slowest(secs, device, live[b]) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
-                     "iters": iters, "warmup": warmup, "repeats": rounds, "method": "ab"})
+                     "iters": iters, "warmup": warmup, "repeats": rounds, "method": "ab",
+                     **({"algorithms": ran} if b == counted else {})})
 
 
 def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[dict], list[str], list[str]]:

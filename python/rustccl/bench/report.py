@@ -93,6 +93,9 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
     mem = {r["size"]: r["mem_floor_us"] for r in res if "mem_floor_us" in r}
     if mem:
         head += ["memory floor us"] + [f"{o}/memory floor" for o in backends[1:]]
+    algs = any("algorithms" in r for r in res if r["backend"] == ref)
+    if algs:
+        head.append(f"{ref} algorithm")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in sizes_:
         any_row = next(cell[(b, s)] for b in backends if (b, s) in cell)
@@ -108,6 +111,10 @@ def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[s
             # a floor's time, then each other backend's time over it
             line.append("" if fl is None else _fmt_us(fl))
             line += [_ratio_cell(cell[(o, s)]["us"] / fl if (o, s) in cell and fl else None) for o in backends[1:]]
+        if algs:
+            ran = (cell.get((ref, s)) or {}).get("algorithms") or {}
+            # the most calls first (send_recv: both ways of the ping-pong)
+            line.append(", ".join(sorted(ran, key=lambda a: (-ran[a], a))))
         lines.append("| " + " | ".join(line) + " |")
     return lines
 
