@@ -24,8 +24,8 @@ for SPEC in $SPECS; do
  else
   ARGS="--check --no-pp ${OPS:+--ops $OPS} --min-bytes ${MINB:-256K} --max-bytes ${MAXB:-32M} --iters ${ITERS:-10} ${FACTOR:+--factor $FACTOR}"
  fi
- env RUSTCCL_SHM_TENSORS=$V PYTHONPATH=/tmp/st1 ${EXTRA//,/ } timeout ${T:-100} python3 -m rustccl.bench --device cpu --world $W --no-progress $ARGS --machine $MACH --out $R --name $MACH-$NAME > $R/log-$NAME.txt 2>&1
- echo "exit $?" >> $R/log-$NAME.txt
+ env RUSTCCL_SHM_TENSORS=$V PYTHONPATH=/tmp/st1 ${EXTRA//,/ } timeout ${T:-100} python3 -m rustccl.bench --device cpu --world $W --no-progress $ARGS --machine $MACH --out $R --name $MACH-${W}r-$NAME > $R/log-$W-$NAME.txt 2>&1
+ echo "exit $?" >> $R/log-$W-$NAME.txt
  (cd $OUT && tar czf res.tgz res)
 done
 st end

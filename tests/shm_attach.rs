@@ -17,22 +17,25 @@ use rustccl::tensor::SharedBuf;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
 /// Sizes around the worker pieces (256-byte minimum here), the 768-byte
-/// slots (with the threshold at 1 MiB, blocks up to 768 bytes go through
-/// the sender's slot: 175 f32 all_to_all elements make blocks of 0, 700
-/// and 1400 bytes, slot and read mixed in one call; 700-byte gather /
-/// scatter blocks are two pieces each, copied by the worker threads) and
-/// the 64 KiB reduction block.
+/// slots (with the threshold at 1 MiB, a sender's blocks go through its
+/// input slots, packed one after the other, while they fit in its n x 768
+/// bytes: 175 f32 all_to_all elements make blocks of 0, 700 and 1400
+/// bytes, slots and reads mixed in one call; a 1000-byte gather block of
+/// 2 ranks fills both of its sender's slots; 700-byte gather / scatter
+/// blocks are two pieces each, copied by the worker threads) and the
+/// 64 KiB reduction block.
 fn lens(n: usize) -> Vec<usize> {
     vec![0, 1, n + 1, 175, 700, 1000, 40_000]
 }
 
 /// With the threshold at 0 every collective reads directly; at 1 MiB the
 /// buffer-wide ones keep their two-copy algorithms and all_to_all, gather
-/// and scatter pass blocks that fit the test's 768-byte slots through the
-/// slots and read the others.
+/// and scatter pass the blocks that fit the sender's input slots (3 x
+/// 768 bytes with 3 ranks, 2 x 768 with 2) through them and read the
+/// others.
 #[test]
 fn every_collective_reads_the_peers_directly() {
-    for (n, attach_min) in [(2, 0), (3, 0), (5, 0), (3, 1 << 20)] {
+    for (n, attach_min) in [(2, 0), (3, 0), (5, 0), (3, 1 << 20), (2, 1 << 20)] {
         let comms = attach_comms(n, attach_min);
         on_ranks(&comms, |r, c| {
             for len in lens(n) {
@@ -524,13 +527,13 @@ fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
     });
 }
 
-/// all_to_all blocks that fit the sender's slot go through it up to the
-/// block-read threshold (default 2 MiB with 3-4 local ranks where
-/// collectives read) and are
-/// read from its tensor above: ranks given different settings take the
-/// largest, so a block one rank would read is not looked for in a slot
-/// its sender left empty. Blocks of 0, 400, 700 and 1400 bytes around a
-/// 500-byte threshold and the 768-byte slots, in one call.
+/// all_to_all blocks go through the sender's input slots while they fit
+/// there up to the block-read threshold (default 2 MiB with 3-4 local
+/// ranks where collectives read) and are read from its tensor above:
+/// ranks given different settings take the largest, so a block one rank
+/// would read is not looked for in a slot its sender left empty. Blocks
+/// of 0, 400, 700 and 1400 bytes around a 500-byte threshold and the
+/// 768-byte slots (3 of them a sender), in one call.
 #[test]
 fn all_to_all_blocks_around_the_block_read_threshold_arrive_with_settings_that_differ() {
     let with = |blocks: [usize; 3]| {

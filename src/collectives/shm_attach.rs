@@ -13,7 +13,9 @@
 //! add a step in the middle.
 //!
 //! all_to_all, gather and scatter put a sender's blocks into its small
-//! slot when they fit there together (a header says so, [`offer`]); when
+//! slot when they fit there together (a header says so, [`offer`]), else
+//! those up to the block-read threshold into its input slots, packed one
+//! after the other while they fit ([`packed`]); when
 //! every rank's do, nobody reads a tensor or an input slot and the
 //! operation ends after the first step, as the one-step collectives of
 //! `shm_one_round` do (the small slots alternate between operations).
@@ -112,13 +114,51 @@ fn staggered<T>(win: &Window, items: &mut [T], peer_of: impl Fn(&T) -> usize) {
     items.sort_by_key(|t| (peer_of(t) + n - me - 1) % n);
 }
 
-/// Whether a block of `len` bytes of all_to_all, gather or scatter goes
-/// through the sender's slot (copied in and out) rather than being read
-/// from its tensor (`transport::shm::Attach::block_min`). Both sides
-/// decide from the length alone. With the attach threshold at 0 (tests)
-/// every block is read directly.
+/// Where each of a sender's blocks (`lens`, by destination, as its
+/// header gives them) lies in its input slots taken as one area
+/// (`Area::Inputs`), when it goes through them rather than being read
+/// from its tensor (`transport::shm::Attach::block_min`): the blocks
+/// not read, packed in destination order, each from a cache line, while
+/// they fit; `None`: read (or a gather's pushed). Sender and receivers
+/// compute it from the same lengths, so they agree. A block may so take
+/// more than one slot: with 2 local ranks of 8 threads, blocks up to
+/// 4 MiB (the pair's threshold) where a slot holds 2 MiB; the kernel's
+/// read of a 4 MiB block took ~290 us on the 16-core host, a 2 MiB
+/// block's way through a slot ~100 us for the whole scatter
+/// (`benchmarks/results/2026-11-28-h100host-scatter-2rank-profile/`).
+/// With the attach threshold at 0 (tests) every block is read directly.
+pub(super) fn packed(win: &Window, lens: &[usize]) -> Vec<Option<usize>> {
+    pack(lens, win.inputs_capacity(), |len| win.block_read(len))
+}
+
+/// [`packed`] into `room` bytes, `read` saying which lengths are read.
+fn pack(lens: &[usize], room: usize, read: impl Fn(usize) -> bool) -> Vec<Option<usize>> {
+    let mut free = 0;
+    lens.iter()
+        .map(|&len| {
+            let at = free;
+            (!read(len) && at + len <= room).then(|| {
+                free = (at + len).div_ceil(64) * 64;
+                at
+            })
+        })
+        .collect()
+}
+
+/// [`packed`] for this rank's own `blocks` (destination, data), by
+/// destination (the lengths its header gives).
+pub(super) fn packed_blocks(win: &Window, blocks: &[(usize, &[u8])]) -> Vec<Option<usize>> {
+    let mut lens = vec![0; win.ranks().len()];
+    for (c, d) in blocks {
+        lens[*c] = d.len();
+    }
+    packed(win, &lens)
+}
+
+/// Whether a sender's only block, of `len` bytes (a gather's), goes
+/// through its input slots ([`packed`]).
 pub(super) fn eager(win: &Window, len: usize) -> bool {
-    !win.block_read(len) && len <= win.slot_capacity()
+    !win.block_read(len) && len <= win.inputs_capacity()
 }
 
 /// Where the blocks of all_to_all, gather and scatter start in a small
@@ -177,10 +217,10 @@ impl Header {
 /// Before publishing: our `blocks` (destination, data; ascending
 /// destinations) go into our small slot `slot` when they fit together, so
 /// that the operation may end in one step (see [`all_in_slots`]); else
-/// the small ones into our input slots, split among the worker threads (a
-/// root's or an all_to_all's blocks add up: 7 x 256 KiB copied on one
-/// thread took ~350 us), and the large ones are read from our tensors (or
-/// pushed, a gather's). Every rank writes its header in every operation,
+/// the ones not read into our input slots ([`packed`]), split among the
+/// worker threads (a root's or an all_to_all's blocks add up: 7 x 256 KiB
+/// copied on one thread took ~350 us), and the others are read from our
+/// tensors (or pushed, a gather's). Every rank writes its header in every operation,
 /// with or without blocks, `flags` (a root's push flags, a scatter root's
 /// split bits) in its first word. Returns whether the blocks are in the
 /// small slot.
@@ -198,7 +238,8 @@ pub(super) fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[
         }
     }
     if !in_slot {
-        win.put_inputs(wk, blocks.iter().copied().filter(|(_, d)| eager(win, d.len())));
+        let at = packed_blocks(win, blocks);
+        win.put_all(wk, blocks.iter().filter_map(|&(c, d)| Some((Area::Inputs, at[c]?, d))));
     }
     win.put(slot, 0, &header);
     in_slot
@@ -217,40 +258,50 @@ pub(super) fn all_in_slots(headers: &[Header]) -> bool {
     headers.iter().all(|h| h.in_slot)
 }
 
-/// Takes `blocks` (peer, table entry, input slot, destination): from the
-/// peer's small slot when its header says the blocks are there; else what
-/// the peer put in its input slot when small, or straight out of the
-/// tensor it posted as that entry; copies and reads on `wk`'s threads.
-/// Sizes are checked against the sender's first, for every block: a
-/// mismatch moves nothing and names the peer.
-pub(super) fn take(win: &Window, w: &dyn PhaseWait, wk: &Workers, op: &'static str, slot: Area, headers: &[Header], blocks: Vec<(usize, usize, usize, &mut [u8])>) -> Result<()> {
+/// Takes `blocks` (peer, table entry, destination): from the peer's small
+/// slot when its header says the blocks are there; else from its input
+/// slots where it [`packed`] ours there, or straight out of the tensor it
+/// posted as that entry; copies and reads on `wk`'s threads. Sizes are
+/// checked against the sender's first, for every block: a mismatch moves
+/// nothing and names the peer.
+pub(super) fn take(win: &Window, w: &dyn PhaseWait, wk: &Workers, op: &'static str, slot: Area, headers: &[Header], blocks: Vec<(usize, usize, &mut [u8])>) -> Result<()> {
     let me = win.me();
     let mut from = Vec::with_capacity(blocks.len());
-    for (peer, entry, input, dst) in blocks {
+    for (peer, entry, dst) in blocks {
         let h = &headers[peer];
         if h.in_slot {
             win.check_size(op, peer, dst.len(), h.lens[me])?;
-            from.push((peer, Area::Input(input), Some(h.offset(me)), entry, dst));
+            from.push((peer, From::Small(h.offset(me)), dst));
         } else {
             win.check_posted(op, peer, entry, dst.len())?;
-            from.push((peer, Area::Input(input), None, entry, dst));
+            from.push((peer, packed(win, &h.lens)[me].map_or(From::Tensor(entry), From::Inputs), dst));
         }
     }
     let (mut gets, mut pulls) = (Vec::new(), Vec::new());
     staggered(win, &mut from, |f| f.0);
-    for (peer, input, small_at, entry, dst) in from {
-        match small_at {
-            Some(at) => win.get(peer, slot, at, dst),
-            None if eager(win, dst.len()) => gets.extend(wk.pieces_mut(dst).map(|(off, piece)| (peer, input, off, piece))),
-            None => pulls.push((peer, entry, 0, dst)),
+    for (peer, src, dst) in from {
+        match src {
+            From::Small(at) => win.get(peer, slot, at, dst),
+            From::Inputs(at) => gets.extend(wk.pieces_mut(dst).map(|(off, piece)| (peer, at + off, piece))),
+            From::Tensor(entry) => pulls.push((peer, entry, 0, dst)),
         }
     }
-    let bytes = gets.iter().map(|(_, _, _, piece)| piece.len()).sum();
-    let Ok(()) = wk.for_each(gets, bytes, |(peer, input, off, piece)| {
-        win.get(peer, input, off, piece);
+    let bytes = gets.iter().map(|(_, _, piece)| piece.len()).sum();
+    let Ok(()) = wk.for_each(gets, bytes, |(peer, off, piece)| {
+        win.get(peer, Area::Inputs, off, piece);
         Ok::<(), Infallible>(())
     });
     pull_all(win, w, wk, pulls)
+}
+
+/// Where [`take`] finds a block.
+enum From {
+    /// At this offset of the sender's small slot.
+    Small(usize),
+    /// At this offset of the sender's input slots ([`packed`]).
+    Inputs(usize),
+    /// In the tensor the sender posted as this table entry.
+    Tensor(usize),
 }
 
 pub(super) fn desc(name: &'static str, len: usize, root: Option<usize>) -> Desc {
@@ -329,11 +380,12 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     let wk = win.all_to_all_workers();
     let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, wk, slot, &blocks, 0))?;
     let headers = Header::read_all(win, slot, mine);
-    let r = take(win, w, wk, "all_to_all", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, me, &mut **o)).collect());
+    let r = take(win, w, wk, "all_to_all", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, &mut **o)).collect());
     if all_in_slots(&headers) {
         return r;
     }
-    let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));
+    let at = packed_blocks(win, &blocks);
+    let read_from_us = !mine && blocks.iter().any(|(c, _)| at[*c].is_none());
     step.end(win, w, 1, read_from_us, r)
 }
 
@@ -411,10 +463,10 @@ fn gather_take(win: &Window, w: &dyn PhaseWait, slot: Area, headers: &[Header], 
             // The sender checks the size too, and writes nothing if wrong.
             win.check_size("gather", c, o.len(), headers[c].lens[me])?;
         } else {
-            blocks.push((c, 0, me, &mut **o));
+            blocks.push((c, 0, &mut **o));
         }
     }
-    let solo = win.solo_workers(blocks.iter().map(|b| b.3.len()).sum());
+    let solo = win.solo_workers(blocks.iter().map(|b| b.2.len()).sum());
     take(win, w, solo, "gather", slot, headers, blocks)
 }
 
@@ -465,4 +517,22 @@ pub(super) fn first_failed(win: &Window, w: &dyn PhaseWait, slot: Area, senders:
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pack;
+
+    /// Blocks not read go one after the other from cache lines, across
+    /// slot boundaries, while they fit; one that does not fit is read and
+    /// takes no room, so a later small one still fits.
+    #[test]
+    fn blocks_pack_in_destination_order_while_they_fit() {
+        let read = |len: usize| len > 3000;
+        assert_eq!(pack(&[0, 1000, 100, 2000], 4096, read), vec![Some(0), Some(0), Some(1024), Some(1152)]);
+        assert_eq!(pack(&[2000, 2000, 100], 4096, read), vec![Some(0), Some(2048), None]);
+        assert_eq!(pack(&[3500, 2000, 4000, 64], 4096, read), vec![None, Some(0), None, Some(2048)]);
+        assert_eq!(pack(&[4096], 4096, |_| false), vec![Some(0)]);
+        assert_eq!(pack(&[4097], 4096, |_| false), vec![None]);
+    }
 }

@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::shm_attach::{all_in_slots, blocks_at, desc, eager, first_failed, offer, pull_all, set_slot_word, set_slot_word_at, slot_word, slot_word_at, take, Header, Step, FAILED, POSTED_FOR_PUSHES};
+use super::shm_attach::{all_in_slots, blocks_at, desc, first_failed, offer, packed_blocks, pull_all, set_slot_word, set_slot_word_at, slot_word, slot_word_at, take, Header, Step, FAILED, POSTED_FOR_PUSHES};
 use crate::error::Result;
 use crate::transport::shm::{split_point, Area, AttachError, PhaseWait, Window, Workers};
 
@@ -44,11 +44,12 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let solo = win.solo_workers(blocks.iter().map(|(_, d)| d.len()).sum());
     // The root's choice: which receivers' blocks it splits (their reads
     // stay whole where the blocks go through its slots after all).
+    let at = packed_blocks(win, &blocks);
     let mut flags = 0;
     if me == root && win.gather_push() {
         flags = POSTED_FOR_PUSHES;
         for &(c, d) in &blocks {
-            if !eager(win, d.len()) && d.len() <= win.scatter_split_max() {
+            if at[c].is_none() && d.len() <= win.scatter_split_max() {
                 flags |= split_bit(c);
             }
         }
@@ -76,7 +77,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         return step.end(win, w, 2, false, r);
     }
     let r = if me != root {
-        take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, me, output)])
+        take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, output)])
     } else {
         if own {
             win.workers().copy(output, ins[me]);
@@ -93,7 +94,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     if all_in_slots(&headers) {
         return r;
     }
-    let read_from_us = !mine && blocks.iter().any(|(_, d)| !eager(win, d.len()));
+    let read_from_us = !mine && blocks.iter().any(|(c, _)| at[*c].is_none());
     step.end(win, w, steps, read_from_us, r)
 }
 

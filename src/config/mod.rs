@@ -76,10 +76,10 @@ pub struct ShmConfig {
     /// 0: from the host (256 KiB; blocks from 4 MiB where reads are slow).
     pub single_min: usize,
     /// all_to_all / gather / scatter blocks over this many bytes are read
-    /// from the sender's tensor; smaller ones that fit the sender's slots
-    /// are copied through them. 0: from the host (1 MiB, and at least
-    /// `single_min`, where reads are fast and the host has at most 4
-    /// local ranks; `single_min` otherwise).
+    /// from the sender's tensor; smaller ones are copied through its input
+    /// slots while they fit there together. 0: from the host (2 MiB with
+    /// 3-4 local ranks, 4 MiB with 2, and at least `single_min`, where
+    /// reads are fast; `single_min` otherwise).
     pub block_min: usize,
     /// Threads of a root's phases that only it works in; 0: from the host.
     pub root_threads: usize,

@@ -98,8 +98,10 @@ pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 pub const PAIR_BLOCK_READ_MIN: usize = SINGLE_READER_MIN;
 
 /// all_to_all / gather / scatter blocks up to this size go through the
-/// senders' slots where reads are fast (when they fit: a slot holds
-/// 2 MiB with 8 threads a rank, 1 MiB with 4) and the host has at most
+/// senders' input slots where reads are fast (while they fit: a sender's
+/// blocks are packed into its slots taken together, one per local rank,
+/// `collectives::shm_attach::packed`; a slot holds 2 MiB with 8 threads a
+/// rank, 1 MiB with 4) and the host has at most
 /// [`BLOCK_SLOT_RANKS`] local ranks: on the 16-core host with 4 ranks,
 /// 1-4 MiB all_to_all took 1.3-1.5x less time so and 4 MiB scatter
 /// 1.5-1.8x (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`). It
@@ -119,14 +121,20 @@ pub const BLOCK_READ_MIN: usize = 2 << 20;
 /// The most local ranks for which [`BLOCK_READ_MIN`] applies.
 pub const BLOCK_SLOT_RANKS: usize = 4;
 /// [`BLOCK_READ_MIN`] for a host with 2 local ranks where reads are fast:
-/// blocks up to a slot's size (2 MiB with 8 threads a rank) go through the
-/// slots. On the 32-core host (2 ranks of 8 threads, builds alternating
-/// three times) 2 MiB blocks took 0.5-0.78x the time of the kernel's
-/// reads and writes in all_to_all and scatter and 0.83-1x in gather:
-/// all_to_all 4 MiB 264-286 us against 365-525, scatter 4 MiB 182-229
-/// against 285-333, gather of 2 MiB blocks 263-278 against 279-316
+/// blocks up to 4 MiB go through the sender's two input slots (2 MiB
+/// each with 8 threads a rank, one block filling both). On the 32-core
+/// host (2 ranks of 8 threads, builds alternating three times) 2 MiB
+/// blocks took 0.5-0.78x the time of the kernel's reads and writes in
+/// all_to_all and scatter and 0.83-1x in gather: all_to_all 4 MiB
+/// 264-286 us against 365-525, scatter 4 MiB 182-229 against 285-333,
+/// gather of 2 MiB blocks 263-278 against 279-316
 /// (`benchmarks/results/2026-11-27-h200x2host-pair-block-slots/`; with 4
-/// ranks the same threshold was mixed, 0.87-1.08x).
+/// ranks the same threshold was mixed, 0.87-1.08x). 4 MiB blocks, which
+/// fit only both slots, were read until those were taken together:
+/// 8 MiB scatters then took 0.48-0.74x the time on the 32-core host and
+/// 0.59x on the 64-core one (3.5x -> 5.1-5.9x gloo), 8 MiB all_to_alls
+/// 0.51-0.91x (builds alternating twice on each,
+/// `benchmarks/results/2026-11-28-x2host-packed-blocks/`).
 pub const PAIR_FAST_BLOCK_READ_MIN: usize = 4 << 20;
 
 /// Where a transfer of `len` bytes shared between a reader and a writer

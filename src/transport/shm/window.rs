@@ -201,13 +201,19 @@ impl Window {
     /// Copies each of `blocks` (c, data) into this rank's input slot c from
     /// its start, cut into `wk`'s pieces and split among its threads.
     pub fn put_inputs<'a>(&self, wk: &Workers, blocks: impl IntoIterator<Item = (usize, &'a [u8])>) {
+        self.put_all(wk, blocks.into_iter().map(|(c, data)| (Area::Input(c), 0, data)));
+    }
+
+    /// Copies each of `blocks` (area, offset, data) into this rank's
+    /// areas, cut into `wk`'s pieces and split among its threads.
+    pub fn put_all<'a>(&self, wk: &Workers, blocks: impl IntoIterator<Item = (Area, usize, &'a [u8])>) {
         let mut puts = Vec::new();
-        for (c, data) in blocks {
-            puts.extend(wk.ranges(data.len()).into_iter().map(|r| (c, r.start, &data[r])));
+        for (area, at, data) in blocks {
+            puts.extend(wk.ranges(data.len()).into_iter().map(|r| (area, at + r.start, &data[r])));
         }
         let bytes = puts.iter().map(|(_, _, piece)| piece.len()).sum();
-        let Ok(()) = wk.for_each(puts, bytes, |(c, off, piece)| {
-            self.put(Area::Input(c), off, piece);
+        let Ok(()) = wk.for_each(puts, bytes, |(area, off, piece)| {
+            self.put(area, off, piece);
             Ok::<(), std::convert::Infallible>(())
         });
     }
