@@ -38,7 +38,9 @@
 //! A send to a rank of this host that goes by value (not rendezvous) is
 //! written into the ring by the calling thread itself when nothing is
 //! queued before it and it fits (`link::ShmTx`); the work is then
-//! finished before `submit` returns.
+//! finished before `submit` returns. The ring publishes a message every
+//! 8 KiB as it goes in (`RingTx::push_parts`), so a receiver polling it
+//! copies the first bytes out while the rest are written.
 #![forbid(unsafe_code)]
 
 mod event_loop;
