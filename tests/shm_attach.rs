@@ -17,22 +17,22 @@ use rustccl::tensor::SharedBuf;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
 /// Sizes around the worker pieces (256-byte minimum here), the 768-byte
-/// slots (with the threshold at 1 MiB, a sender's blocks go through its
-/// input slots, packed one after the other, while they fit in its n x 768
-/// bytes: 175 f32 all_to_all elements make blocks of 0, 700 and 1400
-/// bytes, slots and reads mixed in one call; a 1000-byte gather block of
-/// 2 ranks fills both of its sender's slots; 700-byte gather / scatter
-/// blocks are two pieces each, copied by the worker threads) and the
-/// 64 KiB reduction block.
+/// slots (with the threshold at 1 MiB, blocks of up to one slot go
+/// through the sender's input slots, packed one after the other, and with
+/// 2 ranks blocks of up to both: 175 f32 all_to_all elements make blocks
+/// of 0, 700 and 1400 bytes, slots and reads mixed in one call with 3
+/// ranks; a 1000-byte gather block of 2 ranks fills both of its sender's
+/// slots; 700-byte gather / scatter blocks are two pieces each, copied by
+/// the worker threads) and the 64 KiB reduction block.
 fn lens(n: usize) -> Vec<usize> {
     vec![0, 1, n + 1, 175, 700, 1000, 40_000]
 }
 
 /// With the threshold at 0 every collective reads directly; at 1 MiB the
 /// buffer-wide ones keep their two-copy algorithms and all_to_all, gather
-/// and scatter pass the blocks that fit the sender's input slots (3 x
-/// 768 bytes with 3 ranks, 2 x 768 with 2) through them and read the
-/// others.
+/// and scatter pass the blocks that fit the sender's input slots (768
+/// bytes each with 3 ranks, both, 1536, with 2) through them and read
+/// the others.
 #[test]
 fn every_collective_reads_the_peers_directly() {
     for (n, attach_min) in [(2, 0), (3, 0), (5, 0), (3, 1 << 20), (2, 1 << 20)] {

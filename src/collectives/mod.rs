@@ -12,7 +12,7 @@
 //! | broadcast; one host (shm) | | pipelined: the root copies a quarter in while the others copy the last one out; 2 ranks where reads are slow, from 1 MiB: the other reads half of the root's tensor while the root writes the other half into its buffer |
 //! | reduce, one host (shm) | the shared-memory all-reduce (on a copy on non-roots) | same |
 //! | all_reduce, reduce_scatter, all_gather, reduce; one host, >= 16 MiB (all_reduce: 4 MiB per local rank; reduce with pushes: 8 MiB with 5-8 local ranks, 512 KiB with more; broadcast: only with its own setting) | | single copy: read the peers' tensors (cross-memory attach); a reduce's parts pushed into the root's buffer |
-//! | all_to_all, gather, scatter; one host with attach | one step when every rank's blocks fit its small slot; else blocks up to the block-read threshold (256 KiB; 2 MiB with 3-4 local ranks, 4 MiB with 2) through the sender's input slots, packed while they fit (a block may fill more than one) | larger blocks read from the sender's tensor |
+//! | all_to_all, gather, scatter; one host with attach | one step when every rank's blocks fit its small slot; else blocks up to the block-read threshold (256 KiB; 2 MiB with 3-4 local ranks, 4 MiB with 2) through the sender's input slots (a block fills one, or both with 2 local ranks) | larger blocks read from the sender's tensor |
 //! | reduce          | binomial tree                 | ring reduce-scatter + gather to root |
 //! | all_gather      | ring                          | ring                        |
 //! | reduce_scatter  | ring                          | ring                        |

@@ -15,7 +15,8 @@
 //! all_to_all, gather and scatter put a sender's blocks into its small
 //! slot when they fit there together (a header says so, [`offer`]), else
 //! those up to the block-read threshold into its input slots, packed one
-//! after the other while they fit ([`packed`]); when
+//! after the other while they fit (a block fills both of them with 2
+//! local ranks, at most one otherwise: [`packed`]); when
 //! every rank's do, nobody reads a tensor or an input slot and the
 //! operation ends after the first step, as the one-step collectives of
 //! `shm_one_round` do (the small slots alternate between operations).
@@ -118,26 +119,39 @@ fn staggered<T>(win: &Window, items: &mut [T], peer_of: impl Fn(&T) -> usize) {
 /// header gives them) lies in its input slots taken as one area
 /// (`Area::Inputs`), when it goes through them rather than being read
 /// from its tensor (`transport::shm::Attach::block_min`): the blocks
-/// not read, packed in destination order, each from a cache line, while
-/// they fit; `None`: read (or a gather's pushed). Sender and receivers
-/// compute it from the same lengths, so they agree. A block may so take
-/// more than one slot: with 2 local ranks of 8 threads, blocks up to
-/// 4 MiB (the pair's threshold) where a slot holds 2 MiB; the kernel's
-/// read of a 4 MiB block took ~290 us on the 16-core host, a 2 MiB
-/// block's way through a slot ~100 us for the whole scatter
-/// (`benchmarks/results/2026-11-28-h100host-scatter-2rank-profile/`).
+/// not read and of at most [`block_max`], packed in destination order,
+/// each from a cache line, while they fit; `None`: read (or a gather's
+/// pushed). Sender and receivers compute it from the same lengths, so
+/// they agree. With 2 local ranks a block may so fill both slots.
 /// With the attach threshold at 0 (tests) every block is read directly.
 pub(super) fn packed(win: &Window, lens: &[usize]) -> Vec<Option<usize>> {
-    pack(lens, win.inputs_capacity(), |len| win.block_read(len))
+    pack(lens, win.inputs_capacity(), block_max(win), |len| win.block_read(len))
 }
 
-/// [`packed`] into `room` bytes, `read` saying which lengths are read.
-fn pack(lens: &[usize], room: usize, read: impl Fn(usize) -> bool) -> Vec<Option<usize>> {
+/// The largest block that goes through its sender's input slots: both of
+/// them with 2 local ranks, else one. With 2 ranks of 8 threads (2 MiB
+/// slots) 4 MiB blocks, which the kernel's reads took ~290 us for, made
+/// 8 MiB scatters take 0.48-0.74x the time through both slots and 8 MiB
+/// all_to_alls 0.51-0.91x (32- and 64-core hosts; 0.63x / 0.82x on the
+/// 16-core one); with 4 ranks of 4 threads (1 MiB slots, 16-core host),
+/// 2 MiB blocks through two slots made 8 MiB all_to_alls 1.4-1.5x slower
+/// than reading them (`benchmarks/results/2026-11-28-x2host-packed-blocks/`).
+fn block_max(win: &Window) -> usize {
+    if win.ranks().len() == 2 {
+        win.inputs_capacity()
+    } else {
+        win.slot_capacity()
+    }
+}
+
+/// [`packed`] into `room` bytes, blocks of at most `max`, `read` saying
+/// which lengths are read.
+fn pack(lens: &[usize], room: usize, max: usize, read: impl Fn(usize) -> bool) -> Vec<Option<usize>> {
     let mut free = 0;
     lens.iter()
         .map(|&len| {
             let at = free;
-            (!read(len) && at + len <= room).then(|| {
+            (!read(len) && len <= max && at + len <= room).then(|| {
                 free = (at + len).div_ceil(64) * 64;
                 at
             })
@@ -158,7 +172,7 @@ pub(super) fn packed_blocks(win: &Window, blocks: &[(usize, &[u8])]) -> Vec<Opti
 /// Whether a sender's only block, of `len` bytes (a gather's), goes
 /// through its input slots ([`packed`]).
 pub(super) fn eager(win: &Window, len: usize) -> bool {
-    !win.block_read(len) && len <= win.inputs_capacity()
+    !win.block_read(len) && len <= block_max(win)
 }
 
 /// Where the blocks of all_to_all, gather and scatter start in a small
@@ -524,15 +538,18 @@ mod tests {
     use super::pack;
 
     /// Blocks not read go one after the other from cache lines, across
-    /// slot boundaries, while they fit; one that does not fit is read and
-    /// takes no room, so a later small one still fits.
+    /// slot boundaries, while they fit; one that does not fit (or is
+    /// larger than `max`) is read and takes no room, so a later small one
+    /// still fits.
     #[test]
     fn blocks_pack_in_destination_order_while_they_fit() {
         let read = |len: usize| len > 3000;
-        assert_eq!(pack(&[0, 1000, 100, 2000], 4096, read), vec![Some(0), Some(0), Some(1024), Some(1152)]);
-        assert_eq!(pack(&[2000, 2000, 100], 4096, read), vec![Some(0), Some(2048), None]);
-        assert_eq!(pack(&[3500, 2000, 4000, 64], 4096, read), vec![None, Some(0), None, Some(2048)]);
-        assert_eq!(pack(&[4096], 4096, |_| false), vec![Some(0)]);
-        assert_eq!(pack(&[4097], 4096, |_| false), vec![None]);
+        assert_eq!(pack(&[0, 1000, 100, 2000], 4096, 4096, read), vec![Some(0), Some(0), Some(1024), Some(1152)]);
+        assert_eq!(pack(&[2000, 2000, 100], 4096, 4096, read), vec![Some(0), Some(2048), None]);
+        assert_eq!(pack(&[3500, 2000, 4000, 64], 4096, 4096, read), vec![None, Some(0), None, Some(2048)]);
+        assert_eq!(pack(&[4096], 4096, 4096, |_| false), vec![Some(0)]);
+        assert_eq!(pack(&[4097], 4096, 4096, |_| false), vec![None]);
+        // one slot's worth (1024) at most: the 2000-byte block is read
+        assert_eq!(pack(&[1000, 2000, 1000], 4096, 1024, |_| false), vec![Some(0), None, Some(1024)]);
     }
 }

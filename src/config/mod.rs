@@ -77,7 +77,8 @@ pub struct ShmConfig {
     pub single_min: usize,
     /// all_to_all / gather / scatter blocks over this many bytes are read
     /// from the sender's tensor; smaller ones are copied through its input
-    /// slots while they fit there together. 0: from the host (2 MiB with
+    /// slots while they fit (a block takes one, or both with 2 local
+    /// ranks). 0: from the host (2 MiB with
     /// 3-4 local ranks, 4 MiB with 2, and at least `single_min`, where
     /// reads are fast; `single_min` otherwise).
     pub block_min: usize,

@@ -98,10 +98,10 @@ pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
 pub const PAIR_BLOCK_READ_MIN: usize = SINGLE_READER_MIN;
 
 /// all_to_all / gather / scatter blocks up to this size go through the
-/// senders' input slots where reads are fast (while they fit: a sender's
-/// blocks are packed into its slots taken together, one per local rank,
-/// `collectives::shm_attach::packed`; a slot holds 2 MiB with 8 threads a
-/// rank, 1 MiB with 4) and the host has at most
+/// senders' input slots where reads are fast (when they fit one: a slot
+/// holds 2 MiB with 8 threads a rank, 1 MiB with 4; with 2 local ranks a
+/// block may fill both, `collectives::shm_attach::block_max`) and the
+/// host has at most
 /// [`BLOCK_SLOT_RANKS`] local ranks: on the 16-core host with 4 ranks,
 /// 1-4 MiB all_to_all took 1.3-1.5x less time so and 4 MiB scatter
 /// 1.5-1.8x (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`). It
