@@ -119,13 +119,12 @@ fn staggered<T>(win: &Window, items: &mut [T], peer_of: impl Fn(&T) -> usize) {
 /// header gives them) lies in its input slots taken as one area
 /// (`Area::Inputs`), when it goes through them rather than being read
 /// from its tensor (`transport::shm::Attach::block_min`): the blocks
-/// not read and of at most [`block_max`], packed in destination order,
-/// each from a cache line, while they fit; `None`: read (or a gather's
-/// pushed). Sender and receivers compute it from the same lengths, so
-/// they agree. With 2 local ranks a block may so fill both slots.
-/// With the attach threshold at 0 (tests) every block is read directly.
+/// that may ([`eager`]), packed in destination order, each from a cache
+/// line, while they fit; `None`: read (or a gather's pushed). Sender and
+/// receivers compute it from the same lengths, so they agree. With 2
+/// local ranks a block may so fill both slots.
 pub(super) fn packed(win: &Window, lens: &[usize]) -> Vec<Option<usize>> {
-    pack(lens, win.inputs_capacity(), block_max(win), |len| win.block_read(len))
+    pack(lens, win.inputs_capacity(), |len| eager(win, len))
 }
 
 /// The largest block that goes through its sender's input slots: both of
@@ -144,14 +143,14 @@ fn block_max(win: &Window) -> usize {
     }
 }
 
-/// [`packed`] into `room` bytes, blocks of at most `max`, `read` saying
-/// which lengths are read.
-fn pack(lens: &[usize], room: usize, max: usize, read: impl Fn(usize) -> bool) -> Vec<Option<usize>> {
+/// [`packed`] into `room` bytes, `through` saying which lengths may go
+/// through the slots.
+fn pack(lens: &[usize], room: usize, through: impl Fn(usize) -> bool) -> Vec<Option<usize>> {
     let mut free = 0;
     lens.iter()
         .map(|&len| {
             let at = free;
-            (!read(len) && len <= max && at + len <= room).then(|| {
+            (through(len) && at + len <= room).then(|| {
                 free = (at + len).div_ceil(64) * 64;
                 at
             })
@@ -169,8 +168,10 @@ pub(super) fn packed_blocks(win: &Window, blocks: &[(usize, &[u8])]) -> Vec<Opti
     packed(win, &lens)
 }
 
-/// Whether a sender's only block, of `len` bytes (a gather's), goes
-/// through its input slots ([`packed`]).
+/// Whether a block of `len` bytes may go through its sender's input slots
+/// rather than being read from its tensor: one that is not read and fits
+/// [`block_max`] (a sender's only block, a gather's, always has the room:
+/// [`packed`]). With the attach threshold at 0 (tests) every block is read.
 pub(super) fn eager(win: &Window, len: usize) -> bool {
     !win.block_read(len) && len <= block_max(win)
 }
@@ -231,14 +232,15 @@ impl Header {
 /// Before publishing: our `blocks` (destination, data; ascending
 /// destinations) go into our small slot `slot` when they fit together, so
 /// that the operation may end in one step (see [`all_in_slots`]); else
-/// the ones not read into our input slots ([`packed`]), split among the
+/// the ones not read into our input slots at `at` (their [`packed`]
+/// offsets by destination, [`packed_blocks`]), split among the
 /// worker threads (a root's or an all_to_all's blocks add up: 7 x 256 KiB
 /// copied on one thread took ~350 us), and the others are read from our
 /// tensors (or pushed, a gather's). Every rank writes its header in every operation,
 /// with or without blocks, `flags` (a root's push flags, a scatter root's
 /// split bits) in its first word. Returns whether the blocks are in the
 /// small slot.
-pub(super) fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[u8])], flags: u64) -> bool {
+pub(super) fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[u8])], at: &[Option<usize>], flags: u64) -> bool {
     let n = win.ranks().len();
     let in_slot = fits_small(win, blocks.iter().map(|(_, d)| d.len()).sum());
     let mut header = vec![0u8; 8 * (n + 1)];
@@ -252,7 +254,6 @@ pub(super) fn offer(win: &Window, wk: &Workers, slot: Area, blocks: &[(usize, &[
         }
     }
     if !in_slot {
-        let at = packed_blocks(win, blocks);
         win.put_all(wk, blocks.iter().filter_map(|&(c, d)| Some((Area::Inputs, at[c]?, d))));
     }
     win.put(slot, 0, &header);
@@ -392,13 +393,13 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
     let wk = win.all_to_all_workers();
-    let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, wk, slot, &blocks, 0))?;
+    let at = packed_blocks(win, &blocks);
+    let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, wk, slot, &blocks, &at, 0))?;
     let headers = Header::read_all(win, slot, mine);
     let r = take(win, w, wk, "all_to_all", slot, &headers, outs.iter_mut().enumerate().filter(|(c, _)| *c != me).map(|(c, o)| (c, me, &mut **o)).collect());
     if all_in_slots(&headers) {
         return r;
     }
-    let at = packed_blocks(win, &blocks);
     let read_from_us = !mine && blocks.iter().any(|(c, _)| at[*c].is_none());
     step.end(win, w, 1, read_from_us, r)
 }
@@ -424,7 +425,8 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     };
     let flags = if posts { POSTED_FOR_PUSHES } else { 0 };
     let mut mine = false;
-    let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &posted, || mine = offer(win, win.workers(), slot, &blocks, flags))?;
+    let at = packed_blocks(win, &blocks);
+    let step = Step::begin(win, w, &desc("gather", 0, Some(root)), &posted, || mine = offer(win, win.workers(), slot, &blocks, &at, flags))?;
     drop(posted);
     let headers = Header::read_all(win, slot, mine);
     let pushes = me != root && headers[root].flags & POSTED_FOR_PUSHES != 0 && by_tensor(win, input.len());
@@ -537,19 +539,19 @@ pub(super) fn first_failed(win: &Window, w: &dyn PhaseWait, slot: Area, senders:
 mod tests {
     use super::pack;
 
-    /// Blocks not read go one after the other from cache lines, across
-    /// slot boundaries, while they fit; one that does not fit (or is
-    /// larger than `max`) is read and takes no room, so a later small one
-    /// still fits.
+    /// Blocks that may go through the slots go one after the other from
+    /// cache lines, across slot boundaries, while they fit; one that does
+    /// not fit (or may not) is read and takes no room, so a later small
+    /// one still fits.
     #[test]
     fn blocks_pack_in_destination_order_while_they_fit() {
-        let read = |len: usize| len > 3000;
-        assert_eq!(pack(&[0, 1000, 100, 2000], 4096, 4096, read), vec![Some(0), Some(0), Some(1024), Some(1152)]);
-        assert_eq!(pack(&[2000, 2000, 100], 4096, 4096, read), vec![Some(0), Some(2048), None]);
-        assert_eq!(pack(&[3500, 2000, 4000, 64], 4096, 4096, read), vec![None, Some(0), None, Some(2048)]);
-        assert_eq!(pack(&[4096], 4096, 4096, |_| false), vec![Some(0)]);
-        assert_eq!(pack(&[4097], 4096, 4096, |_| false), vec![None]);
+        let through = |len: usize| len <= 3000;
+        assert_eq!(pack(&[0, 1000, 100, 2000], 4096, through), vec![Some(0), Some(0), Some(1024), Some(1152)]);
+        assert_eq!(pack(&[2000, 2000, 100], 4096, through), vec![Some(0), Some(2048), None]);
+        assert_eq!(pack(&[3500, 2000, 4000, 64], 4096, through), vec![None, Some(0), None, Some(2048)]);
+        assert_eq!(pack(&[4096], 4096, |_| true), vec![Some(0)]);
+        assert_eq!(pack(&[4097], 4096, |_| true), vec![None]);
         // one slot's worth (1024) at most: the 2000-byte block is read
-        assert_eq!(pack(&[1000, 2000, 1000], 4096, 1024, |_| false), vec![Some(0), None, Some(1024)]);
+        assert_eq!(pack(&[1000, 2000, 1000], 4096, |len| len <= 1024), vec![Some(0), None, Some(1024)]);
     }
 }

@@ -57,7 +57,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     // The root's entries are its inputs, a receiver's its output (where
     // the root may write).
     let posted: Vec<&[u8]> = if me == root { ins.to_vec() } else { vec![&*output] };
-    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), &posted, || mine = offer(win, solo, slot, &blocks, flags))?;
+    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), &posted, || mine = offer(win, solo, slot, &blocks, &at, flags))?;
     drop(posted);
     let headers = Header::read_all(win, slot, mine);
     // (Our own header, as read, says only whether our blocks are in the slot.)
