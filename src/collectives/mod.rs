@@ -34,6 +34,7 @@ pub mod shm_all_gather;
 pub mod shm_attach;
 pub mod shm_attach_reduce;
 pub mod shm_attach_scatter;
+pub mod shm_blocks;
 pub mod shm_broadcast;
 pub mod shm_one_round;
 pub mod shm_pipelined;
@@ -432,18 +433,20 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
             } else {
                 inputs
             };
-            let host = if n > 1 { attach_host(t, None) } else { None };
+            if n > 1 {
+                if let Some((win, wait)) = attach_host(t, None) {
+                    // Our own block too, in the phase of its other copies.
+                    shm_attach::all_to_all(&win, wait, &inputs.views(), &mut outputs.views_mut())?;
+                    return Ok("shm_attach");
+                }
+            }
             {
                 let (src, so, len) = locate(inputs, r);
                 let (dst, d_off, _) = locate_mut(outputs, r);
-                copy_own(host.as_ref().map(|h| &h.0), dst, d_off, src, so, len);
+                copy_region(dst, d_off, src, so, len);
             }
             if n == 1 {
                 return Ok("local");
-            }
-            if let Some((win, wait)) = host {
-                shm_attach::all_to_all(&win, wait, &inputs.views(), &mut outputs.views_mut())?;
-                return Ok("shm_attach");
             }
             direct::all_to_all(t, &inputs.views(), &mut outputs.views_mut())?;
             Ok("direct")

@@ -1,5 +1,6 @@
-//! Scatter among the ranks of one host, single-copy (steps, posting and
-//! the senders' headers as in `shm_attach`): every receiver takes its
+//! Scatter among the ranks of one host, single-copy (steps and posting as
+//! in `shm_attach`, the root's header and blocks as in `shm_blocks`):
+//! every receiver takes its
 //! block from the root, out of the root's small slot, its input slots or
 //! its tensor, and where the root takes pushes it writes the second half
 //! of a block its receiver reads ([`scatter`]). A root that could not
@@ -10,16 +11,18 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::shm_attach::{all_in_slots, blocks_at, desc, first_failed, offer, packed_blocks, pull_all, set_slot_word, set_slot_word_at, slot_word, slot_word_at, take, Header, Step, FAILED, POSTED_FOR_PUSHES};
+use super::shm_attach::{desc, first_failed, set_slot_word, set_slot_word_at, slot_word, slot_word_at, Step, FAILED, POSTED_FOR_PUSHES};
+use super::shm_blocks::{self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, take, Header};
 use crate::error::Result;
 use crate::transport::shm::{split_point, Area, AttachError, PhaseWait, Window, Workers};
 
 /// A scatter root's bits for the receivers whose blocks it splits ([`split_bit`]).
 const SPLIT_BITS: u64 = u64::MAX << 8;
 
-/// Every rank reads its part of the root's `ins` (the root's own part is
-/// copied by the caller). The root copies the blocks that go through its
-/// slots on its solo-phase threads: the others wait for them. A block
+/// Every rank reads its part of the root's `ins`. The root copies the
+/// blocks that go through its slots on its solo-phase threads once it
+/// published the first step, and the receivers copy each chunk out as it
+/// lands (`shm_blocks`). A block
 /// read from the root's tensor, of at most the root's
 /// [`Window::scatter_split_max`] bytes, is split where the root takes
 /// pushes ([`Window::gather_push`]): its receiver reads the first half
@@ -32,15 +35,15 @@ const SPLIT_BITS: u64 = u64::MAX << 8;
 /// receiver reads whether the root failed its half (`second_half_written`)
 /// after the root's writes (`p+2`) and before the root, waiting for `p+3`,
 /// may start its next operation and write that slot again.
-/// `own`: the root copies its own part of `ins` into `output` after the
-/// first step, while the others take theirs (false: the caller copies it
-/// after the operation, as `output` overlaps some of `ins`).
+/// `own`: the root copies its own part of `ins` into `output` after its
+/// blocks, in the same phase, while the others take theirs (false: the
+/// caller copies it after the operation, as `output` overlaps some of
+/// `ins`).
 pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, output: &mut [u8], root: usize, own: bool) -> Result<()> {
     let me = win.me();
     let ins = ins.unwrap_or(&[]);
     let slot = Window::small_slot(win.phase());
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
-    let mut mine = false;
     let solo = win.solo_workers(blocks.iter().map(|(_, d)| d.len()).sum());
     // The root's choice: which receivers' blocks it splits (their reads
     // stay whole where the blocks go through its slots after all).
@@ -54,11 +57,26 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
             }
         }
     }
-    // The root's entries are its inputs, a receiver's its output (where
-    // the root may write).
-    let posted: Vec<&[u8]> = if me == root { ins.to_vec() } else { vec![&*output] };
-    let step = Step::begin(win, w, &desc("scatter", 0, Some(root)), &posted, || mine = offer(win, solo, slot, &blocks, &at, flags))?;
-    drop(posted);
+    // The root posts its inputs and copies the blocks that go through its
+    // slots as soon as it published (its receivers take each chunk as it
+    // lands), then its own part in the same phase; a receiver posts its
+    // output (where the root may write).
+    let d = desc("scatter", 0, Some(root));
+    let offered = || offer(win, slot, &blocks, flags);
+    let begun = if me == root {
+        let out = &mut *output;
+        let deliver_ours = |&mine: &bool, seq| {
+            let mut ours = puts(solo, &blocks, &at, mine);
+            if own {
+                ours.extend(shm_blocks::own(solo, out, ins[me]));
+            }
+            deliver(win, solo, seq, ours);
+        };
+        Step::begin_then(win, w, &d, ins, offered, deliver_ours)
+    } else {
+        Step::begin_then(win, w, &d, &[&*output], offered, |_, _| ())
+    };
+    let (step, mine) = begun?;
     let headers = Header::read_all(win, slot, mine);
     // (Our own header, as read, says only whether our blocks are in the slot.)
     let root_flags = if me == root { flags } else { headers[root].flags };
@@ -77,11 +95,8 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         return step.end(win, w, 2, false, r);
     }
     let r = if me != root {
-        take(win, w, win.workers(), "scatter", slot, &headers, vec![(root, me, output)])
+        take(win, w, win.workers(), "scatter", slot, &headers, step.seq(), Vec::new(), vec![(root, me, output)])
     } else {
-        if own {
-            win.workers().copy(output, ins[me]);
-        }
         let (unwritten, r) = push_halves(win, w, solo, &blocks, split);
         if r.is_err() {
             if let Some(at) = unwritten_at(win) {

@@ -138,10 +138,20 @@ pub struct ShmConfig {
     /// `collectives::shm_attach_scatter::scatter`); 0: from the host
     /// (`transport::shm::host::scatter_split_max`); `usize::MAX`: any size.
     pub scatter_split_max: usize,
+    /// How long (microseconds) a thread that copies a block out of a
+    /// peer's input slots waits for a chunk before the rank's own thread
+    /// takes the wait over, with the group's timeout and dead-peer checks
+    /// (`collectives::shm_blocks`); 0: it hands over at once.
+    pub block_wait_us: usize,
 }
 
 /// `ShmConfig::quick_threads` when `RUSTCCL_SHM_QUICK_THREADS` is unset or `auto`.
 pub const QUICK_FROM_HOST: usize = usize::MAX;
+
+/// `ShmConfig::block_wait_us` when `RUSTCCL_SHM_BLOCK_WAIT_US` is unset:
+/// far longer than a sender's copy of a whole block takes unless its
+/// threads lost their cores.
+pub const BLOCK_WAIT_US: usize = 20_000;
 
 /// `ShmConfig::spin_us` when `RUSTCCL_SHM_SPIN_US` is unset or `auto`.
 pub const SPIN_FROM_HOST: usize = usize::MAX;
@@ -362,6 +372,7 @@ impl Config {
                     Ok("any") => usize::MAX,
                     _ => env_usize("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0),
                 },
+                block_wait_us: env_usize("RUSTCCL_SHM_BLOCK_WAIT_US", BLOCK_WAIT_US),
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
             shm_tensors_min,
@@ -457,6 +468,7 @@ impl Config {
                 usize::MAX => "any".into(),
                 v => v.to_string(),
             }),
+            ("RUSTCCL_SHM_BLOCK_WAIT_US", self.shm.block_wait_us.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),
             ("RUSTCCL_NCCL_LIBRARY", self.nccl_library.clone().unwrap_or_default()),

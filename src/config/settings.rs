@@ -141,6 +141,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "a scatter root between ranks of one host that takes pushes (RUSTCCL_SHM_GATHER_PUSH) splits each block its receiver reads from the root's tensor of at most this many bytes: the receiver reads the first half while the root writes the second into the receiver's output; the root decides (its receivers follow what it says in its shared-memory header); any: every size; 0: 2097152 (64-core host: 1-2 MiB blocks 0.80-0.82x the time, 4-8 MiB ones 1.6-1.8x longer, the root writing half of every block being the slowest)",
     },
     Setting {
+        name: "RUSTCCL_SHM_BLOCK_WAIT_US",
+        default: "20000",
+        doc: "an all_to_all, gather or scatter block between ranks of one host that goes through its sender's shared-memory slots is copied out chunk by chunk (16 KiB) as the sender copies it in; a thread waits this long (microseconds) for a chunk before the rank waits for the sender's whole block with the group's timeout, interrupt and dead-peer checks and copies it again (0: at once); stats()[\"thresholds\"][\"shm_block_wait_us\"]",
+    },
+    Setting {
         name: "RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES",
         default: "auto",
         doc: "a send to a rank of this host that its receiver reads from the sender's tensor (cross-memory attach: not staged, not by value), of at least this many bytes, is split: the receiver asks the sender for the second half and reads the first while the sender, idle otherwise until the receive took its send, writes the second into the receiver's buffer (process_vm_writev); decided by the receiver; off: never; auto: 524288 where this rank takes pushes (RUSTCCL_SHM_GATHER_PUSH), else off (2-core VM, where every send over 256 KiB is read: 4-16 MiB one way 0.3-0.55x the time, the pipeline step 0.68x; 32-core host, where sends up to 8 MiB are staged while the staging area is free: 16-32 MiB 0.62-0.76x, the pipeline step 0.74-0.84x, while splitting 1-8 MiB sends instead of staging them took 1.3-2x longer); stats()[\"thresholds\"][\"shm_split_send_min_bytes\"]",

@@ -83,6 +83,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     quick_leads: None,
     split_send_min: usize::MAX,
     scatter_split_max: 0,
+    block_wait_us: 20_000,
 };
 
 /// Real sockets between ranks (threads of this process), TCP only.

@@ -114,6 +114,8 @@ pub struct ShmLocal {
     /// As a scatter's root, this rank splits the blocks its receivers
     /// would read of at most this many bytes (`host::scatter_split_max`).
     pub scatter_split_max: usize,
+    /// How long a thread waits for a peer's chunk (`ShmConfig::block_wait_us`).
+    pub block_wait: Duration,
 }
 
 impl ShmLocal {
@@ -548,7 +550,7 @@ pub fn connect(
         b => b,
     };
     let all_to_all_workers = workers.with_quick_bytes(a2a_bytes);
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, all_to_all_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes) });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, all_to_all_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes), block_wait: Duration::from_micros(sizes.block_wait_us as u64) });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

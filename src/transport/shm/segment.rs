@@ -31,6 +31,8 @@
 //! ctrl   2n rings of `ring` bytes (ring c*n+i carries this rank's bytes of channel c to local rank i)
 //!        two small slots (`small` bytes each, by phase parity), input area (n x `seg`), output area (`seg`),
 //!        table (2n x (address, length): the buffers a rank lets peers read),
+//!        block flags: a ready flag per `BLOCK_CHUNK` of a block in the input area (one cache
+//!        line each; `collectives::shm_blocks`),
 //!        staging area: a ready flag per `STAGE_CHUNK` (one cache line each), then `stage` bytes
 //!        (the owner's staged point-to-point send, `stage.rs`)
 //!
@@ -48,7 +50,7 @@ use std::time::Duration;
 
 use memmap2::MmapRaw;
 
-const MAGIC: u64 = 0x374d_4853_4c43_4352; // "RCCLSHM7"
+const MAGIC: u64 = 0x384d_4853_4c43_4352; // "RCCLSHM8"
 
 /// Which pair of rings and futex word: collectives or point-to-point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +75,8 @@ pub struct Layout {
     pub in_off: usize,
     pub out_off: usize,
     pub table_off: usize,
+    /// The input area's block flags ([`Layout::block_flags`] of them).
+    pub flags_off: usize,
     pub stage: usize,
     /// The staging area's ready flags (`stage_data_off - stage_off` bytes).
     pub stage_off: usize,
@@ -85,6 +89,14 @@ pub struct Layout {
 /// in (`stage.rs`).
 pub const STAGE_CHUNK: usize = 64 << 10;
 
+/// Bytes of a block in the input area covered by one block flag: the
+/// receiver of a block a sender copies there takes each such chunk as
+/// soon as its flag says it is in (`collectives::shm_blocks`).
+/// Smaller than a worker's piece of a 512 KiB block (64 KiB with 8
+/// threads), so that each receiving thread starts while the sending
+/// thread of the same piece still copies.
+pub const BLOCK_CHUNK: usize = 16 << 10;
+
 impl Layout {
     /// `ring` is rounded up to a power of two.
     pub fn new(n: usize, ring: usize, small: usize, seg: usize) -> Layout {
@@ -96,8 +108,17 @@ impl Layout {
         let in_off = small_off + 2 * small;
         let out_off = in_off + n * seg;
         let table_off = out_off + seg;
-        let stage_off = round_up(table_off + Layout::table_entries(n) * 16, 4096);
-        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, table_off, stage: 0, stage_off, stage_data_off: stage_off, total: stage_off }
+        let flags_off = round_up(table_off + Layout::table_entries(n) * 16, 64);
+        let stage_off = round_up(flags_off + Layout::block_flags(n, seg) * 64, 4096);
+        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, table_off, flags_off, stage: 0, stage_off, stage_data_off: stage_off, total: stage_off }
+    }
+
+    /// Block flags of the input area: one per [`BLOCK_CHUNK`] of every
+    /// block packed there, counted from each block's start (so blocks
+    /// never share one), which is at most one per chunk of the area and
+    /// one more per block (a block per local rank).
+    pub fn block_flags(n: usize, seg: usize) -> usize {
+        (n * seg).div_ceil(BLOCK_CHUNK) + n
     }
 
     /// The same layout with a staging area of `stage` bytes (rounded up to
@@ -282,10 +303,24 @@ impl Segment {
     pub fn stage_flag(&self, k: usize) -> &AtomicU64 {
         let off = self.layout.stage_off + 64 * k;
         assert!(off + 8 <= self.layout.stage_data_off, "stage_flag({k}) beyond the staging area's flags");
-        // SAFETY: in bounds (asserted), 64-aligned (the flags start on a
-        // page), valid for the life of `self`; every access to the flags
-        // is atomic.
+        self.flag_at(off)
+    }
+
+    /// The ready flag at `off` (a cache line of the flags past the control area).
+    fn flag_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 64 == 0 && off + 8 <= self.layout.total, "flag at {off} outside the segment");
+        // SAFETY: in bounds and 8-aligned (asserted; the mapping is page
+        // aligned), valid for the life of `self`; every access to the
+        // flags (block and staging) is atomic.
         unsafe { &*(self.base().add(off) as *const AtomicU64) }
+    }
+
+    /// Block flag `k` of the input area: the number of the last operation
+    /// that wrote the chunk it covers (`collectives::shm_blocks`).
+    pub fn block_flag(&self, k: usize) -> &AtomicU64 {
+        let off = self.layout.flags_off + 64 * k;
+        assert!(k < Layout::block_flags(self.layout.n, self.layout.seg), "block_flag({k}) beyond the input area's flags");
+        self.flag_at(off)
     }
 
     /// The owner's process id, and the address and value of a canary in

@@ -17,6 +17,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::{ShmLocal, Workers};
 use crate::error::{Error, Result};
@@ -30,6 +31,9 @@ pub trait PhaseWait {
     fn seq(&self) -> u32;
     /// A protocol error with `peer` (ranks disagree about the operation).
     fn mismatch(&self, peer: Rank, detail: String) -> Error;
+    /// Blocks until `ready()`, which local rank `peer` makes true within
+    /// this operation (its block flags), with the checks of `wait_phase`.
+    fn wait_until(&mut self, peer: usize, ready: &dyn Fn() -> bool) -> Result<()>;
 }
 
 /// One of the shared areas of a segment.
@@ -59,6 +63,9 @@ pub struct Desc {
     /// different roots would read from different ranks' areas.
     pub root: Option<usize>,
 }
+
+/// Looks at a block flag before a waiting thread starts yielding its core.
+const SPINS: u32 = 2000;
 
 /// Bits of the announced length word that hold the length; the root + 1
 /// (0: none) sits above them.
@@ -216,6 +223,45 @@ impl Window {
             self.put(area, off, piece);
             Ok::<(), std::convert::Infallible>(())
         });
+    }
+
+    /// Bytes of a block in the input area that one block flag covers.
+    pub const BLOCK_CHUNK: usize = super::segment::BLOCK_CHUNK;
+
+    /// Stores `seq` in this rank's block flag `k` once the chunk it covers
+    /// is written ([`Window::put`]): a peer that finds `seq` there may read
+    /// that chunk ([`Window::wait_block_flag`]).
+    pub fn set_block_flag(&self, k: usize, seq: u64) {
+        self.local.mine().block_flag(k).store(seq, Ordering::Release);
+    }
+
+    /// Waits, spinning then yielding, until local rank `peer`'s block flag
+    /// `k` holds `seq` (then what it covers may be read); false when it
+    /// did not within `RUSTCCL_SHM_BLOCK_WAIT_US`, for the caller to wait
+    /// with the transport's checks ([`PhaseWait::wait_until`],
+    /// [`Window::block_flag_is`]).
+    pub fn wait_block_flag(&self, peer: usize, k: usize, seq: u64) -> bool {
+        let patience = self.local.block_wait;
+        let flag = self.local.segs[peer].block_flag(k);
+        let mut looks = 0u32;
+        let t0 = Instant::now();
+        while flag.load(Ordering::Acquire) != seq {
+            looks = looks.saturating_add(1);
+            if looks < SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            if t0.elapsed() >= patience {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// Whether local rank `peer`'s block flag `k` holds `seq`.
+    pub fn block_flag_is(&self, peer: usize, k: usize, seq: u64) -> bool {
+        self.local.segs[peer].block_flag(k).load(Ordering::Acquire) == seq
     }
 
     /// Copies `dst.len()` bytes of local rank `peer`'s `area` at `off`.

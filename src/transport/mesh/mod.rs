@@ -24,6 +24,8 @@ use crate::bootstrap::Conn;
 use crate::error::{Error, OpSite, Result};
 use crate::types::Rank;
 
+mod wait;
+
 pub enum Link {
     Tcp(TcpLink),
     Shm(ShmLink),
@@ -398,54 +400,6 @@ impl Mesh {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
             Err(e) => Err(Error::Internal(format!("poll failed: {e}"))),
-        }
-    }
-}
-
-impl PhaseWait for Mesh {
-    fn seq(&self) -> u32 {
-        self.ctx.wire_seq()
-    }
-
-    fn mismatch(&self, peer: Rank, detail: String) -> Error {
-        Error::Protocol { site: self.ctx.site.clone(), rank: self.rank, peer, addr: self.addrs[peer].clone(), detail }
-    }
-
-    fn wait_phase(&mut self, target: u64) -> Result<()> {
-        let _t = crate::hostprof::start(crate::hostprof::Span::PhaseWait);
-        let r = self.wait_phase_for(target);
-        self.clear_blocked();
-        r
-    }
-}
-
-impl Mesh {
-    fn wait_phase_for(&mut self, target: u64) -> Result<()> {
-        let Some(local) = self.local.clone() else { return Err(Error::Internal("no shared memory".into())) };
-        let t0 = Instant::now();
-        loop {
-            let lags = |i: usize| i != local.me && local.segs[i].phase().load(Ordering::Acquire) < target;
-            if !(0..local.segs.len()).any(lags) {
-                return Ok(());
-            }
-            // Named only for errors and liveness checks (no allocation per spin).
-            let behind = || -> Vec<Rank> { (0..local.segs.len()).filter(|&i| lags(i)).map(|i| local.ranks[i]).collect() };
-            if self.interrupt.is_set() {
-                return Err(interrupted_error(self));
-            }
-            if Instant::now() >= self.ctx.deadline {
-                return Err(timeout_error(self, behind()));
-            }
-            if t0.elapsed() < YIELD_FOR {
-                local.pause();
-            } else {
-                self.check_alive(&behind())?;
-                self.publish_blocked(Some(target), behind())?;
-                let left = self.ctx.deadline.saturating_duration_since(Instant::now());
-                // Publishers wake only sleepers (`Window::publish`).
-                local.mine().sleep_unless(left.min(Duration::from_millis(2)), || !(0..local.segs.len()).any(lags));
-                self.clear_blocked();
-            }
         }
     }
 }
