@@ -32,8 +32,7 @@
 //! a rank failed a part that others would read).
 #![forbid(unsafe_code)]
 
-pub(super) use super::shm_blocks::pull_all;
-use super::shm_blocks::{self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, puts, take, Header};
+use super::shm_blocks::{self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, take, Header};
 use crate::error::Result;
 use crate::transport::shm::{split_point, Area, AttachError, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};

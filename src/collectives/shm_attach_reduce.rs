@@ -12,7 +12,8 @@
 
 use super::plan::{bytes, even_chunks};
 use super::reduce::{finish_avg, reduce_into};
-use super::shm_attach::{first_failed, pull_all, set_slot_word, slot_word, Step, FAILED, POSTED_FOR_PUSHES};
+use super::shm_attach::{first_failed, set_slot_word, slot_word, Step, FAILED, POSTED_FOR_PUSHES};
+use super::shm_blocks::pull_all;
 use super::split_chunks_mut;
 use crate::error::Result;
 use crate::transport::shm::{AttachError, Desc, PhaseWait, Window};
