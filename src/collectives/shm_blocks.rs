@@ -25,7 +25,7 @@
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::transport::shm::{Area, AttachError, PhaseWait, Window, Workers};
 
 /// Bytes a block flag covers.
@@ -318,7 +318,11 @@ pub(super) fn take(win: &Window, w: &mut dyn PhaseWait, wk: &Workers, op: &'stat
             let chunks = dst.len().div_ceil(CHUNK);
             w.wait_until(*peer, &|| (0..chunks).all(|j| win.block_flag_is(*peer, pk.flag + j, seq)))?;
         }
-        copy(win, wk, seq, gets(wk, &mut streamed).collect(), &AtomicBool::new(false));
+        let again = AtomicBool::new(false);
+        copy(win, wk, seq, gets(wk, &mut streamed).collect(), &again);
+        if again.into_inner() {
+            return Err(Error::Internal(format!("{op}: a peer's block flags changed while this rank copied its block")));
+        }
     }
     pull_all(win, w, wk, pulls)
 }
