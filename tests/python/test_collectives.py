@@ -52,6 +52,20 @@ def test_collectives(body, world, transport):
     launch.expect_ok(launch.run(f"w_collectives:{body}", world, env=env, timeout=240))
 
 
+@pytest.mark.parametrize("wait_us", ["20000", "0"])
+@pytest.mark.parametrize("world", [2, 3])
+def test_streamed_blocks(world, wait_us):
+    """all_to_all / gather / scatter blocks of many chunks streamed through
+    the senders' slots between processes (w_collectives.streamed_blocks):
+    2 threads a rank, 256 KiB slots, blocks up to 4 MiB through them while
+    they fit, 1 KiB small slots; RUSTCCL_SHM_BLOCK_WAIT_US=0 hands every
+    wait for a chunk to the rank's own thread."""
+    env = dict(RUSTCCL_TRANSPORT="shm", RUSTCCL_SHM_THREADS="2", RUSTCCL_SHM_SEGMENT_BYTES="131072",
+               RUSTCCL_SHM_SMALL_BYTES="1024", RUSTCCL_SHM_ATTACH_MIN_BYTES="1048576",
+               RUSTCCL_SHM_BLOCK_READ_MIN_BYTES="4194304", RUSTCCL_SHM_BLOCK_WAIT_US=wait_us)
+    launch.expect_ok(launch.run("w_collectives:streamed_blocks", world, env=env, timeout=240))
+
+
 def test_default_thresholds_all_reduce():
     """The shipped thresholds (no overrides) on a 3-rank group."""
     launch.expect_ok(launch.run("w_collectives:all_reduce_matrix", 3, timeout=240))

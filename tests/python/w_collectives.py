@@ -500,3 +500,49 @@ def p2p_two_hosts(rank: int, world: int) -> tuple[int, list[str]]:
         c.eq(f"batched {n} floats from rank {near}", near_in, torch.arange(n, dtype=torch.float32) + 7 * near)
     dist.barrier()
     return c.count, c.failures
+
+
+def streamed_blocks(rank: int, world: int) -> tuple[int, list[str]]:
+    """all_to_all, gather and scatter blocks of many 16 KiB chunks between
+    processes, through their senders' shared-memory input slots (the
+    case's settings: slots of 256 KiB, blocks below the read threshold,
+    too large for the small slots): the sender copies a block in after its
+    first publish and its receivers copy each chunk once its ready flag
+    holds the operation's number. New values every round, so a receiver
+    that took an earlier operation's flag as ready would copy stale bytes;
+    with RUSTCCL_SHM_BLOCK_WAIT_US=0 every wait a chunk needs is handed to
+    the rank's own thread, which waits for the whole block and copies it
+    again."""
+    c = Checker(rank)
+    wait = os.environ.get("RUSTCCL_SHM_BLOCK_WAIT_US")
+    got = rustccl.stats()["thresholds"].get("shm_block_wait_us")
+    c.true(f"block wait {got} == {wait}", wait is None or got == int(wait))
+
+    def block(src: int, dst: int, n: int, rnd: int) -> torch.Tensor:
+        return torch.arange(n, dtype=torch.int32) * 7 + src * 1_000_003 + dst * 10_007 + rnd * 100_019
+
+    # int32 elements: 4 bytes to 160 KB, around the 16 KiB chunks
+    lens = [1, 4095, 4096, 4113, 12_500, 25_000, 40_000]
+    for rnd in range(6):
+        def count(s: int, d: int) -> int:
+            return lens[(s + 2 * d + rnd) % len(lens)]
+        ins = torch.cat([block(rank, d, count(rank, d), rnd) for d in range(world)])
+        out = torch.full((sum(count(s, rank) for s in range(world)),), -1, dtype=torch.int32)
+        dist.all_to_all_single(out, ins, [count(s, rank) for s in range(world)], [count(rank, d) for d in range(world)])
+        c.eq(f"all_to_all round {rnd}", out, torch.cat([block(s, rank, count(s, rank), rnd) for s in range(world)]))
+        for root in range(world):
+            n = lens[(rnd + root) % len(lens)]
+            gl = [torch.full((n,), -1, dtype=torch.int32) for _ in range(world)] if rank == root else None
+            dist.gather(block(rank, root, n, rnd), gl, dst=root)
+            if rank == root:
+                for s in range(world):
+                    c.eq(f"gather round {rnd} root {root} from {s}", gl[s], block(s, root, n, rnd))
+            sl = [block(root, d, n, rnd + 1) for d in range(world)] if rank == root else None
+            got = torch.full((n,), -1, dtype=torch.int32)
+            dist.scatter(got, sl, src=root)
+            c.eq(f"scatter round {rnd} root {root}", got, block(root, rank, n, rnd + 1))
+    ops = rustccl.stats()["ops"]
+    for op in ("all_to_all", "gather", "scatter"):
+        c.true(f"{op} through the slots: {ops.get(op)}", ops.get(op, {}).get("algorithm") == "shm_attach")
+    dist.barrier()
+    return c.count, c.failures
