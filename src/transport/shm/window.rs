@@ -6,7 +6,10 @@
 //! segment; all ranks run the same steps, so phases agree at every step.
 //! An algorithm writes its own areas only after every peer reached the
 //! phase at which it stopped reading them, and reads a peer's areas only
-//! after the peer published the phase at which it finished writing them.
+//! after the peer published the phase at which it finished writing them,
+//! or (a block streamed through the input area, `collectives::shm_blocks`)
+//! a chunk of them once the block flag after it holds the operation's
+//! number ([`Window::set_block_flag`], [`Window::wait_block_flag`]).
 //! The window checks bounds; the phase protocol is the algorithm's promise
 //! (breaking it gives wrong bytes, never an access outside the mapping).
 //! One deliberate exception: the failure bit of a header's first word
@@ -201,7 +204,8 @@ impl Window {
     pub fn put(&self, area: Area, off: usize, src: &[u8]) {
         let at = self.at(area, off, src.len());
         // SAFETY: in bounds (checked); by the phase protocol no peer reads
-        // this range until we publish the phase after this write.
+        // this range until we publish the phase after this write (or set
+        // the block flag after it, for a streamed chunk).
         unsafe { self.local.mine().write(at, src) }
     }
 
@@ -268,7 +272,8 @@ impl Window {
     pub fn get(&self, peer: usize, area: Area, off: usize, dst: &mut [u8]) {
         let at = self.at(area, off, dst.len());
         // SAFETY: in bounds (checked); by the phase protocol the peer
-        // published this range and rewrites it only after we publish.
+        // published this range (or flagged this streamed chunk) and
+        // rewrites it only after we publish.
         unsafe { self.local.segs[peer].read(at, dst) }
     }
 
