@@ -45,8 +45,11 @@ fn chunks(r: Range<usize>) -> impl Iterator<Item = Range<usize>> {
     r.step_by(STAGE_CHUNK).map(move |s| s..(s + STAGE_CHUNK).min(end))
 }
 
-/// Waits until `flag` holds `seq`.
-fn wait_ready(flag: &AtomicU64, seq: u64, coming: StillComing) -> Result<(), String> {
+/// Waits, spinning then yielding, until `flag` holds `seq`, asking
+/// `coming` every `every` whether it may still come. Staged chunks ask
+/// every `CHECK_EVERY`; a streamed block's chunks
+/// (`Window::wait_block_flag`) give up after their patience.
+pub(super) fn wait_ready(flag: &AtomicU64, seq: u64, every: Duration, coming: StillComing) -> Result<(), String> {
     let mut looks = 0u32;
     let mut checked = Instant::now();
     while flag.load(Ordering::Acquire) != seq {
@@ -56,7 +59,7 @@ fn wait_ready(flag: &AtomicU64, seq: u64, coming: StillComing) -> Result<(), Str
             continue;
         }
         std::thread::yield_now();
-        if checked.elapsed() >= CHECK_EVERY {
+        if checked.elapsed() >= every {
             coming()?;
             checked = Instant::now();
         }
@@ -109,7 +112,7 @@ impl ShmLocal {
         let pieces: Vec<_> = self.workers.pieces_aligned_mut(dst, STAGE_CHUNK).collect();
         self.workers.for_each(pieces, len, |(at, piece)| {
             for c in chunks(at..at + piece.len()) {
-                wait_ready(seg.stage_flag(c.start / STAGE_CHUNK), seq, coming)?;
+                wait_ready(seg.stage_flag(c.start / STAGE_CHUNK), seq, CHECK_EVERY, coming)?;
                 // SAFETY: in bounds (checked above, and `read` asserts);
                 // the flag says the peer wrote this chunk for the message
                 // we matched, and it leaves the area alone until our ack
@@ -129,14 +132,14 @@ mod tests {
     fn a_wait_ends_when_the_chunk_lands_or_cannot_come() {
         let flag = AtomicU64::new(3);
         // an earlier send's number: not ready; the wait asks and stops
-        assert_eq!(wait_ready(&flag, 4, &|| Err("sender gone".to_string())), Err("sender gone".to_string()));
+        assert_eq!(wait_ready(&flag, 4, CHECK_EVERY, &|| Err("sender gone".to_string())), Err("sender gone".to_string()));
         std::thread::scope(|s| {
             s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(50));
                 flag.store(4, Ordering::Release);
             });
             let asked = std::sync::atomic::AtomicUsize::new(0);
-            wait_ready(&flag, 4, &|| {
+            wait_ready(&flag, 4, CHECK_EVERY, &|| {
                 asked.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             })

@@ -20,7 +20,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::{ShmLocal, Workers};
 use crate::error::{Error, Result};
@@ -66,9 +65,6 @@ pub struct Desc {
     /// different roots would read from different ranks' areas.
     pub root: Option<usize>,
 }
-
-/// Looks at a block flag before a waiting thread starts yielding its core.
-const SPINS: u32 = 2000;
 
 /// Bits of the announced length word that hold the length; the root + 1
 /// (0: none) sits above them.
@@ -245,22 +241,8 @@ impl Window {
     /// with the transport's checks ([`PhaseWait::wait_until`],
     /// [`Window::block_flag_is`]).
     pub fn wait_block_flag(&self, peer: usize, k: usize, seq: u64) -> bool {
-        let patience = self.local.block_wait;
         let flag = self.local.segs[peer].block_flag(k);
-        let mut looks = 0u32;
-        let t0 = Instant::now();
-        while flag.load(Ordering::Acquire) != seq {
-            looks = looks.saturating_add(1);
-            if looks < SPINS {
-                std::hint::spin_loop();
-                continue;
-            }
-            if t0.elapsed() >= patience {
-                return false;
-            }
-            std::thread::yield_now();
-        }
-        true
+        super::stage::wait_ready(flag, seq, self.local.block_wait, &|| Err(String::new())).is_ok()
     }
 
     /// Whether local rank `peer`'s block flag `k` holds `seq`.
