@@ -63,6 +63,10 @@ pub struct ShmConfig {
     pub small_bytes: usize,
     /// Bytes per thread of each round of the pipelined algorithms.
     pub segment_bytes: usize,
+    /// Smallest input / output slot (bytes), where `segment_bytes` x
+    /// threads is less; [`SLOT_FROM_HOST`]: from the host
+    /// (`transport::shm::host::slot_bytes_for`).
+    pub slot_min: usize,
     /// Threads per rank in the direct algorithms; 0 = from the core count.
     pub threads: usize,
     /// Smallest collective that reads peers' buffers directly (cross-memory
@@ -144,6 +148,9 @@ pub struct ShmConfig {
     /// (`collectives::shm_blocks`); 0: it hands over at once.
     pub block_wait_us: usize,
 }
+
+/// `ShmConfig::slot_min` when `RUSTCCL_SHM_SLOT_MIN_BYTES` is unset or `auto`.
+pub const SLOT_FROM_HOST: usize = usize::MAX;
 
 /// `ShmConfig::quick_threads` when `RUSTCCL_SHM_QUICK_THREADS` is unset or `auto`.
 pub const QUICK_FROM_HOST: usize = usize::MAX;
@@ -328,6 +335,10 @@ impl Config {
                 ring_bytes: env_usize("RUSTCCL_SHM_RING_BYTES", 1 << 20),
                 small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 0),
                 segment_bytes: env_usize("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
+                slot_min: match std::env::var("RUSTCCL_SHM_SLOT_MIN_BYTES").as_deref().map(str::trim) {
+                    Ok("auto") => SLOT_FROM_HOST,
+                    _ => env_usize("RUSTCCL_SHM_SLOT_MIN_BYTES", SLOT_FROM_HOST),
+                },
                 threads: env_count("RUSTCCL_SHM_THREADS", 0),
                 attach_min: match std::env::var("RUSTCCL_SHM_ATTACH_MIN_BYTES").as_deref() {
                     Ok("off") => usize::MAX,
@@ -430,6 +441,7 @@ impl Config {
             ("RUSTCCL_SHM_RING_BYTES", self.shm.ring_bytes.to_string()),
             ("RUSTCCL_SHM_SMALL_BYTES", self.shm.small_bytes.to_string()),
             ("RUSTCCL_SHM_SEGMENT_BYTES", self.shm.segment_bytes.to_string()),
+            ("RUSTCCL_SHM_SLOT_MIN_BYTES", if self.shm.slot_min == SLOT_FROM_HOST { "auto".to_string() } else { self.shm.slot_min.to_string() }),
             ("RUSTCCL_SHM_THREADS", self.shm.threads.to_string()),
             ("RUSTCCL_SHM_ATTACH_MIN_BYTES", match self.shm.attach_min {
                 usize::MAX => "off".into(),

@@ -63,6 +63,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     ring_bytes: 4096,
     small_bytes: 256,
     segment_bytes: 256,
+    slot_min: 0,
     threads: 1,
     attach_min: usize::MAX,
     min_piece: 0,

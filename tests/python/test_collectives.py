@@ -27,8 +27,9 @@ CASES = [(t, w) for t in ("shm", "tcp") for w in (2, 3, 4)] + [("shm-attach", 2)
 @pytest.mark.parametrize("transport,world", CASES)
 @pytest.mark.parametrize("body", BODIES)
 def test_collectives(body, world, transport):
+    # slots of exactly RUSTCCL_SHM_SEGMENT_BYTES a thread (no 2 MiB floor)
     env = dict(SMALL_PATHS, RUSTCCL_TRANSPORT=transport.removesuffix("-attach"), RUSTCCL_SHM_SMALL_BYTES="1024",
-               RUSTCCL_SHM_SEGMENT_BYTES="4096", RUSTCCL_SHM_RING_BYTES="65536")
+               RUSTCCL_SHM_SEGMENT_BYTES="4096", RUSTCCL_SHM_SLOT_MIN_BYTES="0", RUSTCCL_SHM_RING_BYTES="65536")
     if transport == "two-hosts":
         env.update(RUSTCCL_TRANSPORT="auto", RUSTCCL_TEST_HOSTS="2")
     if transport == "shm":
@@ -61,14 +62,17 @@ def test_streamed_blocks(world, wait_us):
     they fit, 1 KiB small slots; RUSTCCL_SHM_BLOCK_WAIT_US=0 hands every
     wait for a chunk to the rank's own thread."""
     env = dict(RUSTCCL_TRANSPORT="shm", RUSTCCL_SHM_THREADS="2", RUSTCCL_SHM_SEGMENT_BYTES="131072",
-               RUSTCCL_SHM_SMALL_BYTES="1024", RUSTCCL_SHM_ATTACH_MIN_BYTES="1048576",
+               RUSTCCL_SHM_SLOT_MIN_BYTES="0", RUSTCCL_SHM_SMALL_BYTES="1024", RUSTCCL_SHM_ATTACH_MIN_BYTES="1048576",
                RUSTCCL_SHM_BLOCK_READ_MIN_BYTES="4194304", RUSTCCL_SHM_BLOCK_WAIT_US=wait_us)
     launch.expect_ok(launch.run("w_collectives:streamed_blocks", world, env=env, timeout=240))
 
 
-def test_default_thresholds_all_reduce():
-    """The shipped thresholds (no overrides) on a 3-rank group."""
-    launch.expect_ok(launch.run("w_collectives:all_reduce_matrix", 3, timeout=240))
+@pytest.mark.parametrize("threads", [None, "2"])
+def test_default_thresholds_all_reduce(threads):
+    """The shipped thresholds on a 3-rank group: none overridden, or only
+    the threads (2 a rank: 2 MiB slots, not 512 KiB)."""
+    env = {"RUSTCCL_SHM_THREADS": threads} if threads else None
+    launch.expect_ok(launch.run("w_collectives:all_reduce_matrix", 3, env=env, timeout=240))
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -39,11 +39,21 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
         if "RUSTCCL_SHM_QUICK_THREADS" not in os.environ:
             # a quick team of a rank's share of a quarter of the cores
             # where the workers sleep, none below 2
+            # (a share of one: 2 where the team leads, with up to 4
+            # local ranks, or with 16 or more)
             share = min(len(os.sched_getaffinity(0)) // 4 // th["local_ranks"], th["shm_threads"])
+            if share == 1 and th["shm_threads"] >= 2 and (th["local_ranks"] <= 4 or th["local_ranks"] >= 16):
+                share = 2
             quick = 0 if roomy or share < 2 else share
             c.true(f"a quick team as the host allows: {th}", th["shm_quick_threads"] == quick)
             c.true(f"a quick team leads larger phases with up to 4 local ranks: {th}",
                    th["shm_quick_leads"] == int(quick > 0 and th["local_ranks"] <= 4))
+        if not {"RUSTCCL_SHM_SEGMENT_BYTES", "RUSTCCL_SHM_SLOT_MIN_BYTES"} & set(os.environ):
+            # slots of 256 KiB a thread, at least 2 MiB with 2-4 local
+            # ranks of two or more threads
+            few = 2 <= th["local_ranks"] <= 4 and th["shm_threads"] >= 2
+            slot = max((256 << 10) * th["shm_threads"], (2 << 20) if few else 0)
+            c.true(f"slots as the host allows: {th}", th["shm_slot_bytes"] == slot)
         if "RUSTCCL_SHM_MIN_PIECE_BYTES" not in os.environ:
             piece = min(256 << 10, th["shm_slot_bytes"])
             c.true(f"pieces of 256 KiB or a slot: {th}", th["shm_min_piece_bytes"] == piece)

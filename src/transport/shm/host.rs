@@ -6,7 +6,7 @@
 
 use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
 use crate::config::log_at;
-use crate::config::{ShmConfig, BROADCAST_FROM_HOST, QUICK_FROM_HOST, SPIN_FROM_HOST, SPLIT_FROM_HOST};
+use crate::config::{ShmConfig, BROADCAST_FROM_HOST, QUICK_FROM_HOST, SLOT_FROM_HOST, SPIN_FROM_HOST, SPLIT_FROM_HOST};
 use crate::config::LogLevel;
 use crate::types::Rank;
 
@@ -20,6 +20,31 @@ pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
     }
     (cores() / local_ranks.max(1)).clamp(1, 8)
 }
+
+/// Bytes of each input / output slot (`Layout`): `segment_bytes` per
+/// thread, at least the setting (`ShmConfig::slot_min`) or, left to the
+/// host, [`FEW_RANKS_SLOT`] with 2-4 local ranks of two or more threads.
+pub(super) fn slot_bytes_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
+    let min = match sizes.slot_min {
+        SLOT_FROM_HOST if (2..=4).contains(&local_ranks) && threads >= 2 => FEW_RANKS_SLOT,
+        SLOT_FROM_HOST => 0,
+        set => set,
+    };
+    sizes.segment_bytes.saturating_mul(threads).max(min)
+}
+
+/// Smallest slot with up to 4 local ranks ([`slot_bytes_for`]), where
+/// the ranks have 4 threads or fewer (with 8, `segment_bytes` x threads
+/// is this already): an 8 MiB scatter's 2 MiB blocks then go through one
+/// of the root's slots each, and an 8 MiB all_reduce's 2 MiB chunks take
+/// one round instead of two. On the 16-core host (4 ranks of 4 threads,
+/// 1 MiB slots before; settings alternating five times): 8 MiB scatter
+/// 0.64x the time (4.0x -> 6.2x gloo), all_reduce 0.79x (4.6x -> 5.3x),
+/// gather 0.81x, but reduce 8-32 MiB 1.09-1.12x and 32 MiB scatter 1.19x
+/// longer, the rest within the runs' spread
+/// (`benchmarks/results/2026-11-29-h200host-quick-team-4rank/`). Every
+/// rank's segment grows by (n + 1) x the difference (4 ranks: 5 MiB).
+const FEW_RANKS_SLOT: usize = 2 << 20;
 
 /// How long a rank's idle worker threads spin before they sleep: the
 /// setting, or [`SPIN`] where the local ranks' threads take at most a
@@ -58,27 +83,28 @@ pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> 
 /// as with 8 sleeping ones (4 ranks, 4 spinning against 8 sleeping:
 /// 0.3-0.5x), but 8 MiB ones 1.1-1.7x longer: hence only for the small
 /// phases (`benchmarks/results/2026-11-26-h200x4host-quick-team/`).
-/// A share of one thread (the caller alone) becomes a team of 2 with
+/// A share of one thread (the caller alone) becomes a team of 2 where
+/// the team `leads` the larger phases ([`quick_leads_for`]) or with
 /// [`MANY_LOCAL_RANKS`] or more local ranks: see there.
-pub(super) fn quick_threads_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
+pub(super) fn quick_threads_for(sizes: ShmConfig, local_ranks: usize, threads: usize, leads: bool) -> usize {
     if sizes.quick_threads != QUICK_FROM_HOST {
         return sizes.quick_threads;
     }
     if sizes.spin_us != SPIN_FROM_HOST {
         return 0;
     }
-    quick_share(local_ranks, threads, cores())
+    quick_share(local_ranks, threads, cores(), leads)
 }
 
 /// [`quick_threads_for`] from the host, on `cores` cores.
-fn quick_share(local_ranks: usize, threads: usize, cores: usize) -> usize {
+fn quick_share(local_ranks: usize, threads: usize, cores: usize, leads: bool) -> usize {
     if room_to_spin(local_ranks, threads, cores) {
         return 0;
     }
     let q = (cores / 4 / local_ranks.max(1)).min(threads);
     match q {
         2.. => q,
-        1 if local_ranks >= MANY_LOCAL_RANKS && threads >= 2 => 2,
+        1 if (leads || local_ranks >= MANY_LOCAL_RANKS) && threads >= 2 => 2,
         _ => 0,
     }
 }
@@ -99,7 +125,17 @@ fn quick_share(local_ranks: usize, threads: usize, cores: usize) -> usize {
 /// a team of 3 was no better. With 8 ranks of 4 on the 32-core host the
 /// same team was a wash (512 KiB all_to_all and reduce 0.82x, 2 MiB
 /// all_to_all and small all_gathers 1.3x slower:
-/// `benchmarks/results/2026-11-27-x4host-a2a-quick/quick-team-8rank-32core/`).
+/// `benchmarks/results/2026-11-27-x4host-a2a-quick/quick-team-8rank-32core/`):
+/// there the team does not lead, so it took all_to_all's 1.75 MiB phases
+/// alone, on 2 threads instead of the rank's 4.
+///
+/// Where the team leads, a phase too large for it starts on it and the
+/// workers join, so it never holds such a phase alone: with 4 ranks of 4
+/// on the 16-core host a team of 2 (settings alternating twice) made
+/// 512 KiB all_reduce, reduce, broadcast, scatter, all_to_all and
+/// send/recv take 0.62-0.87x the time, 2 MiB all_reduce, reduce,
+/// broadcast and scatter 0.78-0.93x, 8 MiB ones and gathers within the
+/// runs' spread (`benchmarks/results/2026-11-29-h200host-quick-team-4rank/`).
 const MANY_LOCAL_RANKS: usize = 16;
 
 /// Whether a phase too large for the quick team starts on it while the
@@ -466,7 +502,8 @@ pub fn one_round_max(setting: usize, local_ranks: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{pushed_reduce_attach_min, quick_leads_for, quick_share, room_to_spin, ATTACH_MIN};
+    use super::{pushed_reduce_attach_min, quick_leads_for, quick_share, room_to_spin, slot_bytes_for, ATTACH_MIN};
+    use crate::config::{Config, ShmConfig, SLOT_FROM_HOST};
 
     #[test]
     fn a_reduce_with_pushes_reads_from_8_mib_with_5_to_8_ranks_and_512_kib_with_more() {
@@ -480,13 +517,30 @@ mod tests {
     fn a_quick_team_takes_a_ranks_share_of_a_quarter_of_the_cores() {
         // 64 cores: 4 ranks of 8 sleeping workers get 4, 8 ranks 2, 16
         // ranks of 4 (1 a rank, but many ranks) 2; 2 ranks of 8 spin
-        // themselves; 2 ranks of 8 on 16 cores get 2, 4 ranks of 4 none;
-        // 8 ranks of 4 on 32 cores (1 a rank, fewer ranks) none; 16 ranks
-        // of 2 on 32 cores (no share) none; the 2-core VM none.
-        assert_eq!((quick_share(4, 8, 64), quick_share(8, 8, 64), quick_share(16, 4, 64)), (4, 2, 2));
-        assert_eq!((quick_share(2, 8, 64), quick_share(2, 8, 16), quick_share(4, 4, 16)), (0, 2, 0));
-        assert_eq!((quick_share(8, 4, 32), quick_share(16, 2, 32), quick_share(32, 4, 128)), (0, 0, 2));
-        assert_eq!((quick_share(2, 1, 2), quick_share(4, 2, 64)), (0, 0));
+        // themselves; 2 ranks of 8 on 16 cores get 2, 4 ranks of 4 (1 a
+        // rank, a team that leads) 2, the same without leading none;
+        // 8 ranks of 4 on 32 cores (1 a rank, no lead, fewer ranks) none;
+        // 16 ranks of 2 on 32 cores (no share) none; the 2-core VM none.
+        let (lead, alone) = (true, false);
+        assert_eq!((quick_share(4, 8, 64, lead), quick_share(8, 8, 64, alone), quick_share(16, 4, 64, alone)), (4, 2, 2));
+        assert_eq!((quick_share(2, 8, 64, lead), quick_share(2, 8, 16, lead), quick_share(4, 4, 16, lead)), (0, 2, 2));
+        assert_eq!(quick_share(4, 4, 16, alone), 0);
+        assert_eq!((quick_share(8, 4, 32, alone), quick_share(16, 2, 32, alone), quick_share(32, 4, 128, alone)), (0, 0, 2));
+        assert_eq!((quick_share(2, 1, 2, lead), quick_share(4, 2, 64, lead)), (0, 0));
+    }
+
+    #[test]
+    fn slots_hold_2_mib_with_up_to_4_ranks_of_several_threads_unless_set() {
+        let host = ShmConfig { segment_bytes: 256 << 10, slot_min: SLOT_FROM_HOST, ..Config::get().shm };
+        let slot = |sizes, n, threads| slot_bytes_for(sizes, n, threads);
+        // 16 cores: 4 ranks of 4 threads (1 MiB) and 3 of 5 get 2 MiB; 2
+        // ranks of 8 have it; 8 ranks of 2, a rank of one thread (the
+        // 2-core VM) and a lone rank keep segment x threads
+        assert_eq!((slot(host, 4, 4), slot(host, 3, 5), slot(host, 2, 8)), (2 << 20, 2 << 20, 2 << 20));
+        assert_eq!((slot(host, 8, 2), slot(host, 2, 1), slot(host, 1, 8)), (512 << 10, 256 << 10, 2 << 20));
+        // a setting: that floor (0: none) whatever the ranks
+        let none = ShmConfig { slot_min: 0, ..host };
+        assert_eq!((slot(none, 4, 4), slot(ShmConfig { slot_min: 3 << 20, ..host }, 8, 2)), (1 << 20, 3 << 20));
     }
 
     #[test]

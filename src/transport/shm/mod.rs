@@ -45,7 +45,7 @@ pub use attach::{split_point, Attach, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SIN
 pub use stage::StillComing;
 pub use workers::Workers;
 
-use host::{quick_leads_for, quick_threads_for, reads_for, root_threads_for, scatter_split_max, spin_for, stage_for, threads_for, SMALL_SLOT};
+use host::{quick_leads_for, quick_threads_for, reads_for, root_threads_for, scatter_split_max, slot_bytes_for, spin_for, stage_for, threads_for, SMALL_SLOT};
 pub use host::one_round_max;
 pub use place::moves as thread_moves;
 
@@ -434,7 +434,7 @@ pub fn connect(
     // Each round of the pipelined all_reduce moves `seg` per thread.
     // The small slots: the setting (tests use tiny ones), else 256 KiB.
     let small = if sizes.small_bytes > 0 { sizes.small_bytes } else { one_round.max(SMALL_SLOT) };
-    let layout = Layout::new(n, sizes.ring_bytes, small, sizes.segment_bytes * threads);
+    let layout = Layout::new(n, sizes.ring_bytes, small, slot_bytes_for(sizes, n, threads));
     // No staging area where nothing is read (staged sends replace reads).
     let stage = match sizes.staged_max {
         _ if attach_off => 0,
@@ -537,7 +537,8 @@ pub fn connect(
     let mut workers = Workers::new(threads, &name, min_piece, spin)?;
     let quick_bytes = if sizes.quick_bytes > 0 { sizes.quick_bytes } else { workers::QUICK_BYTES_PER_THREAD };
     let quick_piece = if sizes.quick_min_piece > 0 { sizes.quick_min_piece } else { workers::QUICK_MIN_PIECE.min(min_piece) };
-    if let Err(e) = workers.add_quick(quick_threads_for(sizes, n, threads), &name, host::SPIN, quick_bytes, quick_piece, quick_leads_for(sizes.quick_leads, n)) {
+    let leads = quick_leads_for(sizes.quick_leads, n);
+    if let Err(e) = workers.add_quick(quick_threads_for(sizes, n, threads, leads), &name, host::SPIN, quick_bytes, quick_piece, leads) {
         log_at!(LogLevel::Info, "rank {me}: no quick team ({e}); the rank's own threads take every phase");
     }
     let reduce_workers = workers.with_min_piece(min_piece / 2);
