@@ -40,7 +40,8 @@ pub(super) fn slot_bytes_for(sizes: ShmConfig, local_ranks: usize, threads: usiz
 /// one round instead of two. On the 16-core host (4 ranks of 4 threads,
 /// 1 MiB slots before; settings alternating five times): 8 MiB scatter
 /// 0.64x the time (4.0x -> 6.2x gloo), all_reduce 0.79x (4.6x -> 5.3x),
-/// gather 0.81x, but reduce 8-32 MiB 1.09-1.12x and 32 MiB scatter 1.19x
+/// gather 0.81x, but reduce 8-32 MiB 1.09-1.12x (alone, timed by its
+/// spans, the same: 890-912 us against 886-947) and 32 MiB scatter 1.19x
 /// longer, the rest within the runs' spread
 /// (`benchmarks/results/2026-11-29-h200host-quick-team-4rank/`). Every
 /// rank's segment grows by (n + 1) x the difference (4 ranks: 5 MiB).
