@@ -136,7 +136,9 @@ fn quick_share(local_ranks: usize, threads: usize, cores: usize, leads: bool) ->
 /// 512 KiB all_reduce, reduce, broadcast, scatter, all_to_all and
 /// send/recv take 0.62-0.87x the time, 2 MiB all_reduce, reduce,
 /// broadcast and scatter 0.78-0.93x, 8 MiB ones and gathers within the
-/// runs' spread (`benchmarks/results/2026-11-29-h200host-quick-team-4rank/`).
+/// runs' spread; with 3 ranks of 5 (with 2 MiB slots, against neither)
+/// 512 KiB - 1 MiB 0.67-1.03x
+/// (`benchmarks/results/2026-11-29-h200host-quick-team-4rank/`).
 const MANY_LOCAL_RANKS: usize = 16;
 
 /// Whether a phase too large for the quick team starts on it while the
