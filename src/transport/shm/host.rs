@@ -134,9 +134,10 @@ fn quick_share(local_ranks: usize, threads: usize, cores: usize, leads: bool) ->
 /// workers join, so it never holds such a phase alone: with 4 ranks of 4
 /// on the 16-core host a team of 2 (settings alternating twice) made
 /// 512 KiB all_reduce, reduce, broadcast, scatter, all_to_all and
-/// send/recv take 0.62-0.87x the time, 2 MiB all_reduce, reduce,
-/// broadcast and scatter 0.78-0.93x, 8 MiB ones and gathers within the
-/// runs' spread; with 3 ranks of 5 (with 2 MiB slots, against neither)
+/// send/recv take 0.63-0.83x the time, 2 MiB reduce, broadcast and
+/// scatter 0.77-0.82x, 8 MiB ones and gathers within the runs' spread
+/// (builds alternating twice: 512 KiB 0.52-0.77x, all_gather and
+/// gather 0.93-0.94x); with 3 ranks of 5 (with 2 MiB slots, against neither)
 /// 512 KiB - 1 MiB 0.67-1.03x
 /// (`benchmarks/results/2026-11-29-h200host-quick-team-4rank/`).
 const MANY_LOCAL_RANKS: usize = 16;
