@@ -39,10 +39,11 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
         if "RUSTCCL_SHM_QUICK_THREADS" not in os.environ:
             # a quick team of a rank's share of a quarter of the cores
             # where the workers sleep, none below 2
-            # (a share of one: 2 where the team leads, with up to 4
-            # local ranks, or with 16 or more)
+            # (a share of one: 2 where the team leads, by default with up
+            # to 4 local ranks, or with 16 or more)
             share = min(len(os.sched_getaffinity(0)) // 4 // th["local_ranks"], th["shm_threads"])
-            if share == 1 and th["shm_threads"] >= 2 and (th["local_ranks"] <= 4 or th["local_ranks"] >= 16):
+            leads = os.environ.get("RUSTCCL_SHM_QUICK_LEADS", str(int(th["local_ranks"] <= 4))) == "1"
+            if share == 1 and th["shm_threads"] >= 2 and (leads or th["local_ranks"] >= 16):
                 share = 2
             quick = 0 if roomy or share < 2 else share
             c.true(f"a quick team as the host allows: {th}", th["shm_quick_threads"] == quick)
