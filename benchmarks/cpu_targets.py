@@ -19,7 +19,8 @@ figures of the same run:
   send_recv, whose pairs all send at once, each message copied once) at the
   host's copy speed measured in the run (header ``host_copy``). A bound
   where the tensors stream through memory; where they fit in the
-  last-level cache (``metrics.footprint`` < 2x ``llc``) caches may beat it.
+  last-level cache (``metrics.footprint`` < 2x ``llc``) caches may beat
+  it, and the bracket says ``in cache``.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ def ceiling(head: dict, rows: dict, op: str, size: int) -> str:
     if not hc or not hc.get("GBps") or traffic is None:
         return ""
     floor_us = traffic / (2 * hc["GBps"] * 1e9) * 1e6
-    return f" (mem <= {gloo['us'] / floor_us:.1f}x)"
+    # the bound assumes the tensors stream through memory: say where they fit the cache
+    cached = "; in cache" if hc.get("llc") and metrics.footprint(op, gloo["bytes"], world) < 2 * hc["llc"] else ""
+    return f" (mem <= {gloo['us'] / floor_us:.1f}x{cached})"
 
 
 def fmt(x: float, target: float) -> str:
