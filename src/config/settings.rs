@@ -53,7 +53,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "RUSTCCL_SHM_SLOT_MIN_BYTES",
         default: "auto",
-        doc: "smallest shared-memory input / output slot of a rank (RUSTCCL_SHM_SEGMENT_BYTES x threads where larger); auto: 2097152 with 2-4 local ranks of two or more threads, else none (16-core host, 4 ranks of 4 threads, 2 MiB slots against 1 MiB, settings alternating five times: 8 MiB scatter 0.64x the time, all_reduce 0.79x, gather 0.81x, reduce 8-32 MiB 1.09-1.12x (alone, timed by its spans, the same time) and 32 MiB scatter 1.19x longer); 0: none; stats()[\"thresholds\"][\"shm_slot_bytes\"]",
+        doc: "smallest shared-memory input / output slot of a rank (RUSTCCL_SHM_SEGMENT_BYTES x threads where larger); auto: 2097152 with 2-4 local ranks of 4 threads or more, else none (16-core host, 4 ranks of 4 threads, 2 MiB slots against 1 MiB, settings alternating five times: 8 MiB scatter 0.64x the time, all_reduce 0.79x, gather 0.81x, reduce 8-32 MiB 1.09-1.12x (alone, timed by its spans, the same time) and 32 MiB scatter 1.19x longer); 0: none; stats()[\"thresholds\"][\"shm_slot_bytes\"]",
     },
     Setting {
         name: "RUSTCCL_SHM_THREADS",

@@ -23,10 +23,11 @@ pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
 
 /// Bytes of each input / output slot (`Layout`): `segment_bytes` per
 /// thread, at least the setting (`ShmConfig::slot_min`) or, left to the
-/// host, [`FEW_RANKS_SLOT`] with 2-4 local ranks of two or more threads.
+/// host, [`FEW_RANKS_SLOT`] with 2-4 local ranks of 4 threads or more
+/// (from 8, `segment_bytes` x threads is that already).
 pub(super) fn slot_bytes_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
     let min = match sizes.slot_min {
-        SLOT_FROM_HOST if (2..=4).contains(&local_ranks) && threads >= 2 => FEW_RANKS_SLOT,
+        SLOT_FROM_HOST if (2..=4).contains(&local_ranks) && threads >= FEW_RANKS_SLOT_THREADS => FEW_RANKS_SLOT,
         SLOT_FROM_HOST => 0,
         set => set,
     };
@@ -42,10 +43,16 @@ pub(super) fn slot_bytes_for(sizes: ShmConfig, local_ranks: usize, threads: usiz
 /// 0.64x the time (4.0x -> 6.2x gloo), all_reduce 0.79x (4.6x -> 5.3x),
 /// gather 0.81x, but reduce 8-32 MiB 1.09-1.12x (alone, timed by its
 /// spans, the same: 890-912 us against 886-947) and 32 MiB scatter 1.19x
-/// longer, the rest within the runs' spread
+/// longer, the rest within the runs' spread; 3 ranks of 5 (with the
+/// quick team, against neither) 0.67-1.03x at 512 KiB - 1 MiB
 /// (`benchmarks/results/2026-11-29-h200host-quick-team-4rank/`). Every
 /// rank's segment grows by (n + 1) x the difference (4 ranks: 5 MiB).
 const FEW_RANKS_SLOT: usize = 2 << 20;
+
+/// Fewest threads a rank needs for [`FEW_RANKS_SLOT`]: measured with 4
+/// and 5; ranks of 2-3 threads (2 ranks on a 4-core host) keep their
+/// 512-768 KiB slots, untimed with 2 MiB.
+const FEW_RANKS_SLOT_THREADS: usize = 4;
 
 /// How long a rank's idle worker threads spin before they sleep: the
 /// setting, or [`SPIN`] where the local ranks' threads take at most a
@@ -538,10 +545,11 @@ mod tests {
         let host = ShmConfig { segment_bytes: 256 << 10, slot_min: SLOT_FROM_HOST, ..Config::get().shm };
         let slot = |sizes, n, threads| slot_bytes_for(sizes, n, threads);
         // 16 cores: 4 ranks of 4 threads (1 MiB) and 3 of 5 get 2 MiB; 2
-        // ranks of 8 have it; 8 ranks of 2, a rank of one thread (the
-        // 2-core VM) and a lone rank keep segment x threads
+        // ranks of 8 have it; 8 ranks of 2, 2 ranks of 2 (a 4-core host),
+        // a rank of one thread (the 2-core VM) and a lone rank keep
+        // segment x threads
         assert_eq!((slot(host, 4, 4), slot(host, 3, 5), slot(host, 2, 8)), (2 << 20, 2 << 20, 2 << 20));
-        assert_eq!((slot(host, 8, 2), slot(host, 2, 1), slot(host, 1, 8)), (512 << 10, 256 << 10, 2 << 20));
+        assert_eq!((slot(host, 8, 2), slot(host, 2, 2), slot(host, 2, 1), slot(host, 1, 8)), (512 << 10, 512 << 10, 256 << 10, 2 << 20));
         // a setting: that floor (0: none) whatever the ranks
         let none = ShmConfig { slot_min: 0, ..host };
         assert_eq!((slot(none, 4, 4), slot(ShmConfig { slot_min: 3 << 20, ..host }, 8, 2)), (1 << 20, 3 << 20));
