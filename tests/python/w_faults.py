@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from datetime import timedelta
 
@@ -61,6 +62,32 @@ def killed(rank: int, world: int, how: str) -> dict | None:
         # links, not on this process's exit.
         time.sleep(12)
     return {"first": first, "later": later}
+
+
+def killed_mid_stream(rank: int, world: int) -> dict | None:
+    """Rank 2 is killed (SIGKILL from a timer thread) while the ranks run
+    back-to-back all_to_alls whose blocks stream through the senders'
+    shared-memory slots, so it dies inside one: before, between or after
+    its publish and its copies, or while its peers copy its chunks out.
+    The others' call fails well before the group's timeout, naming the
+    collective, and so do their later calls."""
+    n = 40_000  # int32 elements a block: 160 KB, 10 chunks of 16 KiB
+    ins = torch.arange(world * n, dtype=torch.int32) + rank * 1_000_003
+    out = torch.full((world * n,), -1, dtype=torch.int32)
+    dist.all_to_all_single(out, ins)
+    ok = all(torch.equal(out[s * n:(s + 1) * n], torch.arange(rank * n, (rank + 1) * n, dtype=torch.int32) + s * 1_000_003)
+             for s in range(world))
+    algorithm = rustccl.stats()["ops"]["all_to_all"]["algorithm"]
+    if rank == 2:
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    calls, first, t0 = 0, None, time.monotonic()
+    while first is None and time.monotonic() - t0 < 30:
+        r = _timed(lambda: dist.all_to_all_single(out, ins))
+        calls += 1
+        if r["type"] is not None:
+            first = r
+    later = _timed(lambda: dist.all_to_all_single(out, ins))
+    return {"ok": ok, "algorithm": algorithm, "calls": calls, "first": first, "later": later}
 
 
 def mismatched(rank: int, world: int) -> dict:
