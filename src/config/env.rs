@@ -37,6 +37,24 @@ pub(super) fn env_usize(name: &str, default: usize) -> usize {
     }
 }
 
+/// A byte count, or one of `words` (e.g. `("auto", X)`, `("off",
+/// usize::MAX)`), each read trimmed and standing for its value; unset:
+/// `default`.
+pub(super) fn env_usize_or(name: &str, default: usize, words: &[(&str, usize)]) -> usize {
+    word(name, words).unwrap_or_else(|| env_usize(name, default))
+}
+
+/// As [`env_usize_or`] for a plain count ([`env_count`]).
+pub(super) fn env_count_or(name: &str, default: usize, words: &[(&str, usize)]) -> usize {
+    word(name, words).unwrap_or_else(|| env_count(name, default))
+}
+
+/// The value of the word the setting is set to, if it is one of `words`.
+fn word(name: &str, words: &[(&str, usize)]) -> Option<usize> {
+    let v = std::env::var(name).ok()?;
+    words.iter().find(|(w, _)| *w == v.trim()).map(|&(_, x)| x)
+}
+
 /// A setting that counts something other than bytes (threads, entries,
 /// microseconds): a plain whole number; anything else is ignored, with a
 /// message.
@@ -87,6 +105,21 @@ mod tests {
         assert_eq!(env_count("RUSTCCL_TEST_COUNT_UNIT", 3), 3, "a byte unit on a count is ignored");
         assert_eq!(env_count("RUSTCCL_TEST_COUNT_UNSET", 3), 3);
         assert_eq!(env_usize("RUSTCCL_TEST_COUNT_UNIT", 3), 65536);
+    }
+
+    #[test]
+    fn words_stand_for_their_values_and_anything_else_reads_as_a_number() {
+        // Names no other test reads, so setting them races with nothing.
+        let words = [("off", usize::MAX), ("auto", 7)];
+        for (v, want) in [(" off ", usize::MAX), ("auto", 7), ("2M", 2 << 20), ("never", 7)] {
+            std::env::set_var("RUSTCCL_TEST_WORDS", v);
+            assert_eq!(env_usize_or("RUSTCCL_TEST_WORDS", 7, &words), want, "{v:?}");
+        }
+        std::env::set_var("RUSTCCL_TEST_COUNT_WORDS", "auto");
+        assert_eq!(env_count_or("RUSTCCL_TEST_COUNT_WORDS", 3, &[("auto", 9)]), 9);
+        std::env::set_var("RUSTCCL_TEST_COUNT_WORDS", "64K");
+        assert_eq!(env_count_or("RUSTCCL_TEST_COUNT_WORDS", 3, &[("auto", 9)]), 3, "a byte unit on a count is ignored");
+        assert_eq!(env_usize_or("RUSTCCL_TEST_WORDS_UNSET", 5, &words), 5);
     }
 
     #[test]

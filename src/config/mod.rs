@@ -283,7 +283,7 @@ pub struct Config {
 }
 
 pub use env::{env_flag, parse_size};
-use env::{env_auto_flag, env_auto_size, env_count, env_on, env_usize};
+use env::{env_auto_flag, env_auto_size, env_count, env_count_or, env_on, env_usize, env_usize_or};
 pub use settings::{Setting, SETTINGS};
 
 /// `RUSTCCL_SHM_TENSORS_MIN_BYTES` and `_CACHE_BYTES`, read now: the arena
@@ -335,54 +335,27 @@ impl Config {
                 ring_bytes: env_usize("RUSTCCL_SHM_RING_BYTES", 1 << 20),
                 small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 0),
                 segment_bytes: env_usize("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
-                slot_min: match std::env::var("RUSTCCL_SHM_SLOT_MIN_BYTES").as_deref().map(str::trim) {
-                    Ok("auto") => SLOT_FROM_HOST,
-                    _ => env_usize("RUSTCCL_SHM_SLOT_MIN_BYTES", SLOT_FROM_HOST),
-                },
+                slot_min: env_usize_or("RUSTCCL_SHM_SLOT_MIN_BYTES", SLOT_FROM_HOST, &[("auto", SLOT_FROM_HOST)]),
                 threads: env_count("RUSTCCL_SHM_THREADS", 0),
-                attach_min: match std::env::var("RUSTCCL_SHM_ATTACH_MIN_BYTES").as_deref() {
-                    Ok("off") => usize::MAX,
-                    Ok("auto") => ATTACH_FROM_HOST,
-                    _ => env_usize("RUSTCCL_SHM_ATTACH_MIN_BYTES", ATTACH_FROM_HOST),
-                },
+                attach_min: env_usize_or("RUSTCCL_SHM_ATTACH_MIN_BYTES", ATTACH_FROM_HOST, &[("off", usize::MAX), ("auto", ATTACH_FROM_HOST)]),
                 min_piece: env_usize("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
                 single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
                 block_min: env_usize("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", 0),
                 root_threads: env_count("RUSTCCL_SHM_ROOT_THREADS", 0),
-                quick_threads: match std::env::var("RUSTCCL_SHM_QUICK_THREADS").as_deref().map(str::trim) {
-                    Ok("auto") => QUICK_FROM_HOST,
-                    _ => env_count("RUSTCCL_SHM_QUICK_THREADS", QUICK_FROM_HOST),
-                },
+                quick_threads: env_count_or("RUSTCCL_SHM_QUICK_THREADS", QUICK_FROM_HOST, &[("auto", QUICK_FROM_HOST)]),
                 quick_bytes: env_usize("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", 0),
                 quick_all_to_all_bytes: env_usize("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", 0),
                 quick_min_piece: env_usize("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", 0),
                 quick_leads: env_auto_flag("RUSTCCL_SHM_QUICK_LEADS"),
-                spin_us: match std::env::var("RUSTCCL_SHM_SPIN_US").as_deref() {
-                    Ok("auto") => SPIN_FROM_HOST,
-                    _ => env_count("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST),
-                },
-                broadcast_min: match std::env::var("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES").as_deref() {
-                    Ok("off") => usize::MAX,
-                    Ok("auto") => BROADCAST_FROM_HOST,
-                    _ => env_usize("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", BROADCAST_FROM_HOST),
-                },
+                spin_us: env_count_or("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST, &[("auto", SPIN_FROM_HOST)]),
+                broadcast_min: env_usize_or("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", BROADCAST_FROM_HOST, &[("off", usize::MAX), ("auto", BROADCAST_FROM_HOST)]),
                 staged_min: env_usize("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", STAGED_SEND_MIN),
-                staged_max: match std::env::var("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES").as_deref() {
-                    Ok("auto") => STAGE_FROM_HOST,
-                    _ => env_usize("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST),
-                },
+                staged_max: env_usize_or("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST, &[("auto", STAGE_FROM_HOST)]),
                 stage_shared: env_flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
                 keep_apart: env_on("RUSTCCL_SHM_KEEP_APART"),
                 gather_push: env_on("RUSTCCL_SHM_GATHER_PUSH"),
-                split_send_min: match std::env::var("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES").as_deref() {
-                    Ok("off") => usize::MAX,
-                    Ok("auto") => SPLIT_FROM_HOST,
-                    _ => env_usize("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", SPLIT_FROM_HOST),
-                },
-                scatter_split_max: match std::env::var("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES").as_deref().map(str::trim) {
-                    Ok("any") => usize::MAX,
-                    _ => env_usize("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0),
-                },
+                split_send_min: env_usize_or("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", SPLIT_FROM_HOST, &[("off", usize::MAX), ("auto", SPLIT_FROM_HOST)]),
+                scatter_split_max: env_usize_or("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0, &[("any", usize::MAX)]),
                 block_wait_us: env_usize("RUSTCCL_SHM_BLOCK_WAIT_US", BLOCK_WAIT_US),
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
