@@ -92,9 +92,12 @@ def table(paths: list[str]) -> list[str]:
                 continue
             ratio = {s: rows[(op, s, "gloo")]["us"] / rows[(op, s, "rustccl")]["us"] for s in sizes if (op, s, "gloo") in rows}
             small = [ratio[s] for s in sizes if s <= 32 << 10 and s in ratio]
-            lo, hi = min(small), max(small)
-            worst = min((s for s in sizes if s <= 32 << 10 and s in ratio), key=lambda s: ratio[s])
-            cells = [f"{fmt(lo, 10)}-{hi:.1f}{ceiling(head, rows, op, worst)}" if lo < 10 else f"{lo:.1f}-{hi:.1f}"]
+            if small:
+                lo, hi = min(small), max(small)
+                worst = min((s for s in sizes if s <= 32 << 10 and s in ratio), key=lambda s: ratio[s])
+                cells = [f"{fmt(lo, 10)}-{hi:.1f}{ceiling(head, rows, op, worst)}" if lo < 10 else f"{lo:.1f}-{hi:.1f}"]
+            else:  # a sweep that starts above 32 KiB
+                cells = ["-"]
             # 128 KiB lies between the two targets' ranges: no target
             cells += [
                 (fmt(ratio[c], 5) + (ceiling(head, rows, op, c) if ratio[c] < 5 else "") if c >= 256 << 10 else f"{ratio[c]:.1f}") if c in ratio else "-"

@@ -106,7 +106,7 @@ def test_check_expectations_match_a_local_simulation(dtype):
             assert msg and "1 of" in msg[0] and f"[{bad.numel() - 1}]" in msg[0]
 
 
-def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"):
+def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab", thp_env=None):
     assert "## Summary" in stdout and "rustccl/gloo" in stdout and "--check: 0 mismatches" in stdout
     md = open(os.path.join(outdir, name + ".md")).read()
     for op in OPS:
@@ -129,6 +129,13 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
     assert head["machine"] == "ci" and head["cores"] >= 1 and head["torch"] == torch.__version__
     assert head["command"].startswith(launcher)
     assert head["method"] == method
+    # torch's huge-page setting as the launch environment gave it (the
+    # self-spawned run sets it), and the host's THP mode where it has one
+    thp = head["huge_pages"]
+    assert thp["THP_MEM_ALLOC_ENABLE"] == (thp_env or os.environ.get("THP_MEM_ALLOC_ENABLE"))
+    if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):
+        assert thp["host_mode"] in ("always", "madvise", "never")
+    assert f"- huge pages: THP_MEM_ALLOC_ENABLE={thp['THP_MEM_ALLOC_ENABLE']}" in md
     if method == "ab":
         # the host's copy bandwidth, measured in this run, and each row as a fraction of it
         assert list(head["copy_GBps"]) == [head["host"]] and head["copy_GBps"][head["host"]] > 0
@@ -191,9 +198,9 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
 def test_cli_self_spawned(tmp_path):
     cmd = [sys.executable, "-m", "rustccl.bench", "--world", "2", "--out", str(tmp_path), "--name", "t",
            "--machine", "ci"] + TINY
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, THP_MEM_ALLOC_ENABLE="1"))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    _check_outputs(tmp_path, "t", out.stdout, 2, "python -m rustccl.bench", repeats=3)
+    _check_outputs(tmp_path, "t", out.stdout, 2, "python -m rustccl.bench", repeats=3, thp_env="1")
 
 
 def test_cli_under_torchrun(tmp_path):

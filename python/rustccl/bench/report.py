@@ -183,6 +183,8 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
            f"{h.get('loadavg_end')} at end",
            f"- torch {h['torch']}, rustccl {h['rustccl']}" + (f", NCCL {h['nccl']}" if h.get("nccl") else ""),
            f"- command: `{h['command']}`",
+           f"- huge pages: THP_MEM_ALLOC_ENABLE={(h.get('huge_pages') or {}).get('THP_MEM_ALLOC_ENABLE')} (torch's own setting), "
+           f"host mode {(h.get('huge_pages') or {}).get('host_mode')}",
            f"- iters {h['options']['iters'] or f'{DEFAULT_ITERS} (CPU: {SMALL_MIN_ITERS} up to {human_bytes(SMALL_BYTES)})'}, "
            f"warmup {h['options']['warmup']} "
            f"(CPU: fewer for very large sizes, see `iters` per JSONL row)" + (f", median of {h['options']['repeats']} timed loops"

@@ -76,6 +76,21 @@ def _thread_moves() -> int:
     return _rustccl._thread_moves()
 
 
+def _huge_pages() -> dict:
+    """Whether this run's large CPU tensors could sit on transparent huge
+    pages: torch's own setting (THP_MEM_ALLOC_ENABLE, which madvises every
+    CPU tensor of 2 MiB or more) and the host's mode. Reads through the
+    kernel pin every page, so on the 2-core VM 8-32 MiB broadcasts and
+    sends took 0.4-0.6x the time with it (`benchmarks/results/2026-11-29-devbox-s35/`)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
+        mode = text[text.index("[") + 1:text.index("]")]
+    except (OSError, ValueError):
+        mode = None
+    return {"THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"), "host_mode": mode}
+
+
 def header(cfg, world: int, device: torch.device, hosts: list[str], load_start, started) -> dict:
     """The JSONL header record: what ran where, with which software."""
     import rustccl
@@ -88,7 +103,7 @@ def header(cfg, world: int, device: torch.device, hosts: list[str], load_start, 
          "elapsed_s": round((datetime.datetime.now().astimezone() - started).total_seconds(), 1),
          "device": device.type, "world": world, "hardware": hardware, "cpu": _cpu_model(), "cores": cores,
          "mem_GiB": mem, "loadavg_start": load_start, "loadavg_end": _loadavg(),
-         "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+         "torch_threads": torch.get_num_threads(), "huge_pages": _huge_pages(), "python": platform.python_version(),
          "platform": platform.platform(), "torch": torch.__version__, "rustccl": rustccl.__version__,
          "rustccl_git": _git_commit(),
          "rustccl_config": {k: v.get("value") for k, v in rustccl.config().items()},
