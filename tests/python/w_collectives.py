@@ -454,10 +454,8 @@ def p2p(rank: int, world: int) -> tuple[int, list[str]]:
         # A 2 MiB send goes through rank 0's staging area: complete before
         # its receive is posted, its tensor free to change at once.
         st = rustccl.stats()["thresholds"]
-        # the staging area when left to the host: 4 MiB for ranks of up to
-        # 4 threads, else 2 MiB per thread up to 8 MiB
-        threads = st.get("shm_threads", 0)
-        area = 4 << 20 if threads <= 4 else min(2 * threads << 20, 8 << 20)
+        # the staging area when left to the host: 2 MiB per thread, 4-8 MiB
+        area = min(max(2 * st.get("shm_threads", 0) << 20, 4 << 20), 8 << 20)
         c.true(f"staged sends in force: {st}", st.get("shm_staged_send_min_bytes") == 128 << 10 and st.get("shm_staged_send_max_bytes") == area)
         if rank == 0:
             x = torch.arange(1 << 19, dtype=torch.float32)

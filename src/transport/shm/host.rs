@@ -409,27 +409,20 @@ fn crowded(local_ranks: usize, threads: usize) -> bool {
 }
 
 /// The staging area's size when left to the host: 2 MiB per thread of the
-/// rank, 4 to 8 MiB, but 4 MiB for ranks of up to [`FEW_THREADS_STAGE`]
-/// threads. On the 16-core host (ping-pong one way, sends staged up to
-/// 8 MiB against up to 4 MiB, sends beyond read): 8 MiB messages took
-/// 234-318 us instead of 448-532 with 2 ranks (8 threads each), but
-/// 796-836 us instead of 650-720 with 8 ranks (2 threads), where 4 MiB
-/// still gained (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`).
-/// Since sends from 512 KiB are read in halves (the sender writing one,
-/// `Reads::split_send`), an 8 MiB one took 0.82-0.99x the time so with 4
-/// ranks of 4 threads (five pairs of runs; 4 MiB ones 1.07x longer, 2 MiB
-/// even), but 1.33x longer with 2 ranks of 8 and a 7 MiB one 1.21x with 3
-/// ranks of 5 (`benchmarks/results/2026-11-29-h200host-s35/`).
+/// rank, 4 to 8 MiB. On the 16-core host (ping-pong one way, sends staged
+/// up to 8 MiB against up to 4 MiB): 8 MiB messages took 234-318 us
+/// instead of 448-532 with 2 ranks (8 threads each) and 417-461 instead of
+/// 481-509 with 4 (4 threads), but 796-836 us instead of 650-720 with 8
+/// ranks (2 threads), where 4 MiB still gained
+/// (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`). Against sends
+/// read in halves (`Reads::split_send`), 4 MiB for ranks of 4 threads made
+/// 8 MiB one-way sends 0.82-1.04x the time, but a 4-stage pipeline step
+/// with 6-8 MiB micro-batches 1.10-1.13x longer (a staged send completes
+/// once copied in, a read one when its receiver has read it); not taken
+/// (`benchmarks/results/2026-11-29-h200host-s35/`).
 pub(super) fn stage_for(threads: usize) -> usize {
-    if threads <= FEW_THREADS_STAGE {
-        return 4 << 20;
-    }
     (threads.saturating_mul(2 << 20)).clamp(4 << 20, 8 << 20)
 }
-
-/// Ranks of at most this many threads stage sends of up to 4 MiB only
-/// ([`stage_for`]).
-const FEW_THREADS_STAGE: usize = 4;
 
 /// The all_reduce's single-copy threshold when left to the host: from
 /// 4 MiB per local rank (each rank then reads slices of at least 4 MiB
@@ -568,11 +561,11 @@ mod tests {
     }
 
     #[test]
-    fn ranks_of_up_to_4_threads_stage_4_mib_and_from_5_threads_8() {
-        // 2 threads (8 ranks on 16 cores), 4 (4 ranks on 16), the 2-core
-        // VM's one: 4 MiB; 5 (3 ranks on 16) and 8: 8 MiB
-        assert_eq!((stage_for(1), stage_for(2), stage_for(3), stage_for(4)), (4 << 20, 4 << 20, 4 << 20, 4 << 20));
-        assert_eq!((stage_for(5), stage_for(8), stage_for(64)), (8 << 20, 8 << 20, 8 << 20));
+    fn the_staging_area_holds_2_mib_a_thread_from_4_to_8_mib() {
+        // the 2-core VM's one thread and 8 ranks of 2 on 16 cores: 4 MiB;
+        // 3 threads 6; 4 ranks of 4 on 16 cores, 8 and more: 8
+        assert_eq!((stage_for(1), stage_for(2), stage_for(3)), (4 << 20, 4 << 20, 6 << 20));
+        assert_eq!((stage_for(4), stage_for(8), stage_for(64)), (8 << 20, 8 << 20, 8 << 20));
     }
 
     #[test]
