@@ -182,17 +182,20 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
            f"- load average (1/5/15 min, this run's ranks included): {h.get('loadavg_start')} at start, "
            f"{h.get('loadavg_end')} at end",
            f"- torch {h['torch']}, rustccl {h['rustccl']}" + (f", NCCL {h['nccl']}" if h.get("nccl") else ""),
-           f"- command: `{h['command']}`",
-           f"- huge pages: THP_MEM_ALLOC_ENABLE={(h.get('huge_pages') or {}).get('THP_MEM_ALLOC_ENABLE')} (torch's own setting), "
-           f"host mode {(h.get('huge_pages') or {}).get('host_mode')}",
-           f"- iters {h['options']['iters'] or f'{DEFAULT_ITERS} (CPU: {SMALL_MIN_ITERS} up to {human_bytes(SMALL_BYTES)})'}, "
-           f"warmup {h['options']['warmup']} "
-           f"(CPU: fewer for very large sizes, see `iters` per JSONL row)" + (f", median of {h['options']['repeats']} timed loops"
-                                            if h['options'].get('repeats', 1) > 1 else "")
-           + "; us = time per call on rank 0; busbw as nccl-tests",
-           f"- {ref}/X = X time / {ref} time = {ref} busbw / X busbw: > 1 means {ref} is faster",
-           "- method: " + ("A/B (every backend's group in one process, timed alternately, median of rounds)"
-                           if h.get("method", "ab") == "ab" else "blocks (one backend's group at a time)")]
+           f"- command: `{h['command']}`"]
+    if "huge_pages" in h:  # headers of runs before 2026-11-29 lack it
+        thp = h["huge_pages"]
+        out.append(f"- huge pages: THP_MEM_ALLOC_ENABLE={thp.get('THP_MEM_ALLOC_ENABLE')} (torch's own setting), "
+                   f"host mode {thp.get('host_mode')}")
+    out += [
+        f"- iters {h['options']['iters'] or f'{DEFAULT_ITERS} (CPU: {SMALL_MIN_ITERS} up to {human_bytes(SMALL_BYTES)})'}, "
+        f"warmup {h['options']['warmup']} "
+        f"(CPU: fewer for very large sizes, see `iters` per JSONL row)" + (f", median of {h['options']['repeats']} timed loops"
+                                         if h['options'].get('repeats', 1) > 1 else "")
+        + "; us = time per call on rank 0; busbw as nccl-tests",
+        f"- {ref}/X = X time / {ref} time = {ref} busbw / X busbw: > 1 means {ref} is faster",
+        "- method: " + ("A/B (every backend's group in one process, timed alternately, median of rounds)"
+                        if h.get("method", "ab") == "ab" else "blocks (one backend's group at a time)")]
     if any(r.get("kind") == "floor" for r in rows):
         out.append("- torch floor us: the same call on torch's fake backend (returns at once, moves nothing), "
                    "timed in the same alternation: torch's own cost per call; X/floor: the ratio to X of a "
