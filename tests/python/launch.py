@@ -133,3 +133,14 @@ def expect_ok(results) -> None:
     checked = sum(r[0] for r in results)
     assert checked > 0, "no checks ran"
     assert not failures, f"{len(failures)} of {checked} checks failed:\n" + "\n".join(failures[:40])
+
+
+def streamed_blocks_env(wait_us: str) -> dict:
+    """Settings under which all_to_all / gather / scatter blocks of many
+    chunks stream through the senders' slots between processes: 2 threads
+    a rank, 256 KiB slots, blocks up to 4 MiB through them while they fit
+    (read from the sender above), 1 KiB small slots; a wait of `wait_us`
+    for a chunk before the rank's own thread takes it over."""
+    return dict(RUSTCCL_TRANSPORT="shm", RUSTCCL_SHM_THREADS="2", RUSTCCL_SHM_SEGMENT_BYTES="131072",
+                RUSTCCL_SHM_SLOT_MIN_BYTES="0", RUSTCCL_SHM_SMALL_BYTES="1024", RUSTCCL_SHM_ATTACH_MIN_BYTES="1048576",
+                RUSTCCL_SHM_BLOCK_READ_MIN_BYTES="4194304", RUSTCCL_SHM_BLOCK_WAIT_US=wait_us)

@@ -61,9 +61,7 @@ def test_streamed_blocks(world, wait_us):
     2 threads a rank, 256 KiB slots, blocks up to 4 MiB through them while
     they fit, 1 KiB small slots; RUSTCCL_SHM_BLOCK_WAIT_US=0 hands every
     wait for a chunk to the rank's own thread."""
-    env = dict(RUSTCCL_TRANSPORT="shm", RUSTCCL_SHM_THREADS="2", RUSTCCL_SHM_SEGMENT_BYTES="131072",
-               RUSTCCL_SHM_SLOT_MIN_BYTES="0", RUSTCCL_SHM_SMALL_BYTES="1024", RUSTCCL_SHM_ATTACH_MIN_BYTES="1048576",
-               RUSTCCL_SHM_BLOCK_READ_MIN_BYTES="4194304", RUSTCCL_SHM_BLOCK_WAIT_US=wait_us)
+    env = launch.streamed_blocks_env(wait_us)
     launch.expect_ok(launch.run("w_collectives:streamed_blocks", world, env=env, timeout=240))
 
 

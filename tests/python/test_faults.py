@@ -55,14 +55,12 @@ def test_dead_rank_fails_survivors_promptly(how):
 
 @pytest.mark.parametrize("wait_us", ["20000", "0"])
 def test_a_rank_killed_inside_streamed_all_to_alls_fails_the_others_promptly(wait_us):
-    """all_to_all blocks streamed through the senders' slots (the settings
-    of test_collectives.test_streamed_blocks); rank 2 is killed while the
+    """all_to_all blocks streamed through the senders' slots (settings:
+    launch.streamed_blocks_env); rank 2 is killed while the
     ranks call it back to back. RUSTCCL_SHM_BLOCK_WAIT_US=0: every wait
     for a chunk goes to the rank's own thread, which checks the sender is
     alive."""
-    env = dict(RUSTCCL_TRANSPORT="shm", RUSTCCL_SHM_THREADS="2", RUSTCCL_SHM_SEGMENT_BYTES="131072",
-               RUSTCCL_SHM_SLOT_MIN_BYTES="0", RUSTCCL_SHM_SMALL_BYTES="1024", RUSTCCL_SHM_ATTACH_MIN_BYTES="1048576",
-               RUSTCCL_SHM_BLOCK_READ_MIN_BYTES="4194304", RUSTCCL_SHM_BLOCK_WAIT_US=wait_us)
+    env = launch.streamed_blocks_env(wait_us)
     res = launch.run("w_faults:killed_mid_stream", 3, env=env, pg_timeout=60, timeout=150, may_die=[2])
     for r in (0, 1):
         got = res[r]

@@ -35,8 +35,8 @@ pub(super) fn slot_bytes_for(sizes: ShmConfig, local_ranks: usize, threads: usiz
 }
 
 /// Smallest slot with up to 4 local ranks ([`slot_bytes_for`]), where
-/// the ranks have 4 threads or fewer (with 8, `segment_bytes` x threads
-/// is this already): an 8 MiB scatter's 2 MiB blocks then go through one
+/// ranks of 4-7 threads would have less (with 8, `segment_bytes` x
+/// threads is this already): an 8 MiB scatter's 2 MiB blocks then go through one
 /// of the root's slots each, and an 8 MiB all_reduce's 2 MiB chunks take
 /// one round instead of two. On the 16-core host (4 ranks of 4 threads,
 /// 1 MiB slots before; settings alternating five times): 8 MiB scatter
