@@ -1,6 +1,6 @@
 """Per-call time of small CPU collectives on rustccl alone (no other
 backend in the process): 5 loops of 4000 back-to-back calls of 8-byte
-broadcast, all_reduce, all_gather, gather, scatter, all_to_all and an async
+broadcast, all_reduce, all_gather, gather, scatter, all_to_all (list and single) and an async
 all_reduce waited through its future, reduce and reduce_scatter, and of a
 send/recv ping-pong between ranks 2k and 2k+1 (reported per one-way
 message), median per op, printed by
@@ -56,6 +56,7 @@ def main():
     x = torch.ones(ELEMS)
     outs = [torch.empty(ELEMS) for _ in range(dist.get_world_size())]
     flat = torch.ones(ELEMS * dist.get_world_size())
+    flat_out = torch.empty_like(flat)
     rank, world = dist.get_rank(), dist.get_world_size()
     peer = rank ^ 1
 
@@ -78,6 +79,7 @@ def main():
         "gather": lambda: dist.gather(x, outs if rank == 0 else None, 0),
         "scatter": lambda: dist.scatter(x, ins if rank == 0 else None, 0),
         "all_to_all": lambda: dist.all_to_all(outs, ins),
+        "all_to_all_single": lambda: dist.all_to_all_single(flat_out, flat),
         "reduce": lambda: dist.reduce(x, 0),
         "reduce_scatter": lambda: dist.reduce_scatter_tensor(x, flat),
         # async, waited through the c10 future (which cannot run it itself)

@@ -259,13 +259,15 @@ fn ranks_with_different_settings_agree() {
 }
 
 /// Where one thread per rank reads slowly, the host rule reads no
-/// collective's buffers and only single-reader transfers over 4 MiB;
-/// here the same shape set by hand (collectives from 2^40 bytes, single
-/// readers over 512 KiB): all_to_all and gathers / scatters of smaller
-/// blocks copy through shared memory, larger ones read the sender's
-/// tensor, sends of either size arrive, and the thresholds say so.
+/// buffer-wide collective's buffers, only single-reader transfers and
+/// blocks over 256 KiB; here the same shape set by hand (collectives from
+/// 2^40 bytes, single readers over 512 KiB): gathers / scatters of smaller
+/// blocks go as messages, larger ones read the sender's tensor;
+/// all_to_all runs the single-copy algorithm whatever its blocks (small
+/// ones through the slots), all_reduce its two-copy one; sends of either
+/// size arrive, and the thresholds say so.
 #[test]
-fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
+fn slow_reads_leave_only_blocks_single_reader_transfers_and_all_to_all_to_attach() {
     let shm = ShmConfig { attach_min: 1 << 40, single_min: 512 << 10, ..common::TINY_SHM };
     let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
     let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
@@ -286,7 +288,7 @@ fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
             let out = buf(DType::F32, &vec![0.0; len]);
             scatter(c, &ins, &out, 2);
             assert_eq!(read(DType::F32, &out), values(DType::F32, ReduceOp::Max, r, len), "scatter {len}");
-            // all_to_all: never read directly here, whatever its blocks
+            // all_to_all: on the single-copy algorithm, whatever its blocks
             let ib = buf(DType::F32, &(0..3 * len).map(|i| ((r * 7 + i) % 251) as f64).collect::<Vec<_>>());
             let ob = buf(DType::F32, &vec![0.0; 3 * len]);
             let mut s = spec(OpKind::AllToAll);
@@ -310,16 +312,16 @@ fn slow_reads_leave_only_large_single_reader_transfers_to_attach() {
         });
         for g in got {
             assert_eq!((g.0, g.1), (want, want), "{len} floats");
-            assert_ne!(g.2, "shm_attach");
+            assert_eq!(g.2, "shm_attach", "{len} floats");
             assert_ne!(g.3, "shm_attach");
         }
     }
 }
 
-/// Where reads are slow (no collective reads, here set by hand) but the
-/// host has 2 ranks, all_to_all runs the single-copy algorithm whatever
+/// Where reads are slow (no collective reads, here set by hand),
+/// all_to_all of uneven blocks runs the single-copy algorithm whatever
 /// its blocks (small ones through the slots, larger ones read), while
-/// gathers and scatters of small blocks keep the messages.
+/// gathers and scatters of small blocks keep the messages; 2 ranks.
 #[test]
 fn slow_reads_with_two_ranks_run_all_to_all_on_attach() {
     let shm = ShmConfig { attach_min: 1 << 40, block_min: 2000, ..common::TINY_SHM };
@@ -353,13 +355,12 @@ fn slow_reads_with_two_ranks_run_all_to_all_on_attach() {
 /// `auto`: every rank measures for itself, and all end with the same
 /// thresholds, one of the two the host rule gives; with two threads per
 /// rank, the fast one (16 MiB / 256 KiB / blocks over 2 MiB, over 4 MiB
-/// with 2 ranks) without measuring. Slow reads read gather / scatter
-/// blocks from 4 MiB, but with 2 ranks (one peer reading or writing while
-/// the root copies its own part) over 256 KiB.
+/// with 2 ranks; reduce 8 MiB with 3 ranks) without measuring. Slow reads read gather / scatter /
+/// all_to_all blocks over 256 KiB, as sends, whatever the ranks.
 #[test]
 fn the_host_rule_gives_every_rank_the_same_thresholds() {
     use rustccl::config::{ATTACH_FROM_HOST, BROADCAST_FROM_HOST};
-    for (n, threads) in [(2, 1), (3, 1), (2, 2)] {
+    for (n, threads) in [(2, 1), (3, 1), (2, 2), (3, 2)] {
         let shm = ShmConfig { threads, attach_min: ATTACH_FROM_HOST, broadcast_min: BROADCAST_FROM_HOST, ..common::TINY_SHM };
         let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         let th = |c: &Communicator| -> (Option<u64>, Option<u64>, Option<u64>) {
@@ -368,12 +369,17 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
         };
         let all: Vec<_> = comms.iter().map(th).collect();
         assert!(all.iter().all(|x| *x == all[0]), "{all:?}");
-        // slow reads: no collective reads, blocks from 4 MiB (256 KiB with
-        // 2 ranks), sends over 256 KiB
+        // slow reads: no buffer-wide collective reads; blocks and sends over
+        // 256 KiB do
         let fast = (Some(16u64 << 20), Some(256u64 << 10), Some(if n == 2 { 4u64 << 20 } else { 2 << 20 }));
-        let slow = (Some(u64::MAX), Some(256u64 << 10), Some(if n == 2 { 256u64 << 10 } else { 4 << 20 }));
+        let slow = (Some(u64::MAX), Some(256u64 << 10), Some(256u64 << 10));
         if threads == 2 {
             assert_eq!(all[0], fast);
+            // reduce (its root taking pushes) reads from 8 MiB with 3-4
+            // ranks of few threads, from the collectives' 16 MiB with 2
+            let red: Vec<_> = comms.iter().map(|c| c.thresholds().iter().find(|(k, _)| *k == "shm_reduce_attach_min_bytes").map(|(_, v)| *v)).collect();
+            let want = if n == 2 { 16u64 << 20 } else { 8 << 20 };
+            assert!(red.iter().all(|r| *r == Some(want)), "n={n}: {red:?}");
         } else {
             assert!(all[0] == fast || all[0] == slow, "n={n}: {all:?}");
         }
@@ -479,7 +485,7 @@ fn slow_reads_different_algorithms_for_one_gather_or_scatter_fail_at_once() {
 }
 
 /// Coalesced batches that mix messages and shared-memory steps in one
-/// operation (all_to_all and small gathers by messages, all_reduce and a
+/// operation (small gathers by messages; all_to_all, all_reduce and a
 /// large gather in steps, where reads are slow), with rings too small for
 /// a message: every rank of a step may wait for a peer still taking its
 /// messages, which is not the deadlock the waits look for. All succeed,

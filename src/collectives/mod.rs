@@ -11,8 +11,8 @@
 //! | all_gather, reduce_scatter; one host (shm) | direct: every rank copies straight from the others' areas | same, in rounds |
 //! | broadcast; one host (shm) | | pipelined: the root copies a quarter in while the others copy the last one out; 2 ranks where reads are slow, from 1 MiB: the other reads half of the root's tensor while the root writes the other half into its buffer |
 //! | reduce, one host (shm) | the shared-memory all-reduce (on a copy on non-roots) | same |
-//! | all_reduce, reduce_scatter, all_gather, reduce; one host, >= 16 MiB (all_reduce: 4 MiB per local rank; reduce with pushes: 8 MiB with 5-8 local ranks, 512 KiB with more; broadcast: only with its own setting) | | single copy: read the peers' tensors (cross-memory attach); a reduce's parts pushed into the root's buffer |
-//! | all_to_all, gather, scatter; one host with attach | one step when every rank's blocks fit its small slot; else blocks up to the block-read threshold (256 KiB; 2 MiB with 3-4 local ranks, 4 MiB with 2) through the sender's input slots (a block fills one, or both with 2 local ranks) | larger blocks read from the sender's tensor |
+//! | all_reduce, reduce_scatter, all_gather, reduce; one host, >= 16 MiB (all_reduce: 4 MiB per local rank; reduce with pushes: 8 MiB with 5-8 local ranks or 3-4 of at most 4 threads, 512 KiB with more; broadcast: only with its own setting) | | single copy: read the peers' tensors (cross-memory attach); a reduce's parts pushed into the root's buffer |
+//! | all_to_all, gather, scatter; one host with attach (gather, scatter where reads are slow: blocks over 256 KiB) | one step when every rank's blocks fit its small slot; else blocks up to the block-read threshold (256 KiB; 2 MiB with 3-4 local ranks, 4 MiB with 2, where reads are fast) through the sender's input slots (a block fills one, or both with 2 local ranks) | larger blocks read from the sender's tensor |
 //! | reduce          | binomial tree                 | ring reduce-scatter + gather to root |
 //! | all_gather      | ring                          | ring                        |
 //! | reduce_scatter  | ring                          | ring                        |
@@ -314,8 +314,9 @@ fn attach(win: &Window, bytes: usize) -> bool {
 /// memory, for all_to_all, gather and scatter of `block` bytes per block
 /// (the same on every rank; None for all_to_all, whose blocks differ):
 /// their totals differ between ranks (no size every rank could compare
-/// with the threshold), so they read directly whenever reads are fast,
-/// and where they are slow only blocks large enough (`Window::attach_blocks`).
+/// with the threshold), so they read directly whenever reads are fast;
+/// where they are slow, all_to_all still does, gathers and scatters only
+/// for blocks large enough (`Window::attach_blocks`).
 fn attach_host(t: &mut dyn Transport, block: Option<usize>) -> Option<(Window, &mut dyn PhaseWait)> {
     whole_host(t).filter(|(win, _)| win.attach_blocks(block))
 }

@@ -21,9 +21,8 @@ pub struct Attach {
     pub min_bytes: usize,
     /// Point-to-point messages of more than this many bytes are read from
     /// the sender's tensor (or staged) even below `min_bytes`, and so are
-    /// gather / scatter blocks where collectives do not read (the floor
-    /// of `block_min`, which is [`SLOW_SINGLE_READER_MIN`] where reads are
-    /// slow, `host::reads_for`): [`SINGLE_READER_MIN`] unless set.
+    /// gather / scatter blocks where collectives do not read
+    /// (`block_min` then): [`SINGLE_READER_MIN`] unless set.
     pub single_min: usize,
     /// Smallest all_reduce that reads peers' buffers directly: `min_bytes`
     /// where it was set, else from the host (`host::all_reduce_attach_min`);
@@ -78,24 +77,6 @@ fn peer_arena(seg: &Segment, pid: i32) -> Option<PeerArena> {
 /// way, smaller ones longer (a system call and page pinning each), larger
 /// ones up to 3x less.
 pub const SINGLE_READER_MIN: usize = 256 << 10;
-
-/// Where one thread per rank reads slowly (`host_attach_min`), the blocks
-/// of all_to_all / gather / scatter read from the sender's tensor: on the
-/// 2-core VM, 2 MiB scatters were 2x faster through shared memory, while
-/// gathers and scatters from 4-8 MiB on were 15-60% faster read directly.
-/// (Sends there are read over [`SINGLE_READER_MIN`]: `host::Reads::slow`.)
-pub const SLOW_SINGLE_READER_MIN: usize = 4 << 20;
-
-/// Where reads are slow but a host has only 2 local ranks, gather and
-/// scatter blocks over this size are read (or a gather's pushed) all the
-/// same (`host::reads_for`), and all_to_all's
-/// ([`Attach::all_to_all_blocks`]): one peer reads or writes while the
-/// other copies its own part. On the 2-core VM (settings alternating
-/// twice, `benchmarks/results/2026-11-26-devbox-pair-block-reads/`)
-/// 2 / 8 MiB scatters took 0.71 / 0.47x the time of the copies through
-/// shared memory that [`SLOW_SINGLE_READER_MIN`] kept them to, 1 / 4 MiB
-/// gathers 0.52 / 0.57x.
-pub const PAIR_BLOCK_READ_MIN: usize = SINGLE_READER_MIN;
 
 /// all_to_all / gather / scatter blocks up to this size go through the
 /// senders' input slots where reads are fast (when they fit one: a slot
@@ -161,6 +142,18 @@ impl Attach {
         let block_min = match largest(Segment::block_min) {
             0 if min_bytes < NO_COLLECTIVE_READS && segs.len() == 2 => PAIR_FAST_BLOCK_READ_MIN.max(single_min),
             0 if min_bytes < NO_COLLECTIVE_READS && segs.len() <= BLOCK_SLOT_RANKS => BLOCK_READ_MIN.max(single_min),
+            // Where no collective reads (one thread a rank, reads slower
+            // than copies: `host_attach_min`), blocks over `single_min`
+            // are read all the same (or a gather's pushed): that spreads
+            // a gather's or scatter's copies over every rank, where shared
+            // memory leaves them all to the root. On the 2-core VM, 2 ranks,
+            // 2 / 8 MiB scatters took 0.71 / 0.47x the time of copies
+            // through shared memory (blocks read only from 4 MiB), 1 / 4
+            // MiB gathers 0.52 / 0.57x
+            // (`benchmarks/results/2026-11-26-devbox-pair-block-reads/`);
+            // with 16 ranks on the 16-core host (blocks read over 64 KiB
+            // against 4 MiB) 8 / 32 MiB gathers 0.40 / 0.14x, scatters
+            // 0.69 / 0.82x (`benchmarks/results/2026-11-29-h200host-s36/`).
             0 => single_min,
             set => set,
         };
@@ -219,25 +212,13 @@ impl Attach {
         len >= self.min_bytes || len > self.block_min
     }
 
-    /// Whether every all_to_all, gather and scatter runs the single-copy
-    /// algorithms (`collectives::shm_attach`, whose blocks up to
-    /// `block_min` go through the senders' slots): unless no collective
-    /// reads (`min_bytes` from [`NO_COLLECTIVE_READS`]: where reads are
-    /// slow, `host_attach_min`), where only gathers and scatters of blocks
-    /// read directly do. (It once followed `single_min`, so raising that
-    /// setting sent every all_to_all through the rings instead.)
+    /// Whether every gather and scatter runs the single-copy algorithms
+    /// (`collectives::shm_attach`, whose blocks up to `block_min` go
+    /// through the senders' slots): unless no collective reads
+    /// (`min_bytes` from [`NO_COLLECTIVE_READS`]: where reads are slow,
+    /// `host_attach_min`), where only those of blocks read directly do.
+    /// (all_to_all always runs them: `Window::attach_blocks`.)
     pub fn all_blocks(&self) -> bool {
         self.min_bytes < NO_COLLECTIVE_READS
-    }
-
-    /// Whether every all_to_all runs the single-copy algorithm: where
-    /// [`Attach::all_blocks`], and where reads are slow but the host has 2
-    /// local ranks (each reads its one block from the other while copying
-    /// its own part; blocks up to `block_min` through the slots). On the
-    /// 2-core VM, 128 KiB - 32 MiB all_to_alls took 0.59-0.84x the time
-    /// of the rings' copies (settings alternating twice,
-    /// `benchmarks/results/2026-11-26-devbox-pair-block-reads/`).
-    pub fn all_to_all_blocks(&self) -> bool {
-        self.all_blocks() || self.pids.len() == 2
     }
 }

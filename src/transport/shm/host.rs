@@ -4,7 +4,7 @@
 //! one-round all-reduce limit.
 #![forbid(unsafe_code)]
 
-use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, PAIR_BLOCK_READ_MIN, SINGLE_READER_MIN, SLOW_SINGLE_READER_MIN};
+use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, SINGLE_READER_MIN};
 use crate::config::log_at;
 use crate::config::{ShmConfig, BROADCAST_FROM_HOST, QUICK_FROM_HOST, SLOT_FROM_HOST, SPIN_FROM_HOST, SPLIT_FROM_HOST};
 use crate::config::LogLevel;
@@ -245,9 +245,8 @@ pub(super) struct Reads {
     /// against 3.08 / 3.77 ms when sends up to 4 MiB went through the
     /// rings, and one-way 2-4 MiB 327-564 us against 395-981 us; staging
     /// them instead made the step 3.10 / 2.17 ms. Blocks of all_to_all,
-    /// gather and scatter keep [`SLOW_SINGLE_READER_MIN`] (2 MiB scatters
-    /// were 2x faster through the slots, before the root copied its own
-    /// part meanwhile), with 2 local ranks [`PAIR_BLOCK_READ_MIN`].
+    /// gather and scatter are read over the single-reader threshold
+    /// (`Attach::agreed`).
     pub slow: bool,
     /// Sends this rank receives by rendezvous from this size are split
     /// (`comm::p2p::rendezvous`); not agreed: the receiver asks.
@@ -281,19 +280,18 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     let reduce = if host && shared && n <= BLOCK_SLOT_RANKS {
         SHARED_FEW_RANKS_REDUCE_READ_MIN
     } else if host && !shared && sizes.gather_push {
-        pushed_reduce_attach_min(attach, n)
+        pushed_reduce_attach_min(attach, n, threads)
     } else {
         attach
     };
     let all_gather = if host && crowded { SHARED_CROWDED_ALL_GATHER_READ_MIN } else { attach };
     // Reads through the kernel slower than copies, one thread a rank
-    // (`host_attach_min`): blocks are read from 4 MiB, sends over 256 KiB.
+    // (`host_attach_min`): sends over 256 KiB are read, not staged; blocks
+    // over the single-reader threshold too (`Attach::agreed`).
     let slow = host && !shared && attach == usize::MAX;
     let block = match sizes.block_min {
         0 if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
         0 if shared => SINGLE_READER_MIN,
-        0 if slow && sizes.single_min == 0 && n == 2 => PAIR_BLOCK_READ_MIN,
-        0 if slow && sizes.single_min == 0 => SLOW_SINGLE_READER_MIN,
         set => set,
     };
     // Broadcast reads the root only with two or more threads a rank: with
@@ -441,8 +439,9 @@ fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
 /// The reduce's single-copy threshold when left to the host, where its
 /// root takes the others' parts as pushes (`RUSTCCL_SHM_GATHER_PUSH`, no
 /// shared tensors) and reads are fast (`attach_min` is [`ATTACH_MIN`]):
-/// from [`PUSHED_REDUCE_READ_MIN`] with 5-8 local ranks and
-/// [`PUSHED_REDUCE_MANY_READ_MIN`] with more, else `attach_min`. The
+/// from [`PUSHED_REDUCE_READ_MIN`] with 5-8 local ranks, and with 3-4
+/// of at most [`FEW_THREADS`] threads each, [`PUSHED_REDUCE_MANY_READ_MIN`]
+/// with more than 8, else `attach_min`. The
 /// two-copy reduce leaves the root to copy every other rank's part out
 /// of its slot alone while they wait; with pushes nobody waits for one
 /// rank's copies. On the 64-core host (settings alternating, reading from
@@ -451,15 +450,24 @@ fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
 /// runs), 16-rank ones of 512 KiB - 32 MiB 0.60-0.93x (one run), 4-rank
 /// ones 1.13-1.49x longer below 32 MiB; reading without pushes (the root
 /// reads every part) took 1.2-2x as long as with them at every size
-/// (`benchmarks/results/2026-11-27-x4host-s20-call2/`).
-fn pushed_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
+/// (`benchmarks/results/2026-11-27-x4host-s20-call2/`). Those 4 ranks had
+/// 8 threads each, whose two copies outran the kernel's; with 4 threads
+/// (16-core host, reading from 1 MiB against the default, alternating
+/// twice) 8 MiB reduces took 0.81x the time reading (4.1x -> 5.1x gloo),
+/// 2 MiB ones 1.36x longer
+/// (`benchmarks/results/2026-11-29-h200host-s36/reduce-reads/`).
+fn pushed_reduce_attach_min(attach_min: usize, local_ranks: usize, threads: usize) -> usize {
     match local_ranks {
         _ if attach_min != ATTACH_MIN => attach_min,
         n if n > 8 => PUSHED_REDUCE_MANY_READ_MIN,
         n if n > BLOCK_SLOT_RANKS => PUSHED_REDUCE_READ_MIN,
+        n if n > 2 && threads <= FEW_THREADS => PUSHED_REDUCE_READ_MIN,
         _ => attach_min,
     }
 }
+
+/// See [`pushed_reduce_attach_min`].
+const FEW_THREADS: usize = 4;
 
 /// Where reads are slow and a host has 2 local ranks, broadcasts from this
 /// size read the root's tensor, the root writing the second half into the
@@ -522,11 +530,14 @@ mod tests {
     use crate::config::{Config, ShmConfig, SLOT_FROM_HOST};
 
     #[test]
-    fn a_reduce_with_pushes_reads_from_8_mib_with_5_to_8_ranks_and_512_kib_with_more() {
-        let at = |n| pushed_reduce_attach_min(ATTACH_MIN, n);
-        assert_eq!((at(2), at(4), at(5), at(8), at(9), at(16)), (ATTACH_MIN, ATTACH_MIN, 8 << 20, 8 << 20, 512 << 10, 512 << 10));
+    fn a_reduce_with_pushes_reads_from_8_mib_with_5_to_8_ranks_or_3_to_4_of_few_threads_and_512_kib_with_more() {
+        let at = |n, threads| pushed_reduce_attach_min(ATTACH_MIN, n, threads);
+        assert_eq!((at(2, 8), at(4, 8), at(5, 8), at(8, 8), at(9, 8), at(16, 8)), (ATTACH_MIN, ATTACH_MIN, 8 << 20, 8 << 20, 512 << 10, 512 << 10));
+        // 3-4 ranks of up to 4 threads read from 8 MiB; 2 ranks do not
+        assert_eq!((at(2, 4), at(3, 4), at(4, 4), at(4, 2), at(4, 5)), (ATTACH_MIN, 8 << 20, 8 << 20, 8 << 20, ATTACH_MIN));
         // slow reads (no collective reads) stay so
-        assert_eq!(pushed_reduce_attach_min(usize::MAX, 16), usize::MAX);
+        assert_eq!(pushed_reduce_attach_min(usize::MAX, 16, 1), usize::MAX);
+        assert_eq!(pushed_reduce_attach_min(usize::MAX, 4, 1), usize::MAX);
     }
 
     #[test]

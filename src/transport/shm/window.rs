@@ -299,13 +299,23 @@ impl Window {
 
     /// Whether all_to_all, gather and scatter run the single-copy
     /// algorithms (`collectives::shm_attach`) for blocks of `block` bytes
-    /// (None: all_to_all, whose blocks differ between ranks): always where
-    /// reads are fast, else gathers and scatters only for blocks read
-    /// directly and all_to_all only between 2 local ranks
-    /// (`Attach::all_to_all_blocks`).
+    /// (None: all_to_all, whose blocks differ between ranks) rather than
+    /// the point-to-point rings: gathers and scatters always where reads
+    /// are fast, else only for blocks read directly (`Attach::all_blocks`);
+    /// all_to_all wherever ranks can read each other, its small blocks
+    /// through the senders' slots. Where reads are slow (one thread a
+    /// rank) that beat a message a block through the rings at large
+    /// sizes: 16 ranks on the 16-core host, 8 / 32 MiB in 0.55-0.91x the
+    /// time in each of five pairs of builds (1.2x -> 1.5x, 1.0x -> 1.6x
+    /// gloo), 128 KiB - 2 MiB 0.3-3.2x pair by pair (medians 0.62-1.01x);
+    /// at <= 32 KiB as fast in quiet sweeps but 1.6-3.6x slower under the
+    /// hypervisor's steal (its one step is a barrier over every rank,
+    /// where the rings let each pair go on); 2 ranks on the 2-core VM
+    /// 0.59-0.84x (`benchmarks/results/2026-11-29-h200host-s36/`,
+    /// `benchmarks/results/2026-11-26-devbox-pair-block-reads/`).
     pub fn attach_blocks(&self, block: Option<usize>) -> bool {
         self.local.attach.as_ref().is_some_and(|a| match block {
-            None => a.all_to_all_blocks(),
+            None => true,
             Some(b) => a.all_blocks() || a.block_read(b),
         })
     }
