@@ -439,9 +439,9 @@ fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
 /// The reduce's single-copy threshold when left to the host, where its
 /// root takes the others' parts as pushes (`RUSTCCL_SHM_GATHER_PUSH`, no
 /// shared tensors) and reads are fast (`attach_min` is [`ATTACH_MIN`]):
-/// from [`PUSHED_REDUCE_READ_MIN`] with 5-8 local ranks, and with 3-4
-/// of at most [`FEW_THREADS`] threads each, [`PUSHED_REDUCE_MANY_READ_MIN`]
-/// with more than 8, else `attach_min`. The
+/// from [`PUSHED_REDUCE_READ_MIN`] with 5-8 local ranks (and with 3-4
+/// of at most [`FEW_THREADS`] threads each), from
+/// [`PUSHED_REDUCE_MANY_READ_MIN`] with more than 8, else `attach_min`. The
 /// two-copy reduce leaves the root to copy every other rank's part out
 /// of its slot alone while they wait; with pushes nobody waits for one
 /// rank's copies. On the 64-core host (settings alternating, reading from
