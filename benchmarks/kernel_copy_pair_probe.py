@@ -10,7 +10,6 @@ MIB: buffer size in MiB (default 16). Prints the median time and GB/s of
 each case (3 s of back-to-back copies per process).
 """
 
-import ctypes
 import multiprocessing as mp
 import os
 import sys
@@ -18,23 +17,15 @@ import time
 
 import torch
 
-libc = ctypes.CDLL(None, use_errno=True)
-libc.process_vm_readv.restype = ctypes.c_ssize_t
-
-
-class IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+from attach_read_probe import kernel_read  # this folder's probe of several readers
 
 
 def median_copy(kind: str, n: int, seconds: float = 3.0) -> float:
     src, dst = torch.ones(n, dtype=torch.uint8), torch.zeros(n, dtype=torch.uint8)
-    local, remote = IoVec(dst.data_ptr(), n), IoVec(src.data_ptr(), n)
-
-    def kernel():
-        if libc.process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) != n:
-            raise OSError(ctypes.get_errno(), "process_vm_readv")
-
-    copy = kernel if kind == "kernel" else (lambda: dst.copy_(src))
+    if kind == "kernel":
+        copy = lambda: kernel_read(os.getpid(), dst.data_ptr(), src.data_ptr(), n)  # noqa: E731
+    else:
+        copy = lambda: dst.copy_(src)  # noqa: E731
     times, end = [], time.monotonic() + seconds
     while time.monotonic() < end:
         t = time.perf_counter()
