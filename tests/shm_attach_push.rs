@@ -107,16 +107,18 @@ fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
 }
 
 /// A scatter block that its receiver reads from the root's tensor is split
-/// where the root takes pushes: the receiver reads the first half while
-/// the root writes the second into its output, for blocks up to the
-/// root's largest split. Ranks that differ in either setting still agree
-/// (the root decides), from every root, at block lengths around the
-/// 64-byte-aligned half, back to back.
+/// where the root takes pushes: the receiver reads the first part while
+/// the root writes the last 1 / share (half by default) into its output,
+/// for blocks up to the root's largest split. Ranks that differ in any of
+/// the three settings still agree (the root decides), from every root, at
+/// block lengths around the 64-byte-aligned cut, back to back.
 #[test]
 fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
     let caps = [[0, 0, 0], [usize::MAX, 4096, 64]];
-    for (pushing, cap) in [[true, true, true], [true, false, false], [false, true, true]].into_iter().flat_map(|p| caps.map(|c| (p, c))) {
-        let comms = n_comms_with(3, |r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], scatter_split_max: cap[r], ..common::TINY_SHM });
+    let shares = [[0, 0, 0], [16, 3, 31]];
+    let settings = caps.into_iter().flat_map(|c| shares.map(|s| (c, s)));
+    for (pushing, (cap, share)) in [[true, true, true], [true, false, false], [false, true, true]].into_iter().flat_map(|p| settings.clone().map(move |cs| (p, cs))) {
+        let comms = n_comms_with(3, |r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], scatter_split_max: cap[r], scatter_root_share: share[r], ..common::TINY_SHM });
         on_ranks(&comms, |r, c| {
             for len in [1usize, 16, 17, 33, 1000, 70_001] {
                 for root in 0..3usize {
@@ -125,7 +127,7 @@ fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
                         let ins: Vec<_> = if r == root { (0..3).map(|p| buf(DType::F32, &block(p))).collect() } else { vec![] };
                         let out = buf(DType::F32, &vec![-1.0; len]);
                         scatter(c, &ins, &out, root);
-                        assert_eq!(read(DType::F32, &out), block(r), "pushing={pushing:?} cap={cap:?} len={len} root={root} k={k} rank {r}");
+                        assert_eq!(read(DType::F32, &out), block(r), "pushing={pushing:?} cap={cap:?} share={share:?} len={len} root={root} k={k} rank {r}");
                     }
                 }
             }
@@ -176,7 +178,7 @@ fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
         let what = format!("threads={threads}: {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
         let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
         assert!(err(0).contains("rustccl scatter") && err(0).contains("rank 1") && err(0).contains("Bad address"), "{what}");
-        assert!(err(1).contains("rustccl scatter") && err(1).contains("second half"), "{what}");
+        assert!(err(1).contains("rustccl scatter") && err(1).contains("its share of this rank's scatter block"), "{what}");
         assert!(got[2].0.is_none(), "rank 2's half was written: {what}");
         assert_eq!(got[2].1, block(2), "{what}");
         assert_eq!(algorithm(&comms[2], "scatter"), "shm_attach", "{what}");
@@ -197,6 +199,6 @@ fn a_scatter_root_with_no_room_to_name_whom_it_missed_fails_every_split_receiver
     let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
     assert!(err(0).contains("rustccl scatter") && err(0).contains("rank 1") && err(0).contains("Bad address"), "{what}");
     for r in [1, 2] {
-        assert!(err(r).contains("rustccl scatter") && err(r).contains("second half"), "rank {r}: {what}");
+        assert!(err(r).contains("rustccl scatter") && err(r).contains("its share of this rank's scatter block"), "rank {r}: {what}");
     }
 }

@@ -2,9 +2,9 @@
 //! in `shm_attach`, the root's header and blocks as in `shm_blocks`):
 //! every receiver takes its
 //! block from the root, out of the root's small slot, its input slots or
-//! its tensor, and where the root takes pushes it writes the second half
+//! its tensor, and where the root takes pushes it writes the last part
 //! of a block its receiver reads ([`scatter`]). A root that could not
-//! write a receiver's half says which (`second_half_written`).
+//! write a receiver's part says which (`share_written`).
 #![forbid(unsafe_code)]
 
 use std::convert::Infallible;
@@ -13,11 +13,16 @@ use std::sync::Mutex;
 
 use super::shm_attach::{desc, first_failed, set_slot_word, set_slot_word_at, slot_word, slot_word_at, Step, FAILED, POSTED_FOR_PUSHES};
 use super::shm_blocks::{self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, take, Header};
+use crate::config::MAX_SCATTER_ROOT_SHARE;
 use crate::error::Result;
-use crate::transport::shm::{split_point, Area, AttachError, PhaseWait, Window, Workers};
+use crate::transport::shm::{Area, AttachError, PhaseWait, Window, Workers};
 
 /// A scatter root's bits for the receivers whose blocks it splits ([`split_bit`]).
 const SPLIT_BITS: u64 = u64::MAX << 8;
+/// Where a scatter root's header says what share of a split block it
+/// writes ([`Window::scatter_root_share`]): five bits below [`SPLIT_BITS`].
+const SHARE_SHIFT: u32 = 3;
+const SHARE_MASK: u64 = MAX_SCATTER_ROOT_SHARE as u64;
 
 /// Every rank reads its part of the root's `ins`. The root copies the
 /// blocks that go through its slots on its solo-phase threads once it
@@ -25,14 +30,15 @@ const SPLIT_BITS: u64 = u64::MAX << 8;
 /// lands (`shm_blocks`). A block
 /// read from the root's tensor, of at most the root's
 /// [`Window::scatter_split_max`] bytes, is split where the root takes
-/// pushes ([`Window::gather_push`]): its receiver reads the first half
-/// while the root, idle otherwise, writes the second into the receiver's
-/// output (posted for it), on its solo-phase threads; the root's readers
-/// all go through its one address space, its writes through theirs. The
-/// root alone decides, and says which receivers it writes to in its
-/// header (`split_bit`), so ranks with other settings cannot disagree.
+/// pushes ([`Window::gather_push`]): its receiver reads the first part
+/// while the root, idle otherwise, writes the last 1 / `share`
+/// ([`Window::scatter_root_share`]) into the receiver's output (posted
+/// for it), on its solo-phase threads; the root's readers all go through
+/// its one address space, its writes through theirs. The root alone
+/// decides, and says which receivers it writes to (`split_bit`) and what
+/// share in its header, so ranks with other settings cannot disagree.
 /// Where it splits any block, every rank takes one more step: a split
-/// receiver reads whether the root failed its half (`second_half_written`)
+/// receiver reads whether the root failed its part (`share_written`)
 /// after the root's writes (`p+2`) and before the root, waiting for `p+3`,
 /// may start its next operation and write that slot again.
 /// `own`: the root copies its own part of `ins` into `output` after its
@@ -50,7 +56,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let at = packed_blocks(win, &blocks);
     let mut flags = 0;
     if me == root && win.gather_push() {
-        flags = POSTED_FOR_PUSHES;
+        flags = POSTED_FOR_PUSHES | (win.scatter_root_share() as u64 & SHARE_MASK) << SHARE_SHIFT;
         for &(c, d) in &blocks {
             if at[c].is_none() && d.len() <= win.scatter_split_max() {
                 flags |= split_bit(c);
@@ -83,21 +89,22 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let pushes = !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0;
     let split = |c: usize| pushes && root_flags & split_bit(c) != 0;
     let steps = if pushes && root_flags & SPLIT_BITS != 0 { 2 } else { 1 };
+    let share = (root_flags >> SHARE_SHIFT & SHARE_MASK) as usize;
     if me != root && split(me) {
         let r = win.check_size("scatter", root, output.len(), headers[root].lens[me]).and_then(|()| {
-            let half = split_point(output.len());
-            pull_all(win, w, win.workers(), vec![(root, me, 0, &mut output[..half])])
+            let cut = split_at(output.len(), share);
+            pull_all(win, w, win.workers(), vec![(root, me, 0, &mut output[..cut])])
         });
-        // The root writes our second half until it publishes p+2, and
+        // The root writes the rest until it publishes p+2, and
         // keeps its slot (the word that says whether it failed) until p+3.
         step.sync(win, w, 1)?;
-        let r = r.and_then(|()| second_half_written(win, w, slot, root));
+        let r = r.and_then(|()| share_written(win, w, slot, root));
         return step.end(win, w, 2, false, r);
     }
     let r = if me != root {
         take(win, w, win.workers(), "scatter", slot, &headers, step.seq(), Vec::new(), vec![(root, me, output)])
     } else {
-        let (unwritten, r) = push_halves(win, w, solo, &blocks, split);
+        let (unwritten, r) = push_shares(win, w, solo, &blocks, share, split);
         if r.is_err() {
             if let Some(at) = unwritten_at(win) {
                 set_slot_word_at(win, slot, at, unwritten);
@@ -113,31 +120,39 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     step.end(win, w, steps, read_from_us, r)
 }
 
-/// In a scatter root's header: it writes the second half of local rank
+/// In a scatter root's header: it writes the last part of local rank
 /// `c`'s block (none beyond the word's 56 bits for receivers: those read
 /// their whole block).
 fn split_bit(c: usize) -> u64 {
     if c < 56 { 1 << (8 + c) } else { 0 }
 }
 
-/// A scatter root's writes of the second half of the block of every
+/// Where a split block of `len` bytes passes from its receiver's read to
+/// the root's write of the last 1 / `share` (at least 2): a multiple of
+/// 64 bytes, half as `split_point` where `share` is 2.
+fn split_at(len: usize, share: usize) -> usize {
+    let share = share.max(2);
+    (len / share * (share - 1)).div_ceil(64).saturating_mul(64).min(len)
+}
+
+/// A scatter root's writes of the last 1 / `share` of the block of every
 /// receiver `split` into its posted output, on `wk`'s threads; a receiver
 /// that posted another size gets nothing (it fails itself). Every piece is
 /// tried; returns the [`split_bit`]s of the receivers some piece of whose
-/// half could not be written, and the first failure.
-fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, &[u8])], split: impl Fn(usize) -> bool) -> (u64, Result<()>) {
+/// share could not be written, and the first failure.
+fn push_shares(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, &[u8])], share: usize, split: impl Fn(usize) -> bool) -> (u64, Result<()>) {
     let mut items = Vec::new();
     for &(c, d) in blocks.iter().filter(|(c, _)| split(*c)) {
         if win.check_posted("scatter", c, 0, d.len()).is_err() {
             continue;
         }
-        let half = split_point(d.len());
-        items.extend(wk.ranges(d.len() - half).into_iter().map(|r| (c, half + r.start, &d[half + r.start..half + r.end])));
+        let cut = split_at(d.len(), share);
+        items.extend(wk.ranges(d.len() - cut).into_iter().map(|r| (c, cut + r.start, &d[cut + r.start..cut + r.end])));
     }
     let bytes = items.iter().map(|i| i.2.len()).sum();
     // Each failure is recorded and the closure goes on: `for_each` on one
     // thread would stop at the first error, and a receiver after it would
-    // take its half as written.
+    // take its part as written.
     let (unwritten, first) = (AtomicU64::new(0), Mutex::new(None));
     let Ok(()) = wk.for_each(items, bytes, |(c, off, src)| {
         if let Err(e) = win.push(c, 0, off, src) {
@@ -150,8 +165,8 @@ fn push_halves(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, 
     (unwritten.into_inner(), first.map_or(Ok(()), |e: AttachError| Err(win.failed(w, e))))
 }
 
-/// Where a scatter root that failed ([`FAILED`]) says whose second halves
-/// it could not write ([`push_halves`]' bits): the word after its header
+/// Where a scatter root that failed ([`FAILED`]) says whose parts it
+/// could not write ([`push_shares`]' bits): the word after its header
 /// in its small slot, whose blocks area a root that splits does not use
 /// (its blocks are read); `None` where the slot has no room for it.
 fn unwritten_at(win: &Window) -> Option<usize> {
@@ -160,13 +175,13 @@ fn unwritten_at(win: &Window) -> Option<usize> {
 }
 
 /// After a scatter root's writes (`p+2`): whether it wrote this split
-/// receiver's second half. A root that failed names the receivers it
+/// receiver's part. A root that failed names the receivers it
 /// could not write to ([`unwritten_at`]; all where there is no room), so
 /// the others keep their blocks.
-fn second_half_written(win: &Window, w: &dyn PhaseWait, slot: Area, root: usize) -> Result<()> {
+fn share_written(win: &Window, w: &dyn PhaseWait, slot: Area, root: usize) -> Result<()> {
     let mine = |at| slot_word_at(win, root, slot, at) & split_bit(win.me()) != 0;
     if slot_word(win, root, slot) & FAILED != 0 && unwritten_at(win).is_none_or(mine) {
-        return first_failed(win, w, slot, std::iter::once(root), "write the second half of this rank's scatter block into its output");
+        return first_failed(win, w, slot, std::iter::once(root), "write its share of this rank's scatter block into its output");
     }
     Ok(())
 }

@@ -109,7 +109,7 @@ pub struct ShmConfig {
     pub spin_us: usize,
     /// Smallest broadcast that reads the root's tensor (cross-memory
     /// attach); `usize::MAX`: never; [`BROADCAST_FROM_HOST`] (the
-    /// default): from the host (`transport::shm::host::reads_for`).
+    /// default): from the host (`transport::shm::reads::reads_for`).
     pub broadcast_min: usize,
     /// Point-to-point sends to a rank of this host of more than
     /// `staged_min` (128 KiB unless set) and at most `staged_max` bytes go
@@ -135,13 +135,17 @@ pub struct ShmConfig {
     /// the first half while the sender writes the second into the
     /// receiver's buffer (`comm::p2p::rendezvous`); decided by the
     /// receiver. `usize::MAX`: never; [`SPLIT_FROM_HOST`] (the default):
-    /// from the host (`transport::shm::host::reads_for`).
+    /// from the host (`transport::shm::reads::reads_for`).
     pub split_send_min: usize,
     /// A scatter root splits the blocks its receivers would read of at
     /// most this many bytes (it writes their second halves,
     /// `collectives::shm_attach_scatter::scatter`); 0: from the host
-    /// (`transport::shm::host::scatter_split_max`); `usize::MAX`: any size.
+    /// (`transport::shm::reads::scatter_split_max`); `usize::MAX`: any size.
     pub scatter_split_max: usize,
+    /// A scatter root that splits a block writes its last 1 / this of it
+    /// (2 ..= [`MAX_SCATTER_ROOT_SHARE`]; values outside are clamped); 0:
+    /// from the host (`transport::shm::reads::scatter_root_share`).
+    pub scatter_root_share: usize,
     /// How long (microseconds) a thread that copies a block out of a
     /// peer's input slots waits for a chunk before the rank's own thread
     /// takes the wait over, with the group's timeout and dead-peer checks
@@ -169,7 +173,7 @@ pub const STAGE_FROM_HOST: usize = usize::MAX - 1;
 
 /// `ShmConfig::attach_min` when `RUSTCCL_SHM_ATTACH_MIN_BYTES` is unset or
 /// `auto`: the shared-memory setup decides from the host
-/// (`transport::shm::host_attach_min`).
+/// (`transport::shm::reads::host_attach_min`).
 pub const ATTACH_FROM_HOST: usize = usize::MAX - 1;
 /// `ShmConfig::staged_min` unless `RUSTCCL_SHM_STAGED_SEND_MIN_BYTES` is
 /// set: sends over 128 KiB are staged where the area is free
@@ -181,6 +185,10 @@ pub const BROADCAST_FROM_HOST: usize = usize::MAX - 1;
 /// `ShmConfig::split_send_min` when `RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES` is
 /// unset or `auto` (`off`: `usize::MAX`, never).
 pub const SPLIT_FROM_HOST: usize = usize::MAX - 1;
+/// The smallest share a scatter root writes of a block it splits
+/// (`ShmConfig::scatter_root_share`): the root's shared-memory header
+/// carries the share in five bits.
+pub const MAX_SCATTER_ROOT_SHARE: usize = 31;
 
 /// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
 /// handling on the CPU transport.
@@ -356,6 +364,7 @@ impl Config {
                 gather_push: env_on("RUSTCCL_SHM_GATHER_PUSH"),
                 split_send_min: env_usize_or("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", SPLIT_FROM_HOST, &[("off", usize::MAX), ("auto", SPLIT_FROM_HOST)]),
                 scatter_split_max: env_usize_or("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0, &[("any", usize::MAX)]),
+                scatter_root_share: env_count("RUSTCCL_SHM_SCATTER_ROOT_SHARE", 0),
                 block_wait_us: env_usize("RUSTCCL_SHM_BLOCK_WAIT_US", BLOCK_WAIT_US),
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
@@ -453,6 +462,7 @@ impl Config {
                 usize::MAX => "any".into(),
                 v => v.to_string(),
             }),
+            ("RUSTCCL_SHM_SCATTER_ROOT_SHARE", self.shm.scatter_root_share.to_string()),
             ("RUSTCCL_SHM_BLOCK_WAIT_US", self.shm.block_wait_us.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),

@@ -84,6 +84,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     quick_leads: None,
     split_send_min: usize::MAX,
     scatter_split_max: 0,
+    scatter_root_share: 0,
     block_wait_us: 20_000,
 };
 

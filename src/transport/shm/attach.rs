@@ -25,17 +25,17 @@ pub struct Attach {
     /// (`block_min` then): [`SINGLE_READER_MIN`] unless set.
     pub single_min: usize,
     /// Smallest all_reduce that reads peers' buffers directly: `min_bytes`
-    /// where it was set, else from the host (`host::all_reduce_attach_min`);
+    /// where it was set, else from the host (`reads::all_reduce_attach_min`);
     /// the largest of the local ranks'.
     pub all_reduce_min: usize,
     /// Smallest reduce that reads peers' buffers directly: `min_bytes`,
     /// except with shared tensors on at most [`BLOCK_SLOT_RANKS`] local
-    /// ranks (`host::SHARED_FEW_RANKS_REDUCE_READ_MIN`); the largest of the
+    /// ranks (`reads::SHARED_FEW_RANKS_REDUCE_READ_MIN`); the largest of the
     /// local ranks'.
     pub reduce_min: usize,
     /// Smallest all_gather (bytes per rank) that reads peers' buffers
     /// directly: `min_bytes`, except with shared tensors on a crowded host
-    /// (`host::crowded`: `host::SHARED_CROWDED_ALL_GATHER_READ_MIN`); the largest of the
+    /// (`reads::crowded`: `reads::SHARED_CROWDED_ALL_GATHER_READ_MIN`); the largest of the
     /// local ranks'.
     pub all_gather_min: usize,
     /// all_to_all / gather / scatter blocks over this many bytes are read
@@ -45,7 +45,7 @@ pub struct Attach {
     /// and the host has at most [`BLOCK_SLOT_RANKS`] local ranks
     /// ([`PAIR_FAST_BLOCK_READ_MIN`] with 2),
     /// `single_min` otherwise; with shared tensors (set by `connect`)
-    /// `host::SHARED_BLOCK_READ_MIN` with more local ranks, else
+    /// `reads::SHARED_BLOCK_READ_MIN` with more local ranks, else
     /// [`SINGLE_READER_MIN`].
     pub block_min: usize,
     /// Smallest broadcast that reads the root's tensor (`usize::MAX`:
@@ -143,7 +143,7 @@ impl Attach {
             0 if min_bytes < NO_COLLECTIVE_READS && segs.len() == 2 => PAIR_FAST_BLOCK_READ_MIN.max(single_min),
             0 if min_bytes < NO_COLLECTIVE_READS && segs.len() <= BLOCK_SLOT_RANKS => BLOCK_READ_MIN.max(single_min),
             // Where no collective reads (one thread a rank, reads slower
-            // than copies: `host_attach_min`), blocks over `single_min`
+            // than copies: `reads::host_attach_min`), blocks over `single_min`
             // are read all the same (or a gather's pushed): that spreads
             // a gather's or scatter's copies over every rank, where shared
             // memory leaves them all to the root. On the 2-core VM, 2 ranks,
@@ -216,7 +216,7 @@ impl Attach {
     /// (`collectives::shm_attach`, whose blocks up to `block_min` go
     /// through the senders' slots): unless no collective reads
     /// (`min_bytes` from [`NO_COLLECTIVE_READS`]: where reads are slow,
-    /// `host_attach_min`), where only those of blocks read directly do.
+    /// `reads::host_attach_min`), where only those of blocks read directly do.
     /// (all_to_all always runs them: `Window::attach_blocks`.)
     pub fn all_blocks(&self) -> bool {
         self.min_bytes < NO_COLLECTIVE_READS

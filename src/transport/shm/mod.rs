@@ -24,6 +24,7 @@ mod blocked;
 pub mod remote;
 mod host;
 mod place;
+mod reads;
 pub mod segment;
 mod attach;
 mod stage;
@@ -45,7 +46,8 @@ pub use attach::{split_point, Attach, BLOCK_SLOT_RANKS, SINGLE_READER_MIN};
 pub use stage::StillComing;
 pub use workers::Workers;
 
-use host::{quick_leads_for, quick_threads_for, reads_for, root_threads_for, scatter_split_max, slot_bytes_for, spin_for, stage_for, threads_for, SMALL_SLOT};
+use host::{quick_leads_for, quick_threads_for, root_threads_for, slot_bytes_for, spin_for, stage_for, threads_for, SMALL_SLOT};
+use reads::{reads_for, scatter_root_share, scatter_split_max};
 pub use host::one_round_max;
 pub use place::moves as thread_moves;
 
@@ -112,8 +114,11 @@ pub struct ShmLocal {
     /// never.
     pub split_send_min: usize,
     /// As a scatter's root, this rank splits the blocks its receivers
-    /// would read of at most this many bytes (`host::scatter_split_max`).
+    /// would read of at most this many bytes (`reads::scatter_split_max`).
     pub scatter_split_max: usize,
+    /// Of a block it splits, a scatter root writes the last 1 / this
+    /// (`reads::scatter_root_share`).
+    pub scatter_root_share: usize,
     /// How long a thread waits for a peer's chunk (`ShmConfig::block_wait_us`).
     pub block_wait: Duration,
 }
@@ -551,7 +556,7 @@ pub fn connect(
         b => b,
     };
     let all_to_all_workers = workers.with_quick_bytes(a2a_bytes);
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, all_to_all_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes), block_wait: Duration::from_micros(sizes.block_wait_us as u64) });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, all_to_all_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes), scatter_root_share: scatter_root_share(sizes, n, root_threads), block_wait: Duration::from_micros(sizes.block_wait_us as u64) });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

@@ -397,6 +397,12 @@ impl Window {
         self.local.scatter_split_max
     }
 
+    /// As a scatter's root: of a block it splits, it writes the last
+    /// 1 / this (`RUSTCCL_SHM_SCATTER_ROOT_SHARE`).
+    pub fn scatter_root_share(&self) -> usize {
+        self.local.scatter_root_share
+    }
+
     /// The `len` bytes at `off` of the buffer local rank `peer` posted as
     /// `entry`, read in place, when that buffer lies in the peer's shared
     /// tensor arena (`arena.rs`); None otherwise ([`Window::pull`] them).
