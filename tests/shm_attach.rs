@@ -318,6 +318,44 @@ fn slow_reads_leave_only_blocks_single_reader_transfers_and_all_to_all_to_attach
     }
 }
 
+/// Where no collective reads (set by hand here, as the host rule does for
+/// one thread a rank) and more than 8 ranks share the host, scatter blocks
+/// over 16 KiB are read from the root's tensor while gather blocks keep
+/// the general threshold (256 KiB), and go as messages below it; with 8
+/// ranks scatter keeps it too. Both give the root's / senders' blocks, and
+/// the thresholds say so.
+#[test]
+fn slow_reads_on_many_ranks_read_scatter_blocks_from_16_kib() {
+    for (n, scatter_min) in [(9usize, 16u64 << 10), (8, 256 << 10)] {
+        let shm = ShmConfig { attach_min: 1 << 40, ..common::TINY_SHM };
+        let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
+        let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(name, _)| *name == k).map(|(_, v)| *v);
+        for c in &comms {
+            assert_eq!((th(c, "shm_block_read_min_bytes"), th(c, "shm_scatter_block_read_min_bytes")), (Some(256 << 10), Some(scatter_min)), "n={n}");
+        }
+        // 4 Ki floats = 16 KiB a block (not over), 5 Ki over it
+        for len in [4usize << 10, 5 << 10] {
+            let got = on_ranks(&comms, |r, c| {
+                let ins: Vec<_> = if r == 3 { (0..n).map(|p| buf(DType::F32, &values(DType::F32, ReduceOp::Max, p, len))).collect() } else { vec![] };
+                let out = buf(DType::F32, &vec![-1.0; len]);
+                scatter(c, &ins, &out, 3);
+                assert_eq!(read(DType::F32, &out), values(DType::F32, ReduceOp::Max, r, len), "n={n} scatter {len}");
+                let input = buf(DType::F32, &values(DType::F32, ReduceOp::Sum, r, len));
+                let outs: Vec<_> = if r == 0 { (0..n).map(|_| buf(DType::F32, &vec![0.0; len])).collect() } else { vec![] };
+                gather(c, &input, &outs, 0);
+                for (p, o) in outs.iter().enumerate() {
+                    assert_eq!(read(DType::F32, o), values(DType::F32, ReduceOp::Sum, p, len), "n={n} gather {len} from {p}");
+                }
+                (algorithm(c, "scatter"), algorithm(c, "gather"))
+            });
+            let read = n > 8 && len > 4 << 10;
+            for g in got {
+                assert_eq!(g, (if read { "shm_attach" } else { "direct" }, "direct"), "n={n} {len} floats");
+            }
+        }
+    }
+}
+
 /// Where reads are slow (no collective reads, here set by hand),
 /// all_to_all of uneven blocks runs the single-copy algorithm whatever
 /// its blocks (small ones through the slots, larger ones read), while

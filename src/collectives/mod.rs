@@ -48,7 +48,7 @@ pub use reduce::Scratch;
 use crate::config::AlgoConfig;
 use crate::error::{Error, Result};
 use crate::tensor::{copy_region, overlaps, HostTensor, Tensor};
-use crate::transport::shm::{PhaseWait, Window};
+use crate::transport::shm::{BlockOp, PhaseWait, Window};
 use crate::transport::Transport;
 use crate::types::{DType, ReduceOp};
 
@@ -317,8 +317,8 @@ fn attach(win: &Window, bytes: usize) -> bool {
 /// with the threshold), so they read directly whenever reads are fast;
 /// where they are slow, all_to_all still does, gathers and scatters only
 /// for blocks large enough (`Window::attach_blocks`).
-fn attach_host(t: &mut dyn Transport, block: Option<usize>) -> Option<(Window, &mut dyn PhaseWait)> {
-    whole_host(t).filter(|(win, _)| win.attach_blocks(block))
+fn attach_host(t: &mut dyn Transport, op: BlockOp, block: Option<usize>) -> Option<(Window, &mut dyn PhaseWait)> {
+    whole_host(t).filter(|(win, _)| win.attach_blocks(op, block))
 }
 
 /// Runs one collective (not send / recv) over `t`. `comp` (all_reduce
@@ -435,7 +435,7 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
                 inputs
             };
             if n > 1 {
-                if let Some((win, wait)) = attach_host(t, None) {
+                if let Some((win, wait)) = attach_host(t, BlockOp::AllToAll, None) {
                     // Our own block too, in the phase of its other copies.
                     shm_attach::all_to_all(&win, wait, &inputs.views(), &mut outputs.views_mut())?;
                     return Ok("shm_attach");
@@ -454,7 +454,7 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
         }
         Op::Gather { input, outputs, root } => {
             if n > 1 {
-                if let Some((win, wait)) = attach_host(t, Some(input.nbytes())) {
+                if let Some((win, wait)) = attach_host(t, BlockOp::Gather, Some(input.nbytes())) {
                     // The root's own part: copied by the algorithm while the
                     // senders' blocks arrive, unless the input overlaps an
                     // output (theirs too: they may write it meanwhile);
@@ -484,7 +484,7 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
         }
         Op::Scatter { inputs, output, root } => {
             if n > 1 {
-                if let Some((win, wait)) = attach_host(t, Some(output.nbytes())) {
+                if let Some((win, wait)) = attach_host(t, BlockOp::Scatter, Some(output.nbytes())) {
                     // The root copies its own part while the others take
                     // theirs, unless its output overlaps an input the
                     // others read: then after them.

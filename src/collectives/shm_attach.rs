@@ -34,7 +34,7 @@
 
 use super::shm_blocks::{self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, take, Header};
 use crate::error::Result;
-use crate::transport::shm::{split_point, Area, AttachError, Desc, PhaseWait, Window};
+use crate::transport::shm::{split_point, Area, AttachError, BlockOp, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
 
 /// One single-copy operation in progress: its first phase.
@@ -186,7 +186,7 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     let blocks: Vec<_> = ins.iter().copied().enumerate().filter(|(c, _)| *c != me).collect();
     let mut mine = false;
     let wk = win.all_to_all_workers();
-    let at = packed_blocks(win, &blocks);
+    let at = packed_blocks(win, BlockOp::AllToAll, &blocks);
     let step = Step::begin(win, w, &desc("all_to_all", 0, None), ins, || mine = offer(win, slot, &blocks, 0))?;
     let headers = Header::read_all(win, slot, mine);
     let mut ours = puts(wk, &blocks, &at, mine);
@@ -198,7 +198,7 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
             gets.push((c, me, &mut **o));
         }
     }
-    let r = take(win, w, wk, "all_to_all", slot, &headers, step.seq(), ours, gets);
+    let r = take(win, w, wk, BlockOp::AllToAll, slot, &headers, step.seq(), ours, gets);
     if all_in_slots(&headers) {
         return r;
     }
@@ -226,7 +226,7 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
         _ => vec![input],
     };
     let flags = if posts { POSTED_FOR_PUSHES } else { 0 };
-    let at = packed_blocks(win, &blocks);
+    let at = packed_blocks(win, BlockOp::Gather, &blocks);
     let wk = win.workers();
     let offered = || offer(win, slot, &blocks, flags);
     let (step, mine) = Step::begin_then(win, w, &desc("gather", 0, Some(root)), &posted, offered, |&mine, seq| deliver(win, wk, seq, puts(wk, &blocks, &at, mine)))?;
@@ -253,13 +253,13 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     if pushes && r.is_err() {
         set_slot_word(win, slot, FAILED);
     }
-    step.end(win, w, 1, !mine && me != root && !pushes && !eager(win, input.len()), r)
+    step.end(win, w, 1, !mine && me != root && !pushes && !eager(win, BlockOp::Gather, input.len()), r)
 }
 
 /// Whether a gather block of `len` bytes goes through no slot: the root
 /// reads it, or its sender pushes it where the root posted for that.
 fn by_tensor(win: &Window, len: usize) -> bool {
-    !eager(win, len) && !fits_small(win, len)
+    !eager(win, BlockOp::Gather, len) && !fits_small(win, len)
 }
 
 /// Whether the sender of `h` pushes its block, when the root `posts`.
@@ -293,7 +293,7 @@ fn gather_take(win: &Window, w: &mut dyn PhaseWait, seq: u64, slot: Area, header
         (Some(input), Some(dst)) => shm_blocks::own(solo, dst, input).collect(),
         _ => Vec::new(),
     };
-    take(win, w, solo, "gather", slot, headers, seq, ours, blocks)
+    take(win, w, solo, BlockOp::Gather, slot, headers, seq, ours, blocks)
 }
 
 /// A sender's push of its gather block into the root's output (entry

@@ -15,7 +15,7 @@ use super::shm_attach::{desc, first_failed, set_slot_word, set_slot_word_at, slo
 use super::shm_blocks::{self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, take, Header};
 use crate::config::MAX_SCATTER_ROOT_SHARE;
 use crate::error::Result;
-use crate::transport::shm::{Area, AttachError, PhaseWait, Window, Workers};
+use crate::transport::shm::{Area, BlockOp, AttachError, PhaseWait, Window, Workers};
 
 /// A scatter root's bits for the receivers whose blocks it splits ([`split_bit`]).
 const SPLIT_BITS: u64 = u64::MAX << 8;
@@ -53,7 +53,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let solo = win.solo_workers(blocks.iter().map(|(_, d)| d.len()).sum());
     // The root's choice: which receivers' blocks it splits (their reads
     // stay whole where the blocks go through its slots after all).
-    let at = packed_blocks(win, &blocks);
+    let at = packed_blocks(win, BlockOp::Scatter, &blocks);
     let mut flags = 0;
     if me == root && win.gather_push() {
         flags = POSTED_FOR_PUSHES | (win.scatter_root_share() as u64 & SHARE_MASK) << SHARE_SHIFT;
@@ -102,7 +102,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         return step.end(win, w, 2, false, r);
     }
     let r = if me != root {
-        take(win, w, win.workers(), "scatter", slot, &headers, step.seq(), Vec::new(), vec![(root, me, output)])
+        take(win, w, win.workers(), BlockOp::Scatter, slot, &headers, step.seq(), Vec::new(), vec![(root, me, output)])
     } else {
         let (unwritten, r) = push_shares(win, w, solo, &blocks, share, split);
         if r.is_err() {

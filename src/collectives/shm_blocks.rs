@@ -26,7 +26,7 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
-use crate::transport::shm::{Area, AttachError, PhaseWait, Window, Workers};
+use crate::transport::shm::{Area, AttachError, BlockOp, PhaseWait, Window, Workers};
 
 /// Bytes a block flag covers.
 const CHUNK: usize = Window::BLOCK_CHUNK;
@@ -75,8 +75,8 @@ pub(super) struct Packed {
 /// from a cache line, while they fit; `None`: read (or a gather's
 /// pushed). Sender and receivers compute it from the same lengths, so
 /// they agree. With 2 local ranks a block may so fill both slots.
-pub(super) fn packed(win: &Window, lens: &[usize]) -> Vec<Option<Packed>> {
-    pack(lens, win.inputs_capacity(), |len| eager(win, len))
+pub(super) fn packed(win: &Window, op: BlockOp, lens: &[usize]) -> Vec<Option<Packed>> {
+    pack(lens, win.inputs_capacity(), |len| eager(win, op, len))
 }
 
 /// The largest block that goes through its sender's input slots: both of
@@ -116,20 +116,20 @@ fn pack(lens: &[usize], room: usize, through: impl Fn(usize) -> bool) -> Vec<Opt
 
 /// [`packed`] for this rank's own `blocks` (destination, data), by
 /// destination (the lengths its header gives).
-pub(super) fn packed_blocks(win: &Window, blocks: &[(usize, &[u8])]) -> Vec<Option<Packed>> {
+pub(super) fn packed_blocks(win: &Window, op: BlockOp, blocks: &[(usize, &[u8])]) -> Vec<Option<Packed>> {
     let mut lens = vec![0; win.ranks().len()];
     for (c, d) in blocks {
         lens[*c] = d.len();
     }
-    packed(win, &lens)
+    packed(win, op, &lens)
 }
 
 /// Whether a block of `len` bytes may go through its sender's input slots
 /// rather than being read from its tensor: one that is not read and fits
 /// [`block_max`] (a sender's only block, a gather's, always has the room:
 /// [`packed`]). With the attach threshold at 0 (tests) every block is read.
-pub(super) fn eager(win: &Window, len: usize) -> bool {
-    !win.block_read(len) && len <= block_max(win)
+pub(super) fn eager(win: &Window, op: BlockOp, len: usize) -> bool {
+    !win.block_read(op, len) && len <= block_max(win)
 }
 
 /// Where the blocks of all_to_all, gather and scatter start in a small
@@ -279,15 +279,15 @@ pub(super) fn deliver(win: &Window, wk: &Workers, seq: u64, ours: Vec<Piece>) {
 /// first, for every block: a mismatch moves nothing of theirs and names
 /// the peer (our copies still go: the peers wait for our puts).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn take(win: &Window, w: &mut dyn PhaseWait, wk: &Workers, op: &'static str, slot: Area, headers: &[Header], seq: u64, ours: Vec<Piece>, blocks: Vec<(usize, usize, &mut [u8])>) -> Result<()> {
+pub(super) fn take(win: &Window, w: &mut dyn PhaseWait, wk: &Workers, op: BlockOp, slot: Area, headers: &[Header], seq: u64, ours: Vec<Piece>, blocks: Vec<(usize, usize, &mut [u8])>) -> Result<()> {
     let me = win.me();
     let mut from = Vec::with_capacity(blocks.len());
     for (peer, entry, dst) in blocks {
         let h = &headers[peer];
         let src = if h.in_slot {
-            win.check_size(op, peer, dst.len(), h.lens[me]).map(|()| From::Small(h.offset(me)))
+            win.check_size(op.name(), peer, dst.len(), h.lens[me]).map(|()| From::Small(h.offset(me)))
         } else {
-            win.check_posted(op, peer, entry, dst.len()).map(|()| packed(win, &h.lens)[me].map_or(From::Tensor(entry), From::Inputs))
+            win.check_posted(op.name(), peer, entry, dst.len()).map(|()| packed(win, op, &h.lens)[me].map_or(From::Tensor(entry), From::Inputs))
         };
         match src {
             Ok(src) => from.push((peer, src, dst)),
@@ -321,7 +321,7 @@ pub(super) fn take(win: &Window, w: &mut dyn PhaseWait, wk: &Workers, op: &'stat
         let again = AtomicBool::new(false);
         copy(win, wk, seq, gets(wk, &mut streamed).collect(), &again);
         if again.into_inner() {
-            return Err(Error::Internal(format!("{op}: a peer's block flags changed while this rank copied its block")));
+            return Err(Error::Internal(format!("{}: a peer's block flags changed while this rank copied its block", op.name())));
         }
     }
     pull_all(win, w, wk, pulls)

@@ -48,6 +48,10 @@ pub struct Attach {
     /// `reads::SHARED_BLOCK_READ_MIN` with more local ranks, else
     /// [`SINGLE_READER_MIN`].
     pub block_min: usize,
+    /// The same for scatter's blocks: `block_min`, except with more than
+    /// [`MANY_SLOW_RANKS`] local ranks where no collective reads
+    /// ([`SLOW_MANY_SCATTER_BLOCK_READ_MIN`] unless set).
+    pub scatter_block_min: usize,
     /// Smallest broadcast that reads the root's tensor (`usize::MAX`:
     /// never, the default: the pipelined copies through the root's shared
     /// memory were as fast or faster at every size measured).
@@ -117,6 +121,41 @@ pub const BLOCK_SLOT_RANKS: usize = 4;
 /// 0.51-0.91x (builds alternating twice on each,
 /// `benchmarks/results/2026-11-28-x2host-packed-blocks/`).
 pub const PAIR_FAST_BLOCK_READ_MIN: usize = 4 << 20;
+/// Scatter blocks over this size are read where no collective reads (one
+/// thread a rank, reads slower than copies) and the host has more than
+/// [`MANY_SLOW_RANKS`] local ranks: through the root's slots its one
+/// thread copies every block, where reads spread them over the
+/// receivers. On the 16-core host with 16 ranks (settings alternating
+/// twice) 512 KiB / 2 MiB scatters (32 / 128 KiB blocks) took 0.67 /
+/// 0.52x the time (2.8x -> 3.8x, 1.9x -> 3.4x gloo); gathers' blocks
+/// pushed from the same size gained nothing (0.86-1.17x), and with 8
+/// ranks of 2 threads scatter was 0.84-1.39x
+/// (`benchmarks/results/2026-11-29-h200host-s37/block-reads/`). Builds
+/// alternating three times: 512 KiB 0.86x, 2 MiB 0.72x in every pair
+/// (1.8x -> 2.5x gloo; `block-builds/` there).
+pub const SLOW_MANY_SCATTER_BLOCK_READ_MIN: usize = 16 << 10;
+/// See [`SLOW_MANY_SCATTER_BLOCK_READ_MIN`].
+pub const MANY_SLOW_RANKS: usize = 8;
+
+/// Whose blocks a block threshold is for: all_to_all's, gather's or
+/// scatter's (`Attach::scatter_block_min`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockOp {
+    AllToAll,
+    Gather,
+    Scatter,
+}
+
+impl BlockOp {
+    /// The collective's name, for errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockOp::AllToAll => "all_to_all",
+            BlockOp::Gather => "gather",
+            BlockOp::Scatter => "scatter",
+        }
+    }
+}
 
 /// Where a transfer of `len` bytes shared between a reader and a writer
 /// is cut (the reader takes the bytes before, the writer those from
@@ -139,7 +178,8 @@ impl Attach {
     pub(super) fn agreed(pids: Vec<i32>, segs: &[Arc<Segment>], canary: Box<u64>, me: usize) -> Attach {
         let largest = |f: fn(&Segment) -> &AtomicU64| segs.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
         let (min_bytes, single_min) = (largest(Segment::attach_min), largest(Segment::single_min));
-        let block_min = match largest(Segment::block_min) {
+        let block_set = largest(Segment::block_min);
+        let block_min = match block_set {
             0 if min_bytes < NO_COLLECTIVE_READS && segs.len() == 2 => PAIR_FAST_BLOCK_READ_MIN.max(single_min),
             0 if min_bytes < NO_COLLECTIVE_READS && segs.len() <= BLOCK_SLOT_RANKS => BLOCK_READ_MIN.max(single_min),
             // Where no collective reads (one thread a rank, reads slower
@@ -157,6 +197,10 @@ impl Attach {
             0 => single_min,
             set => set,
         };
+        let scatter_block_min = match block_set {
+            0 if min_bytes >= NO_COLLECTIVE_READS && segs.len() > MANY_SLOW_RANKS => SLOW_MANY_SCATTER_BLOCK_READ_MIN.min(block_min),
+            _ => block_min,
+        };
         let arenas = segs.iter().zip(&pids).enumerate().map(|(i, (s, &pid))| (i != me).then(|| peer_arena(s, pid)).flatten()).collect();
         Attach {
             arenas,
@@ -167,6 +211,7 @@ impl Attach {
             all_gather_min: largest(Segment::all_gather_min),
             single_min,
             block_min,
+            scatter_block_min,
             broadcast_min: largest(Segment::broadcast_min),
             _canary: canary,
         }
@@ -206,10 +251,11 @@ impl Attach {
         len >= self.min_bytes || len > self.single_min
     }
 
-    /// Whether an all_to_all / gather / scatter block of `len` bytes is
-    /// read from the sender's tensor (else through its slot, when it fits).
-    pub fn block_read(&self, len: usize) -> bool {
-        len >= self.min_bytes || len > self.block_min
+    /// Whether an `op` block of `len` bytes is read from the sender's
+    /// tensor (else through its slot, when it fits).
+    pub fn block_read(&self, op: BlockOp, len: usize) -> bool {
+        let min = if op == BlockOp::Scatter { self.scatter_block_min } else { self.block_min };
+        len >= self.min_bytes || len > min
     }
 
     /// Whether every gather and scatter runs the single-copy algorithms

@@ -21,7 +21,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{ShmLocal, Workers};
+use super::{BlockOp, ShmLocal, Workers};
 use crate::error::{Error, Result};
 use crate::types::{DType, Rank, ReduceOp};
 
@@ -313,18 +313,18 @@ impl Window {
     /// where the rings let each pair go on); 2 ranks on the 2-core VM
     /// 0.59-0.84x (`benchmarks/results/2026-11-29-h200host-s36/`,
     /// `benchmarks/results/2026-11-26-devbox-pair-block-reads/`).
-    pub fn attach_blocks(&self, block: Option<usize>) -> bool {
+    pub fn attach_blocks(&self, op: BlockOp, block: Option<usize>) -> bool {
         self.local.attach.as_ref().is_some_and(|a| match block {
             None => true,
-            Some(b) => a.all_blocks() || a.block_read(b),
+            Some(b) => a.all_blocks() || a.block_read(op, b),
         })
     }
 
-    /// Whether an all_to_all / gather / scatter block of `len` bytes is read
-    /// from the sender's tensor rather than copied through its slot
-    /// (`Attach::block_min`; true when attach is off).
-    pub fn block_read(&self, len: usize) -> bool {
-        self.local.attach.as_ref().is_none_or(|a| a.block_read(len))
+    /// Whether an `op` block of `len` bytes is read from the sender's
+    /// tensor rather than copied through its slot (`Attach::block_min`,
+    /// `Attach::scatter_block_min`; true when attach is off).
+    pub fn block_read(&self, op: BlockOp, len: usize) -> bool {
+        self.local.attach.as_ref().is_none_or(|a| a.block_read(op, len))
     }
 
     /// Entries in this rank's table of posted buffers.
