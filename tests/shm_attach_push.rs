@@ -143,7 +143,9 @@ const HALF_FAILED_LEN: usize = 8192;
 
 /// Scatters `block(p)` from rank 0 to every rank of `comms` with a whole
 /// page of the second half (from 16 KiB) of rank 1's output read-only, so
-/// the root cannot write it; per rank, the error and the block received.
+/// the root cannot write it (the root must write halves,
+/// `scatter_root_share: 2`, whatever the host's cores would give); per
+/// rank, the error and the block received.
 fn scatter_with_a_read_only_half(comms: &[Communicator], block: impl Fn(usize) -> Vec<f64> + Sync) -> Vec<(Option<String>, Vec<f64>)> {
     const LEN: usize = HALF_FAILED_LEN;
     let n = comms.len();
@@ -173,7 +175,7 @@ fn scatter_with_a_read_only_half(comms: &[Communicator], block: impl Fn(usize) -
 fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
     let block = |p: usize| -> Vec<f64> { (0..HALF_FAILED_LEN).map(|i| ((i * 5 + p * 11) % 251) as f64).collect() };
     for threads in [3, 1] {
-        let comms = n_comms_with(3, |_| ShmConfig { threads, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, ..common::TINY_SHM });
+        let comms = n_comms_with(3, |_| ShmConfig { threads, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, scatter_root_share: 2, ..common::TINY_SHM });
         let got = scatter_with_a_read_only_half(&comms, block);
         let what = format!("threads={threads}: {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
         let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
@@ -193,7 +195,7 @@ fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
 #[test]
 fn a_scatter_root_with_no_room_to_name_whom_it_missed_fails_every_split_receiver() {
     let block = |p: usize| -> Vec<f64> { (0..HALF_FAILED_LEN).map(|i| ((i * 7 + p * 13) % 251) as f64).collect() };
-    let comms = n_comms_with(3, |_| ShmConfig { threads: 3, small_bytes: 64, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, ..common::TINY_SHM });
+    let comms = n_comms_with(3, |_| ShmConfig { threads: 3, small_bytes: 64, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, scatter_root_share: 2, ..common::TINY_SHM });
     let got = scatter_with_a_read_only_half(&comms, block);
     let what = format!("{:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
     let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
