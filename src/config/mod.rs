@@ -185,9 +185,9 @@ pub const BROADCAST_FROM_HOST: usize = usize::MAX - 1;
 /// `ShmConfig::split_send_min` when `RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES` is
 /// unset or `auto` (`off`: `usize::MAX`, never).
 pub const SPLIT_FROM_HOST: usize = usize::MAX - 1;
-/// The smallest share a scatter root writes of a block it splits
-/// (`ShmConfig::scatter_root_share`): the root's shared-memory header
-/// carries the share in five bits.
+/// The largest `ShmConfig::scatter_root_share`: a scatter root writes at
+/// least 1/31 of a block it splits, as its shared-memory header carries
+/// the share in five bits.
 pub const MAX_SCATTER_ROOT_SHARE: usize = 31;
 
 /// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
