@@ -47,10 +47,6 @@ fn comms_on(mode: Mode, hosts: &[usize], timeout: Duration) -> Vec<Communicator>
     hosts_comms(hosts, AlgoConfig::default(), timeout, t, shm_cfg(stage, split))
 }
 
-fn threshold(c: &Communicator, key: &str) -> Option<u64> {
-    c.thresholds().iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
-}
-
 fn comms(mode: Mode, n: usize) -> Vec<Communicator> {
     comms_on(mode, &vec![0; n], Duration::from_secs(30))
 }

@@ -117,7 +117,7 @@ fn every_collective_reads_the_peers_directly() {
 #[test]
 fn the_threshold_picks_direct_reads_from_its_size_on() {
     let comms = attach_comms(3, 4096);
-    let th = comms[0].thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
+    let th = threshold(&comms[0], "shm_attach_min_bytes");
     assert_eq!(th, Some(4096));
     for (len, want) in [(1023usize, "shm_pipelined"), (1024, "shm_attach")] {
         let got = on_ranks(&comms, |r, c| {
@@ -143,7 +143,7 @@ fn the_threshold_picks_direct_reads_from_its_size_on() {
         assert!(got.iter().all(|a| *a == want), "all_gather of {len} floats per rank: {got:?}");
     }
     let off = attach_comms(2, usize::MAX);
-    let th = off[0].thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
+    let th = threshold(&off[0], "shm_attach_min_bytes");
     assert_eq!(th, Some(u64::MAX), "off: not even probed");
 }
 
@@ -156,7 +156,7 @@ fn broadcast_reads_the_root_only_from_its_own_setting() {
     for (broadcast_min, want) in [(usize::MAX, "shm_direct"), (1024, "shm_attach")] {
         let shm = ShmConfig { threads: 3, attach_min: 0, broadcast_min, ..common::TINY_SHM };
         let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
-        let th = comms[0].thresholds().iter().find(|(k, _)| *k == "shm_broadcast_attach_min_bytes").map(|(_, v)| *v);
+        let th = threshold(&comms[0], "shm_broadcast_attach_min_bytes");
         assert_eq!(th, Some(broadcast_min as u64));
         for root in 0..3 {
             let got = on_ranks(&comms, |r, c| {
@@ -243,7 +243,7 @@ fn ranks_with_different_settings_agree() {
     let with = |mins: [usize; 3]| {
         comms_with(|r| ShmConfig { threads: 2, attach_min: mins[r], ..common::TINY_SHM })
     };
-    let th = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_attach_min_bytes").map(|(_, v)| *v);
+    let th = |c: &Communicator| threshold(c, "shm_attach_min_bytes");
     for (mins, want) in [([0, 4096, 64], Some(4096u64)), ([0, usize::MAX, 0], Some(u64::MAX))] {
         let comms = with(mins);
         assert!(comms.iter().all(|c| th(c) == want), "{mins:?}: {:?}", comms.iter().map(th).collect::<Vec<_>>());
@@ -270,10 +270,9 @@ fn ranks_with_different_settings_agree() {
 fn slow_reads_leave_only_blocks_single_reader_transfers_and_all_to_all_to_attach() {
     let shm = ShmConfig { attach_min: 1 << 40, single_min: 512 << 10, ..common::TINY_SHM };
     let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
-    let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
     for c in &comms {
-        assert_eq!(th(c, "shm_attach_min_bytes"), Some(1 << 40));
-        assert_eq!(th(c, "shm_single_reader_min_bytes"), Some(512 << 10));
+        assert_eq!(threshold(c, "shm_attach_min_bytes"), Some(1 << 40));
+        assert_eq!(threshold(c, "shm_single_reader_min_bytes"), Some(512 << 10));
     }
     // 128 Ki floats = 512 KiB per block (not over the threshold), 160 Ki over it
     for (len, want) in [(128usize << 10, "direct"), (160 << 10, "shm_attach")] {
@@ -329,9 +328,8 @@ fn slow_reads_on_many_ranks_read_scatter_blocks_from_16_kib() {
     for (n, scatter_min) in [(9usize, 16u64 << 10), (8, 256 << 10)] {
         let shm = ShmConfig { attach_min: 1 << 40, ..common::TINY_SHM };
         let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
-        let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(name, _)| *name == k).map(|(_, v)| *v);
         for c in &comms {
-            assert_eq!((th(c, "shm_block_read_min_bytes"), th(c, "shm_scatter_block_read_min_bytes")), (Some(256 << 10), Some(scatter_min)), "n={n}");
+            assert_eq!((threshold(c, "shm_block_read_min_bytes"), threshold(c, "shm_scatter_block_read_min_bytes")), (Some(256 << 10), Some(scatter_min)), "n={n}");
         }
         // 4 Ki floats = 16 KiB a block (not over), 5 Ki over it
         for len in [4usize << 10, 5 << 10] {
@@ -402,7 +400,7 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
         let shm = ShmConfig { threads, attach_min: ATTACH_FROM_HOST, broadcast_min: BROADCAST_FROM_HOST, ..common::TINY_SHM };
         let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         let th = |c: &Communicator| -> (Option<u64>, Option<u64>, Option<u64>) {
-            let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+            let get = |k: &str| threshold(c, k);
             (get("shm_attach_min_bytes"), get("shm_single_reader_min_bytes"), get("shm_block_read_min_bytes"))
         };
         let all: Vec<_> = comms.iter().map(th).collect();
@@ -415,7 +413,7 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
             assert_eq!(all[0], fast);
             // reduce (its root taking pushes) reads from 8 MiB with 3-4
             // ranks of few threads, from the collectives' 16 MiB with 2
-            let red: Vec<_> = comms.iter().map(|c| c.thresholds().iter().find(|(k, _)| *k == "shm_reduce_attach_min_bytes").map(|(_, v)| *v)).collect();
+            let red: Vec<_> = comms.iter().map(|c| threshold(c, "shm_reduce_attach_min_bytes")).collect();
             let want = if n == 2 { 16u64 << 20 } else { 8 << 20 };
             assert!(red.iter().all(|r| *r == Some(want)), "n={n}: {red:?}");
         } else {
@@ -423,7 +421,7 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
         }
         // broadcast reads the root only where reads are slow and 2 ranks
         // share the copy (from 1 MiB), else never by default
-        let bc: Vec<_> = comms.iter().map(|c| c.thresholds().iter().find(|(k, _)| *k == "shm_broadcast_attach_min_bytes").map(|(_, v)| *v)).collect();
+        let bc: Vec<_> = comms.iter().map(|c| threshold(c, "shm_broadcast_attach_min_bytes")).collect();
         let want = if all[0] == slow && n == 2 { 1u64 << 20 } else { u64::MAX };
         assert!(bc.iter().all(|b| *b == Some(want)), "n={n} threads={threads}: {bc:?}");
     }
@@ -443,7 +441,7 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
     let shm = ShmConfig { threads: 2, attach_min: ATTACH_FROM_HOST, ..common::TINY_SHM };
     let comms = mesh_comms(5, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
     for c in &comms {
-        let get = |k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        let get = |k: &str| threshold(c, k);
         assert_eq!(get("shm_attach_min_bytes"), Some(16 << 20));
         assert_eq!(get("shm_all_reduce_attach_min_bytes"), Some(20 << 20));
         assert_eq!(get("shm_block_read_min_bytes"), Some(256 << 10));
@@ -583,7 +581,7 @@ fn all_to_all_blocks_around_the_block_read_threshold_arrive_with_settings_that_d
     let with = |blocks: [usize; 3]| {
         comms_with(|r| ShmConfig { threads: 3, attach_min: 1 << 20, block_min: blocks[r], ..common::TINY_SHM })
     };
-    let th = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_block_read_min_bytes").map(|(_, v)| *v);
+    let th = |c: &Communicator| threshold(c, "shm_block_read_min_bytes");
     for (blocks, want) in [([0, 0, 0], 2u64 << 20), ([500, 0, 0], 500), ([0, 0, 500], 500), ([0, 200, 500], 500)] {
         let comms = with(blocks);
         assert!(comms.iter().all(|c| th(c) == Some(want)), "{blocks:?}: {:?}", comms.iter().map(th).collect::<Vec<_>>());

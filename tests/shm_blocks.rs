@@ -108,13 +108,13 @@ fn blocks_of_many_chunks_stream_through_the_slots_round_after_round() {
 fn receivers_that_hand_every_wait_over_still_get_every_block() {
     for n in [2, 3] {
         let comms = streamed(n, 0);
-        let waits = |c: &Communicator| c.thresholds().iter().find(|(k, _)| *k == "shm_block_wait_us").map(|(_, v)| *v);
+        let waits = |c: &Communicator| threshold(c, "shm_block_wait_us");
         assert!(comms.iter().all(|c| waits(c) == Some(0)));
         all_to_all_rounds(&comms, 10);
         rooted_rounds(&comms);
     }
     let comms = streamed(2, 20_000);
-    assert_eq!(comms[0].thresholds().iter().find(|(k, _)| *k == "shm_block_wait_us").map(|(_, v)| *v), Some(20_000));
+    assert_eq!(threshold(&comms[0], "shm_block_wait_us"), Some(20_000));
 }
 
 /// A receiver that expects another length from a sender fails with an

@@ -61,12 +61,11 @@ fn broadcast_all_gather_and_reduce_scatter_go_direct() {
 fn the_one_round_limit_follows_the_setting_or_the_host() {
     let shm = |small| ShmConfig { small_bytes: small, segment_bytes: 4096, threads: 2, ..common::TINY_SHM };
     let algo = AlgoConfig::default();
-    let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
     let set = mesh_comms(3, algo, std::time::Duration::from_secs(30), TransportMode::Shm, shm(1000));
-    assert_eq!(th(&set[0], "shm_one_round_max_bytes"), Some(1000));
-    assert_eq!(th(&set[0], "shm_small_slot_bytes"), Some(1024), "the setting, in whole cache lines");
-    assert_eq!(th(&set[0], "shm_threads"), Some(2));
-    assert_eq!(th(&set[0], "local_ranks"), Some(3));
+    assert_eq!(threshold(&set[0], "shm_one_round_max_bytes"), Some(1000));
+    assert_eq!(threshold(&set[0], "shm_small_slot_bytes"), Some(1024), "the setting, in whole cache lines");
+    assert_eq!(threshold(&set[0], "shm_threads"), Some(2));
+    assert_eq!(threshold(&set[0], "local_ranks"), Some(3));
     // an all-reduce just above the limit is pipelined, at it one round
     for (len, want) in [(250usize, "shm_one_round"), (251, "shm_pipelined")] {
         let got = on_ranks(&set, |r, c| {
@@ -82,22 +81,22 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
         assert!(got.iter().all(|a| *a == want), "{len} floats: {got:?}");
     }
     let auto = mesh_comms(4, algo, std::time::Duration::from_secs(30), TransportMode::Shm, shm(0));
-    let v = th(&auto[0], "shm_one_round_max_bytes").unwrap();
+    let v = threshold(&auto[0], "shm_one_round_max_bytes").unwrap();
     assert!(((16 << 10)..=(256 << 10)).contains(&v), "auto one-round limit {v}");
-    assert_eq!(th(&auto[0], "shm_small_slot_bytes"), Some(256 << 10));
+    assert_eq!(threshold(&auto[0], "shm_small_slot_bytes"), Some(256 << 10));
     // The worker threads' smallest piece: the segment here (under 256 KiB),
     // or the setting; the reducing algorithms' copies take half of it, their
     // reductions 1/n (n local ranks).
-    assert_eq!(th(&auto[0], "shm_min_piece_bytes"), Some(4096));
-    assert_eq!(th(&auto[0], "shm_reduce_min_piece_bytes"), Some(2048));
-    assert_eq!(th(&auto[0], "shm_sum_min_piece_bytes"), Some(1024));
+    assert_eq!(threshold(&auto[0], "shm_min_piece_bytes"), Some(4096));
+    assert_eq!(threshold(&auto[0], "shm_reduce_min_piece_bytes"), Some(2048));
+    assert_eq!(threshold(&auto[0], "shm_sum_min_piece_bytes"), Some(1024));
     let pieces = mesh_comms(2, algo, std::time::Duration::from_secs(30), TransportMode::Shm, ShmConfig { min_piece: 1000, ..shm(0) });
-    assert_eq!(th(&pieces[0], "shm_min_piece_bytes"), Some(1000));
-    assert_eq!(th(&pieces[0], "shm_reduce_min_piece_bytes"), Some(500));
-    assert_eq!(th(&pieces[0], "shm_sum_min_piece_bytes"), Some(500));
+    assert_eq!(threshold(&pieces[0], "shm_min_piece_bytes"), Some(1000));
+    assert_eq!(threshold(&pieces[0], "shm_reduce_min_piece_bytes"), Some(500));
+    assert_eq!(threshold(&pieces[0], "shm_sum_min_piece_bytes"), Some(500));
     let tcp = tcp_comms(2, algo, std::time::Duration::from_secs(30));
-    assert_eq!(th(&tcp[0], "shm_one_round_max_bytes"), None);
-    assert_eq!(th(&tcp[0], "segment_bytes"), Some(algo.segment_bytes as u64));
+    assert_eq!(threshold(&tcp[0], "shm_one_round_max_bytes"), None);
+    assert_eq!(threshold(&tcp[0], "segment_bytes"), Some(algo.segment_bytes as u64));
 }
 
 /// Phases too large for the quick team led by it while the sleeping
@@ -112,8 +111,7 @@ fn collectives_whose_phases_the_quick_team_leads_match_the_reference() {
         let shm = ShmConfig { threads: 3, quick_threads: 2, quick_bytes: 64, quick_all_to_all_bytes: 64, quick_min_piece: 64, min_piece: 64, spin_us: 0, quick_leads: Some(true), attach_min, broadcast_min: attach_min, ..common::TINY_SHM };
         for n in [2, 4] {
             let comms = mesh_comms(n, tiny_algo(), std::time::Duration::from_secs(60), TransportMode::Shm, shm);
-            let th = |c: &Communicator, k: &str| c.thresholds().iter().find(|(name, _)| *name == k).map(|(_, v)| *v);
-            assert_eq!(th(&comms[0], "shm_quick_leads"), Some(1));
+            assert_eq!(threshold(&comms[0], "shm_quick_leads"), Some(1));
             on_ranks(&comms, |r, c| {
                 for round in 0..5 {
                     for len in [1000, 5003, 20000] {

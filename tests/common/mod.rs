@@ -423,6 +423,12 @@ pub fn algorithm(c: &Communicator, op: &str) -> &'static str {
     c.stats().snapshot()[op].algorithm
 }
 
+/// The value of one of `c`'s thresholds (`Communicator::thresholds`), if
+/// it has that key.
+pub fn threshold(c: &Communicator, key: &str) -> Option<u64> {
+    c.thresholds().iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+}
+
 /// Three ranks of one host over shared memory, each with its own
 /// settings (`shm(r)`).
 pub fn comms_with(shm: impl Fn(usize) -> ShmConfig + Sync) -> Vec<Communicator> {
