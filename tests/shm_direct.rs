@@ -156,3 +156,48 @@ fn collectives_whose_phases_the_quick_team_leads_match_the_reference() {
         }
     }
 }
+
+/// How long a waiting thread polls for its local peers before it sleeps
+/// (`RUSTCCL_SHM_WAIT_SPIN_US`): up to 500 us where the local ranks have
+/// one thread and a core each, 60 where they have more threads or
+/// outnumber the cores, or the setting. With
+/// no window every wait sleeps at once; the phases (pipelined all_reduce,
+/// reduce) and the rings (gather, which without single-copy reads goes
+/// as messages) still give the reference's values on every rank.
+#[test]
+fn waiting_threads_poll_as_long_as_the_setting_or_the_host_allows() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let algo = AlgoConfig::default();
+    let secs = std::time::Duration::from_secs(30);
+    let auto = mesh_comms(2, algo, secs, TransportMode::Shm, common::TINY_SHM);
+    assert_eq!(threshold(&auto[0], "shm_wait_spin_max_us"), Some(if cores >= 2 { 500 } else { 60 }));
+    let threads = mesh_comms(2, algo, secs, TransportMode::Shm, ShmConfig { threads: 2, ..common::TINY_SHM });
+    assert_eq!(threshold(&threads[0], "shm_wait_spin_max_us"), Some(60));
+    if cores < 8 {
+        let crowded = mesh_comms(cores + 1, algo, secs, TransportMode::Shm, common::TINY_SHM);
+        assert_eq!(threshold(&crowded[0], "shm_wait_spin_max_us"), Some(60), "{} ranks on {cores} cores", cores + 1);
+    }
+    let n = 3;
+    let none = mesh_comms(n, tiny_algo(), secs, TransportMode::Shm, ShmConfig { wait_spin_us: 0, ..common::TINY_SHM });
+    assert_eq!(threshold(&none[0], "shm_wait_spin_max_us"), Some(0));
+    on_ranks(&none, |r, c| {
+        for round in 0..20 {
+            let (dt, len, root) = (DType::F32, 1000 + round, round % n);
+            let b = buf(dt, &values(dt, ReduceOp::Sum, r, len));
+            all_reduce(c, &b, ReduceOp::Sum);
+            let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, ReduceOp::Sum, p, len)).collect();
+            assert_close(dt, ReduceOp::Sum, &read(dt, &b), &reference(dt, ReduceOp::Sum, &contribs), &format!("all_reduce round {round}"));
+            check_reduce(c, r, n, dt, ReduceOp::Max, root, len, &format!("reduce round {round}"));
+            let input = buf(dt, &values(dt, ReduceOp::Sum, r, len));
+            let outs: Vec<_> = (0..n).map(|_| buf(dt, &vec![0.0; len])).collect();
+            gather(c, &input, if r == root { &outs } else { &[] }, root);
+            if r == root {
+                let got: Vec<Vec<f64>> = outs.iter().map(|o| read(dt, o)).collect();
+                assert_eq!(got, contribs, "gather round {round}");
+            }
+        }
+    });
+    for c in &none {
+        assert_eq!((algorithm(c, "all_reduce"), algorithm(c, "gather")), ("shm_pipelined", "direct"));
+    }
+}

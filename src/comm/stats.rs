@@ -180,6 +180,8 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         v.push(("shm_threads", l.workers.threads() as u64));
         v.push(("shm_root_threads", l.root_threads.max(l.workers.threads()) as u64));
         v.push(("shm_spin_us", l.workers.spin().as_micros() as u64));
+        // The most a waiting thread polls for its local peers before it sleeps.
+        v.push(("shm_wait_spin_max_us", l.wait_window.max().as_micros() as u64));
         // Threads of the quick team for small parallel phases (0: none).
         v.push(("shm_quick_threads", l.workers.quick_threads() as u64));
         let (quick_max, quick_piece) = l.workers.quick_limits();

@@ -107,6 +107,10 @@ pub struct ShmConfig {
     /// they sleep (`transport::shm::team`); [`SPIN_FROM_HOST`]: from the
     /// share of the host's cores the local ranks' threads take.
     pub spin_us: usize,
+    /// How long a waiting thread polls for its local peers (microseconds)
+    /// before it sleeps; [`WAIT_SPIN_FROM_HOST`]: a window that adapts
+    /// (`transport::shm::wait_window`).
+    pub wait_spin_us: usize,
     /// Smallest broadcast that reads the root's tensor (cross-memory
     /// attach); `usize::MAX`: never; [`BROADCAST_FROM_HOST`] (the
     /// default): from the host (`transport::shm::reads::reads_for`).
@@ -166,6 +170,9 @@ pub const BLOCK_WAIT_US: usize = 20_000;
 
 /// `ShmConfig::spin_us` when `RUSTCCL_SHM_SPIN_US` is unset or `auto`.
 pub const SPIN_FROM_HOST: usize = usize::MAX;
+
+/// `ShmConfig::wait_spin_us` when `RUSTCCL_SHM_WAIT_SPIN_US` is unset or `auto`.
+pub const WAIT_SPIN_FROM_HOST: usize = usize::MAX;
 
 /// `ShmConfig::staged_max` when `RUSTCCL_SHM_STAGED_SEND_MAX_BYTES` is unset
 /// or `auto`.
@@ -356,6 +363,7 @@ impl Config {
                 quick_min_piece: env_usize("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", 0),
                 quick_leads: env_auto_flag("RUSTCCL_SHM_QUICK_LEADS"),
                 spin_us: env_count_or("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST, &[("auto", SPIN_FROM_HOST)]),
+                wait_spin_us: env_count_or("RUSTCCL_SHM_WAIT_SPIN_US", WAIT_SPIN_FROM_HOST, &[("auto", WAIT_SPIN_FROM_HOST)]),
                 broadcast_min: env_usize_or("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", BROADCAST_FROM_HOST, &[("off", usize::MAX), ("auto", BROADCAST_FROM_HOST)]),
                 staged_min: env_usize("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", STAGED_SEND_MIN),
                 staged_max: env_usize_or("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST, &[("auto", STAGE_FROM_HOST)]),
@@ -440,6 +448,7 @@ impl Config {
             ("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", self.shm.quick_min_piece.to_string()),
             ("RUSTCCL_SHM_QUICK_LEADS", self.shm.quick_leads.map_or("auto".to_string(), |on| (on as u8).to_string())),
             ("RUSTCCL_SHM_SPIN_US", if self.shm.spin_us == SPIN_FROM_HOST { "auto".to_string() } else { self.shm.spin_us.to_string() }),
+            ("RUSTCCL_SHM_WAIT_SPIN_US", if self.shm.wait_spin_us == WAIT_SPIN_FROM_HOST { "auto".to_string() } else { self.shm.wait_spin_us.to_string() }),
             ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", match self.shm.broadcast_min {
                 usize::MAX => "off".into(),
                 BROADCAST_FROM_HOST => "auto".into(),

@@ -9,7 +9,7 @@ use half::{bf16, f16};
 use rustccl::bootstrap::MemStore;
 use rustccl::collectives::OpSpec;
 use rustccl::comm::CommOptions;
-use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
+use rustccl::config::{AlgoConfig, ShmConfig, TransportMode, WAIT_SPIN_FROM_HOST};
 use rustccl::tensor::{SharedBuf, Tensor};
 use rustccl::transport::loopback;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
@@ -71,6 +71,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     block_min: 0,
     root_threads: 0,
     spin_us: 100,
+    wait_spin_us: WAIT_SPIN_FROM_HOST,
     broadcast_min: usize::MAX,
     staged_min: 0,
     staged_max: 0,

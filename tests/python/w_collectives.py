@@ -30,6 +30,13 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
                 want = reference(dtype, opname, [values(dtype, opname, r, n) for r in range(world)])
                 c.eq(f"all_reduce {dtype} {opname} n={n}", x, want, opname)
     th = rustccl.stats()["thresholds"]
+    if "shm_threads" in th:
+        # a waiting thread polls up to 500 us where every local rank has one
+        # thread and a core, else 60 us, or as set
+        cores = len(os.sched_getaffinity(0))
+        adapts = th["shm_threads"] == 1 and th["local_ranks"] <= cores
+        want = int(os.environ.get("RUSTCCL_SHM_WAIT_SPIN_US", 500 if adapts else 60))
+        c.true(f"waits poll as the host allows or as set: {th}", th["shm_wait_spin_max_us"] == want)
     if "shm_threads" in th and "RUSTCCL_SHM_SPIN_US" not in os.environ:
         # left to the host: the team spins 200 us only where the local
         # ranks' threads take at most a quarter of the cores; pieces of

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Token};
 
 use super::frame::{Header, HEADER_LEN};
-use super::shm::{self, Blocked, PhaseWait, ShmLink, ShmLocal, ShmSetup, Window};
+use super::shm::{self, Blocked, PhaseWait, ShmLink, ShmLocal, ShmSetup, WaitWindow, Window};
 use super::tcp::TcpLink;
 use super::{check_peers, interrupted_error, timeout_error, Interrupter, OpCtx, Progress, Step, Transport, Xfer};
 use crate::bootstrap::Conn;
@@ -32,12 +32,6 @@ pub enum Link {
 }
 
 const WAKE: Token = Token(usize::MAX);
-/// How long a wait polls, yielding the core between looks, before sleeping
-/// on the futex word: a peer a few microseconds behind costs no sleep /
-/// wake-up pair. No pure spinning: with as many ranks as cores, a spinning
-/// rank held the core its peer needed, and on the 2-core machine half the
-/// runs settled at ~60 us per small all-reduce instead of ~15 us.
-const YIELD_FOR: Duration = Duration::from_micros(60);
 /// How often waits check that shared-memory peers are still alive.
 const ALIVE_EVERY: Duration = Duration::from_millis(50);
 
@@ -63,6 +57,13 @@ pub struct Mesh {
     /// This operation's wait saw a peer that gave the group up (it fails
     /// the next time: `publish_blocked`).
     gone_seen: bool,
+    /// How long a wait for local peers polls, yielding the core between
+    /// looks, before it sleeps on the futex word: a peer a few
+    /// microseconds behind costs no sleep / wake-up pair. No pure
+    /// spinning: with as many ranks as cores, a spinning rank held the
+    /// core its peer needed, and on the 2-core machine half the runs
+    /// settled at ~60 us per small all-reduce instead of ~15 us.
+    window: WaitWindow,
 }
 
 impl Mesh {
@@ -110,6 +111,8 @@ impl Mesh {
         }
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
         let ctx = OpCtx::new(OpSite { op: "none", seq: 0, group: String::new() }, Duration::from_secs(1));
+        // Without local peers nothing polls for them.
+        let window = local.as_ref().map_or(WaitWindow::new(None, 1, 1, 1), |l| l.wait_window);
         Ok(Mesh {
             rank,
             size,
@@ -127,6 +130,7 @@ impl Mesh {
             blocked: false,
             gone: false,
             gone_seen: false,
+            window,
         })
     }
 
@@ -370,7 +374,7 @@ impl Mesh {
             if self.signal() != sig0 {
                 return Ok(());
             }
-            if t0.elapsed() < YIELD_FOR {
+            if t0.elapsed() < self.window.get() {
                 match &self.local {
                     Some(l) => l.pause(),
                     None => std::thread::yield_now(),
@@ -392,6 +396,7 @@ impl Mesh {
         };
         // Awake: whatever we wait for may have come (the word would be stale).
         self.clear_blocked();
+        self.window.slept(t0.elapsed());
         r
     }
 

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Mesh, YIELD_FOR};
+use super::Mesh;
 use crate::error::{Error, Result};
 use crate::transport::shm::PhaseWait;
 use crate::transport::{interrupted_error, timeout_error};
@@ -50,9 +50,13 @@ impl Mesh {
     fn wait_phase_for(&mut self, target: u64) -> Result<()> {
         let Some(local) = self.local.clone() else { return Err(Error::Internal("no shared memory".into())) };
         let t0 = Instant::now();
+        let mut slept = false;
         loop {
             let lags = |i: usize| i != local.me && local.segs[i].phase().load(Ordering::Acquire) < target;
             if !(0..local.segs.len()).any(lags) {
+                if slept {
+                    self.window.slept(t0.elapsed());
+                }
                 return Ok(());
             }
             // Named only for errors and liveness checks (no allocation per spin).
@@ -63,9 +67,10 @@ impl Mesh {
             if Instant::now() >= self.ctx.deadline {
                 return Err(timeout_error(self, behind()));
             }
-            if t0.elapsed() < YIELD_FOR {
+            if t0.elapsed() < self.window.get() {
                 local.pause();
             } else {
+                slept = true;
                 self.check_alive(&behind())?;
                 self.publish_blocked(Some(target), behind())?;
                 let left = self.ctx.deadline.saturating_duration_since(Instant::now());

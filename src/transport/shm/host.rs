@@ -4,7 +4,8 @@
 //! limit (single-copy thresholds: `reads.rs`).
 #![forbid(unsafe_code)]
 
-use crate::config::{ShmConfig, QUICK_FROM_HOST, SLOT_FROM_HOST, SPIN_FROM_HOST};
+use super::WaitWindow;
+use crate::config::{ShmConfig, QUICK_FROM_HOST, SLOT_FROM_HOST, SPIN_FROM_HOST, WAIT_SPIN_FROM_HOST};
 
 use std::time::Duration;
 
@@ -76,6 +77,13 @@ pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> 
     } else {
         Duration::ZERO
     }
+}
+
+/// A waiting thread's polling window: the setting, or adaptive where the
+/// `local_ranks` have one thread and a core each (`wait_window.rs`).
+pub(super) fn wait_window_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> WaitWindow {
+    let fixed = (sizes.wait_spin_us != WAIT_SPIN_FROM_HOST).then(|| Duration::from_micros(sizes.wait_spin_us as u64));
+    WaitWindow::new(fixed, local_ranks, threads, cores())
 }
 
 /// Threads of a rank's quick team (`Workers::add_quick`): the setting,

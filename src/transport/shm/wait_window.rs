@@ -1,0 +1,115 @@
+//! How long a rank's waiting thread polls for its local peers (yielding
+//! its core between looks) before it sleeps on its futex word: a window
+//! that adapts to how long the waits last.
+//!
+//! A sleeper costs its waker a futex wake-up, and on a VM a wake-up that
+//! must start a halted virtual CPU takes 20-150 us. Where every rank
+//! waits a little longer than the window, every rank sleeps in every
+//! phase, every phase then costs a wake-up, and the ranks stay that far
+//! apart: a convoy that lasts as long as the loop. With 16 one-thread
+//! ranks on a 16-core VM, 300 back-to-back 8 KiB broadcasts took 338 us
+//! each in one run (every rank asleep ~285 us a call) and 38 us with a
+//! 2 ms window (`benchmarks/results/2026-11-29-h200host-s38/`). A long
+//! window for every wait would keep a rank that waits for a slower peer
+//! (one still computing) on its core for nothing, so the window grows
+//! only after a wait that slept and still ended soon, to a little more
+//! than that wait took (at most [`MAX`]), and shrinks back after waits
+//! longer than `MAX`.
+//!
+//! Only ranks of one thread adapt it (a rank per core, as
+//! `torchrun --nproc_per_node=$(nproc)` gives, or the 2-core VM), where
+//! the local ranks have a core each. Where they outnumber the cores a
+//! rank polling holds a core a peer needs; ranks with worker threads
+//! (and a quick team that spins) kept [`MIN`] because 4 ranks of 4
+//! threads on the 16-core VM ran small all_to_alls 1.26-1.74x slower
+//! with the window adapting (two alternations, both), and their waits
+//! had shown no convoy.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+/// The window to start with, and the least it shrinks to (the fixed
+/// window before it adapted).
+pub const MIN: Duration = Duration::from_micros(60);
+
+/// The most it grows to.
+pub const MAX: Duration = Duration::from_micros(500);
+
+/// A waiting thread's polling window (one per communicator's transport).
+#[derive(Debug, Clone, Copy)]
+pub struct WaitWindow {
+    now: Duration,
+    min: Duration,
+    max: Duration,
+}
+
+impl WaitWindow {
+    /// `fixed`: the window set by hand (`RUSTCCL_SHM_WAIT_SPIN_US`), else
+    /// adaptive between [`MIN`] and [`MAX`] where the `local_ranks` have
+    /// one thread each (`threads`) and a core each (`cores`), [`MIN`]
+    /// elsewhere.
+    pub fn new(fixed: Option<Duration>, local_ranks: usize, threads: usize, cores: usize) -> WaitWindow {
+        let (min, max) = match fixed {
+            Some(d) => (d, d),
+            None if threads == 1 && local_ranks <= cores => (MIN, MAX),
+            None => (MIN, MIN),
+        };
+        WaitWindow { now: min, min, max }
+    }
+
+    /// How long to poll before sleeping.
+    pub fn get(&self) -> Duration {
+        self.now
+    }
+
+    /// The most the window grows to.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// A wait that outlasted the window and slept ended after `waited`
+    /// in all: a window a quarter longer would have spared that sleep,
+    /// if the window may grow so far; else the wait was for a peer that
+    /// is busy elsewhere, and the window halves.
+    pub fn slept(&mut self, waited: Duration) {
+        self.now = if waited <= self.max { (self.now * 2).max(waited + waited / 4).min(self.max) } else { (self.now / 2).max(self.min) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: fn(u64) -> Duration = Duration::from_micros;
+
+    #[test]
+    fn grows_past_short_waits_that_slept_and_shrinks_after_long_ones() {
+        let mut w = WaitWindow::new(None, 16, 1, 16);
+        assert_eq!(w.get(), MIN);
+        w.slept(US(150));
+        assert_eq!(w.get(), US(187) + Duration::from_nanos(500));
+        w.slept(US(200));
+        assert_eq!(w.get(), US(375));
+        w.slept(US(450));
+        assert_eq!(w.get(), MAX);
+        w.slept(US(5000));
+        assert_eq!(w.get(), US(250));
+        for _ in 0..10 {
+            w.slept(US(5000));
+        }
+        assert_eq!(w.get(), MIN);
+    }
+
+    #[test]
+    fn stays_put_when_set_or_for_ranks_with_threads_or_without_a_core_each() {
+        let mut w = WaitWindow::new(Some(US(300)), 16, 1, 16);
+        w.slept(US(100));
+        w.slept(US(9000));
+        assert_eq!((w.get(), w.max()), (US(300), US(300)));
+        for (ranks, threads, cores) in [(9, 1, 2), (4, 4, 16)] {
+            let mut w = WaitWindow::new(None, ranks, threads, cores);
+            w.slept(US(100));
+            assert_eq!((w.get(), w.max()), (MIN, MIN), "{ranks} ranks of {threads} threads on {cores} cores");
+        }
+    }
+}
