@@ -369,12 +369,15 @@ impl Mesh {
         if !shm_pending {
             return self.poll_for(Some(self.ctx.deadline - now));
         }
+        // With TCP links pending too, the sockets are polled only after
+        // this: no longer than the window's least.
+        let window = if tcp_pending { self.window.least() } else { self.window.get() };
         let t0 = Instant::now();
         loop {
             if self.signal() != sig0 {
                 return Ok(());
             }
-            if t0.elapsed() < self.window.get() {
+            if t0.elapsed() < window {
                 match &self.local {
                     Some(l) => l.pause(),
                     None => std::thread::yield_now(),
@@ -392,11 +395,11 @@ impl Mesh {
             if let Some(l) = &self.local {
                 l.mine().sleep(sig0, left.min(Duration::from_millis(2)));
             }
+            self.window.slept(t0.elapsed());
             Ok(())
         };
         // Awake: whatever we wait for may have come (the word would be stale).
         self.clear_blocked();
-        self.window.slept(t0.elapsed());
         r
     }
 

@@ -62,6 +62,11 @@ impl WaitWindow {
         self.now
     }
 
+    /// The least it shrinks to.
+    pub fn least(&self) -> Duration {
+        self.min
+    }
+
     /// The most the window grows to.
     pub fn max(&self) -> Duration {
         self.max
@@ -105,7 +110,7 @@ mod tests {
         let mut w = WaitWindow::new(Some(US(300)), 16, 1, 16);
         w.slept(US(100));
         w.slept(US(9000));
-        assert_eq!((w.get(), w.max()), (US(300), US(300)));
+        assert_eq!((w.get(), w.least(), w.max()), (US(300), US(300), US(300)));
         for (ranks, threads, cores) in [(9, 1, 2), (4, 4, 16)] {
             let mut w = WaitWindow::new(None, ranks, threads, cores);
             w.slept(US(100));
