@@ -204,3 +204,82 @@ fn a_scatter_root_with_no_room_to_name_whom_it_missed_fails_every_split_receiver
         assert!(err(r).contains("rustccl scatter") && err(r).contains("its share of this rank's scatter block"), "rank {r}: {what}");
     }
 }
+
+/// A gather block its sender pushes is split where the root reads a share
+/// (`RUSTCCL_SHM_GATHER_ROOT_SHARE`): the sender writes the first part
+/// into the root's output while the root reads the last 1 / share from
+/// the sender's input. Ranks that differ in the share or in pushing agree
+/// (the root decides), from every root, at block lengths around the
+/// 64-byte-aligned cut, back to back; 2 ranks of one thread read a
+/// quarter where left to the host, ranks with threads or more ranks none.
+#[test]
+fn a_pushed_gather_block_is_split_between_its_sender_and_the_root() {
+    for (n, threads, host) in [(2, 1, 4), (2, 2, 1), (3, 1, 1)] {
+        let comms = n_comms_with(n, |_| ShmConfig { threads, attach_min: 0, gather_push: true, ..common::TINY_SHM });
+        assert!(comms.iter().all(|c| threshold(c, "shm_gather_root_share") == Some(host)), "n={n} threads={threads}");
+    }
+    let shares = [[0, 0, 0], [2, 1, 31], [3, 16, 0]];
+    for (n, pushing, share) in [2, 3].into_iter().flat_map(|n| [[true, true, true], [false, true, true]].into_iter().flat_map(move |p| shares.map(|s| (n, p, s)))) {
+        let comms = n_comms_with(n, |r| ShmConfig { threads: 1, attach_min: 0, gather_push: pushing[r], gather_root_share: share[r], ..common::TINY_SHM });
+        on_ranks(&comms, |r, c| {
+            for len in [1usize, 16, 17, 33, 1000, 70_001] {
+                for root in 0..n {
+                    for k in 0..2usize {
+                        let block = |p: usize| -> Vec<f64> { (0..len).map(|i| ((i * 7 + p * 13 + root * 3 + k) % 251) as f64).collect() };
+                        let input = buf(DType::F32, &block(r));
+                        let outs: Vec<_> = if r == root { (0..n).map(|_| buf(DType::F32, &vec![-1.0; len])).collect() } else { vec![] };
+                        gather(c, &input, &outs, root);
+                        for (p, o) in outs.iter().enumerate() {
+                            assert_eq!(read(DType::F32, o), block(p), "n={n} pushing={pushing:?} share={share:?} len={len} root={root} k={k} from {p}");
+                        }
+                    }
+                }
+            }
+        });
+        for c in &comms {
+            assert_eq!(algorithm(c, "gather"), "shm_attach", "n={n} pushing={pushing:?} share={share:?}");
+        }
+    }
+}
+
+/// A gather root that could not read its share of one sender's block
+/// (a page of rank 1's second half is unreadable) fails, naming that rank
+/// and the cause; the senders, whose pushes landed, return. As after any
+/// failed read of a peer's memory, the root gives the group up, and the
+/// senders' next gather says so instead of waiting for it.
+#[test]
+fn a_gather_root_that_could_not_read_its_share_fails_and_the_senders_are_told() {
+    const LEN: usize = 8192; // 32 KiB, 8 pages
+    let block = |p: usize, k: usize| -> Vec<f64> { (0..LEN).map(|i| ((i * 3 + p * 17 + k) % 251) as f64).collect() };
+    let comms = n_comms_with(3, |_| ShmConfig { threads: 2, attach_min: 0, gather_push: true, gather_root_share: 2, ..common::TINY_SHM });
+    let got = on_ranks(&comms, |r, c| {
+        let mut errs = Vec::new();
+        for k in 0..2 {
+            let input = buf(DType::F32, &block(r, k));
+            let page = (input.tensor().expect("not lent").addr() + 2 * LEN).next_multiple_of(4096) + 4096;
+            let spoil = r == 1 && k == 0;
+            protect(spoil, page, libc::PROT_NONE);
+            let outs: Vec<_> = if r == 0 { (0..3).map(|_| buf(DType::F32, &vec![-1.0; LEN])).collect() } else { vec![] };
+            let mut s = spec(OpKind::Gather);
+            s.inputs = vec![t(&input)];
+            s.outputs = outs.iter().map(t).collect();
+            let res = c.submit(vec![s], None, None).unwrap().wait(None);
+            protect(spoil, page, libc::PROT_READ | libc::PROT_WRITE);
+            if res.is_ok() {
+                for (p, o) in outs.iter().enumerate() {
+                    assert_eq!(read(DType::F32, o), block(p, k), "gather {k} from {p}");
+                }
+            }
+            errs.push(res.err().map(|e| e.to_string()));
+        }
+        errs
+    });
+    let what = format!("{got:?}");
+    let root_err = got[0][0].as_deref().unwrap_or_else(|| panic!("the root must fail: {what}"));
+    assert!(root_err.contains("rustccl gather") && root_err.contains("rank 1") && root_err.contains("Bad address"), "{what}");
+    assert!(got[1][0].is_none() && got[2][0].is_none(), "the senders' pushes landed: {what}");
+    assert!(got[0][1].as_deref().is_some_and(|e| e.contains("unusable after an earlier error")), "{what}");
+    for r in [1, 2] {
+        assert!(got[r][1].as_deref().is_some_and(|e| e.contains("rustccl gather") && e.contains("gave the group up")), "rank {r}: {what}");
+    }
+}

@@ -32,7 +32,7 @@
 //! a rank failed a part that others would read).
 #![forbid(unsafe_code)]
 
-use super::shm_blocks::{self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, take, Header};
+use super::shm_blocks::{self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, share_flags, share_of, split_at, take, Header};
 use crate::error::Result;
 use crate::transport::shm::{split_point, Area, AttachError, BlockOp, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
@@ -210,9 +210,11 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
 /// slots it copies out, on its solo-phase threads; blocks no slot takes
 /// ([`by_tensor`]) it reads, or, where it posts its outputs for them
 /// ([`Window::gather_push`]), their senders write them there themselves,
-/// side by side, where the root made every copy. `own`: the root copies
-/// its own input into `outs` (after the first step, while the senders
-/// push); false when the caller did (they overlap).
+/// side by side, where the root made every copy; of each such block the
+/// root may read the last 1 / share itself ([`Window::gather_root_share`],
+/// said in its header), and the sender then waits until it has. `own`:
+/// the root copies its own input into `outs` (after the first step, while
+/// the senders push); false when the caller did (they overlap).
 pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&mut [&mut [u8]]>, root: usize, own: bool) -> Result<()> {
     let me = win.me();
     debug_assert_eq!(outs.is_some(), me == root, "only the root has outputs");
@@ -225,7 +227,8 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
         (Some(o), true) => o.iter().map(|b| &**b).collect(),
         _ => vec![input],
     };
-    let flags = if posts { POSTED_FOR_PUSHES } else { 0 };
+    let share = win.gather_root_share();
+    let flags = if posts { POSTED_FOR_PUSHES | share_flags(if share >= 2 { share } else { 0 }) } else { 0 };
     let at = packed_blocks(win, BlockOp::Gather, &blocks);
     let wk = win.workers();
     let offered = || offer(win, slot, &blocks, flags);
@@ -233,9 +236,12 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     drop(posted);
     let headers = Header::read_all(win, slot, mine);
     let pushes = me != root && headers[root].flags & POSTED_FOR_PUSHES != 0 && by_tensor(win, input.len());
+    // (Our own header, as read, says only whether our blocks are in the slot.)
+    let share = share_of(if me == root { flags } else { headers[root].flags });
+    let cut = pushed_part(input.len(), share);
     let r = match outs {
-        Some(outs) => gather_take(win, w, step.seq(), slot, &headers, outs, own.then_some(input), posts),
-        None if pushes => push_to(win, w, root, input),
+        Some(outs) => gather_take(win, w, step.seq(), slot, &headers, outs, own.then_some(input), posts, share),
+        None if pushes => push_to(win, w, root, input, cut),
         None => Ok(()),
     };
     if all_in_slots(&headers) {
@@ -253,7 +259,15 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     if pushes && r.is_err() {
         set_slot_word(win, slot, FAILED);
     }
-    step.end(win, w, 1, !mine && me != root && !pushes && !eager(win, BlockOp::Gather, input.len()), r)
+    // The root reads a block's last part until it publishes p+2.
+    let read_from_us = !mine && me != root && if pushes { cut < input.len() } else { !eager(win, BlockOp::Gather, input.len()) };
+    step.end(win, w, 1, read_from_us, r)
+}
+
+/// The bytes of a block of `len` its sender pushes where the root reads
+/// the last 1 / `share` itself ([`Window::gather_root_share`]; 0: none).
+fn pushed_part(len: usize, share: usize) -> usize {
+    if share >= 2 { split_at(len, share) } else { len }
 }
 
 /// Whether a gather block of `len` bytes goes through no slot: the root
@@ -269,11 +283,13 @@ fn pushed(win: &Window, h: &Header, posts: bool) -> bool {
 
 /// The root's part of a gather after the first step: every block that its
 /// sender does not push (`posts`: the root posted its outputs), after its
-/// own input (`own`) in the same phase.
+/// own input (`own`) in the same phase; then the last 1 / `share` of
+/// each pushed block (0: none), read from its sender's input.
 #[allow(clippy::too_many_arguments)]
-fn gather_take(win: &Window, w: &mut dyn PhaseWait, seq: u64, slot: Area, headers: &[Header], outs: &mut [&mut [u8]], own: Option<&[u8]>, posts: bool) -> Result<()> {
+fn gather_take(win: &Window, w: &mut dyn PhaseWait, seq: u64, slot: Area, headers: &[Header], outs: &mut [&mut [u8]], own: Option<&[u8]>, posts: bool, share: usize) -> Result<()> {
     let me = win.me();
     let mut blocks = Vec::new();
+    let mut tails = Vec::new();
     let mut mine = None;
     for (c, o) in outs.iter_mut().enumerate() {
         if c == me {
@@ -281,6 +297,10 @@ fn gather_take(win: &Window, w: &mut dyn PhaseWait, seq: u64, slot: Area, header
         } else if pushed(win, &headers[c], posts) {
             // The sender checks the size too, and writes nothing if wrong.
             win.check_size("gather", c, o.len(), headers[c].lens[me])?;
+            let cut = pushed_part(o.len(), share);
+            if cut < o.len() {
+                tails.push((c, 0, cut, &mut o[cut..]));
+            }
         } else {
             blocks.push((c, 0, &mut **o));
         }
@@ -293,16 +313,21 @@ fn gather_take(win: &Window, w: &mut dyn PhaseWait, seq: u64, slot: Area, header
         (Some(input), Some(dst)) => shm_blocks::own(solo, dst, input).collect(),
         _ => Vec::new(),
     };
-    take(win, w, solo, BlockOp::Gather, slot, headers, seq, ours, blocks)
+    take(win, w, solo, BlockOp::Gather, slot, headers, seq, ours, blocks)?;
+    if tails.is_empty() {
+        return Ok(());
+    }
+    pull_all(win, w, win.solo_workers(tails.iter().map(|t| t.3.len()).sum()), tails)
 }
 
-/// A sender's push of its gather block into the root's output (entry
-/// `me`), on its worker threads, after checking the size the root posted.
-fn push_to(win: &Window, w: &dyn PhaseWait, root: usize, input: &[u8]) -> Result<()> {
+/// A sender's push of the first `cut` bytes of its gather block into the
+/// root's output (entry `me`; the root reads the rest itself), on its
+/// worker threads, after checking the size the root posted.
+fn push_to(win: &Window, w: &dyn PhaseWait, root: usize, input: &[u8], cut: usize) -> Result<()> {
     let me = win.me();
     win.check_posted("gather", root, me, input.len())?;
-    let wk = win.workers();
-    wk.for_each(wk.ranges(input.len()), input.len(), |r: std::ops::Range<usize>| win.push(root, me, r.start, &input[r]))
+    let (wk, head) = (win.workers(), &input[..cut]);
+    wk.for_each(wk.ranges(head.len()), head.len(), |r: std::ops::Range<usize>| win.push(root, me, r.start, &head[r]))
         .map_err(|e: AttachError| win.failed(w, e))
 }
 

@@ -12,17 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::shm_attach::{desc, first_failed, set_slot_word, set_slot_word_at, slot_word, slot_word_at, Step, FAILED, POSTED_FOR_PUSHES};
-use super::shm_blocks::{self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, take, Header};
-use crate::config::MAX_SCATTER_ROOT_SHARE;
+use super::shm_blocks::{self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, share_flags, share_of, split_at, take, Header};
 use crate::error::Result;
 use crate::transport::shm::{Area, BlockOp, AttachError, PhaseWait, Window, Workers};
 
-/// A scatter root's bits for the receivers whose blocks it splits ([`split_bit`]).
+/// A scatter root's bits for the receivers whose blocks it splits
+/// ([`split_bit`]), above its share's (`shm_blocks::share_flags`).
 const SPLIT_BITS: u64 = u64::MAX << 8;
-/// Where a scatter root's header says what share of a split block it
-/// writes ([`Window::scatter_root_share`]): five bits below [`SPLIT_BITS`].
-const SHARE_SHIFT: u32 = 3;
-const SHARE_MASK: u64 = MAX_SCATTER_ROOT_SHARE as u64;
 
 /// Every rank reads its part of the root's `ins`. The root copies the
 /// blocks that go through its slots on its solo-phase threads once it
@@ -56,7 +52,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let at = packed_blocks(win, BlockOp::Scatter, &blocks);
     let mut flags = 0;
     if me == root && win.gather_push() {
-        flags = POSTED_FOR_PUSHES | (win.scatter_root_share() as u64 & SHARE_MASK) << SHARE_SHIFT;
+        flags = POSTED_FOR_PUSHES | share_flags(win.scatter_root_share());
         for &(c, d) in &blocks {
             if at[c].is_none() && d.len() <= win.scatter_split_max() {
                 flags |= split_bit(c);
@@ -89,7 +85,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     let pushes = !headers[root].in_slot && root_flags & POSTED_FOR_PUSHES != 0;
     let split = |c: usize| pushes && root_flags & split_bit(c) != 0;
     let steps = if pushes && root_flags & SPLIT_BITS != 0 { 2 } else { 1 };
-    let share = (root_flags >> SHARE_SHIFT & SHARE_MASK) as usize;
+    let share = share_of(root_flags);
     if me != root && split(me) {
         let r = win.check_size("scatter", root, output.len(), headers[root].lens[me]).and_then(|()| {
             let cut = split_at(output.len(), share);
@@ -125,14 +121,6 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
 /// their whole block).
 fn split_bit(c: usize) -> u64 {
     if c < 56 { 1 << (8 + c) } else { 0 }
-}
-
-/// Where a split block of `len` bytes passes from its receiver's read to
-/// the root's write of the last 1 / `share` (at least 2): a multiple of
-/// 64 bytes, half as `split_point` where `share` is 2.
-fn split_at(len: usize, share: usize) -> usize {
-    let share = share.max(2);
-    (len / share * (share - 1)).div_ceil(64).saturating_mul(64).min(len)
 }
 
 /// A scatter root's writes of the last 1 / `share` of the block of every

@@ -219,6 +219,7 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         v.push(("shm_scatter_split_max_bytes", l.scatter_split_max as u64));
         // Of a block it splits, a scatter root writes the last 1 / this.
         v.push(("shm_scatter_root_share", l.scatter_root_share as u64));
+        v.push(("shm_gather_root_share", l.gather_root_share as u64));
         // How long a thread waits for a chunk of a block before the rank does.
         v.push(("shm_block_wait_us", l.block_wait.as_micros() as u64));
         // Local peers whose shared tensors (RUSTCCL_SHM_TENSORS=1) this rank mapped.

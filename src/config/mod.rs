@@ -150,6 +150,10 @@ pub struct ShmConfig {
     /// (2 ..= [`MAX_SCATTER_ROOT_SHARE`]; values outside are clamped); 0:
     /// from the host (`transport::shm::reads::scatter_root_share`).
     pub scatter_root_share: usize,
+    /// A gather root that takes pushes reads the last 1 / this of each
+    /// pushed block itself (2 ..= [`MAX_SCATTER_ROOT_SHARE`]); 1: it reads
+    /// none; 0: from the host (`transport::shm::reads::gather_root_share`).
+    pub gather_root_share: usize,
     /// How long (microseconds) a thread that copies a block out of a
     /// peer's input slots waits for a chunk before the rank's own thread
     /// takes the wait over, with the group's timeout and dead-peer checks
@@ -373,6 +377,7 @@ impl Config {
                 split_send_min: env_usize_or("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", SPLIT_FROM_HOST, &[("off", usize::MAX), ("auto", SPLIT_FROM_HOST)]),
                 scatter_split_max: env_usize_or("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0, &[("any", usize::MAX)]),
                 scatter_root_share: env_count("RUSTCCL_SHM_SCATTER_ROOT_SHARE", 0),
+                gather_root_share: env_count("RUSTCCL_SHM_GATHER_ROOT_SHARE", 0),
                 block_wait_us: env_usize("RUSTCCL_SHM_BLOCK_WAIT_US", BLOCK_WAIT_US),
             },
             shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
@@ -472,6 +477,7 @@ impl Config {
                 v => v.to_string(),
             }),
             ("RUSTCCL_SHM_SCATTER_ROOT_SHARE", self.shm.scatter_root_share.to_string()),
+            ("RUSTCCL_SHM_GATHER_ROOT_SHARE", self.shm.gather_root_share.to_string()),
             ("RUSTCCL_SHM_BLOCK_WAIT_US", self.shm.block_wait_us.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),

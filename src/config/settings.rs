@@ -156,6 +156,11 @@ pub const SETTINGS: &[Setting] = &[
         doc: "a scatter root that splits a block (RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES) writes the last 1 / this of it into its receiver's output while the receiver reads the rest; 2-31 (clamped); the root decides and says so in its shared-memory header; 0: 2 (half), or the number of local ranks where the root has one thread for its solo phases (16 ranks of one thread on the 16-core host: 32 MiB scatters 0.26x the time of half, 8 MiB 0.53x); stats()[\"thresholds\"][\"shm_scatter_root_share\"]",
     },
     Setting {
+        name: "RUSTCCL_SHM_GATHER_ROOT_SHARE",
+        default: "0",
+        doc: "a gather root that takes pushes (RUSTCCL_SHM_GATHER_PUSH) reads the last 1 / this of each pushed block from its sender's tensor itself while the sender writes the rest (2-31; values above are clamped), so both copy at once; 1: it reads none; 0: 4 with 2 local ranks of one thread each (RUSTCCL_SHM_THREADS), else 1; stats()[\"thresholds\"][\"shm_gather_root_share\"]",
+    },
+    Setting {
         name: "RUSTCCL_SHM_BLOCK_WAIT_US",
         default: "20000",
         doc: "an all_to_all, gather or scatter block between ranks of one host that goes through its sender's shared-memory slots is copied out chunk by chunk (16 KiB) as the sender copies it in; a thread waits this long (microseconds) for a chunk before the rank waits for the sender's whole block with the group's timeout, interrupt and dead-peer checks and copies it again (0: at once); stats()[\"thresholds\"][\"shm_block_wait_us\"]",

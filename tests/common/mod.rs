@@ -86,6 +86,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     split_send_min: usize::MAX,
     scatter_split_max: 0,
     scatter_root_share: 0,
+    gather_root_share: 0,
     block_wait_us: 20_000,
 };
 

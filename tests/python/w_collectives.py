@@ -37,6 +37,10 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
         adapts = th["shm_threads"] == 1 and th["local_ranks"] <= cores
         want = int(os.environ.get("RUSTCCL_SHM_WAIT_SPIN_US", 500 if adapts else 60))
         c.true(f"waits poll as the host allows or as set: {th}", th["shm_wait_spin_max_us"] == want)
+        # a gather root reads a quarter of each pushed block between 2 ranks
+        # of one thread, else none, or as set
+        share = int(os.environ.get("RUSTCCL_SHM_GATHER_ROOT_SHARE", "0")) or (4 if th["local_ranks"] == 2 and th["shm_threads"] == 1 else 1)
+        c.true(f"a gather root's share as the host allows or as set: {th}", th["shm_gather_root_share"] == min(share, 31))
     if "shm_threads" in th and "RUSTCCL_SHM_SPIN_US" not in os.environ:
         # left to the host: the team spins 200 us only where the local
         # ranks' threads take at most a quarter of the cores; pieces of

@@ -49,7 +49,7 @@ pub use workers::Workers;
 pub use wait_window::WaitWindow;
 
 use host::{quick_leads_for, quick_threads_for, root_threads_for, slot_bytes_for, spin_for, stage_for, threads_for, SMALL_SLOT};
-use reads::{reads_for, scatter_root_share, scatter_split_max};
+use reads::{gather_root_share, reads_for, scatter_root_share, scatter_split_max};
 pub use host::one_round_max;
 pub use place::moves as thread_moves;
 
@@ -121,6 +121,9 @@ pub struct ShmLocal {
     /// Of a block it splits, a scatter root writes the last 1 / this
     /// (`reads::scatter_root_share`).
     pub scatter_root_share: usize,
+    /// Of each block pushed into it, a gather root reads the last 1 / this
+    /// itself (1: none; `reads::gather_root_share`).
+    pub gather_root_share: usize,
     /// How long a thread waits for a peer's chunk (`ShmConfig::block_wait_us`).
     pub block_wait: Duration,
     /// How long the waiting thread polls before it sleeps, to start with
@@ -561,7 +564,7 @@ pub fn connect(
         b => b,
     };
     let all_to_all_workers = workers.with_quick_bytes(a2a_bytes);
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, all_to_all_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes), scatter_root_share: scatter_root_share(sizes, n, root_threads), block_wait: Duration::from_micros(sizes.block_wait_us as u64), wait_window: host::wait_window_for(sizes, n, threads) });
+    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, all_to_all_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes), scatter_root_share: scatter_root_share(sizes, n, root_threads), gather_root_share: gather_root_share(sizes, n, threads), block_wait: Duration::from_micros(sizes.block_wait_us as u64), wait_window: host::wait_window_for(sizes, n, threads) });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

@@ -170,6 +170,25 @@ pub(super) fn scatter_root_share(sizes: ShmConfig, local_ranks: usize, root_thre
     share.clamp(2, MAX_SCATTER_ROOT_SHARE)
 }
 
+/// Of each block pushed into it, a gather root reads the last 1 / this
+/// from the sender's tensor itself (1: none; clamped to
+/// `MAX_SCATTER_ROOT_SHARE`): the setting, or [`PAIR_GATHER_ROOT_SHARE`]
+/// with 2 local ranks of one thread each, where the root otherwise only
+/// copies its own half while the other pushes its half through the
+/// kernel; else 1.
+pub(super) fn gather_root_share(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
+    let share = match sizes.gather_root_share {
+        0 if local_ranks == 2 && threads == 1 => PAIR_GATHER_ROOT_SHARE,
+        0 => 1,
+        set => set,
+    };
+    share.min(MAX_SCATTER_ROOT_SHARE)
+}
+
+/// [`gather_root_share`] between 2 ranks of one thread: the root reads a
+/// quarter of the other's block while that rank pushes the rest.
+const PAIR_GATHER_ROOT_SHARE: usize = 4;
+
 /// Rendezvous sends from this size are split between receiver and sender
 /// where the receiver takes pushes ([`Reads::split_send`]); staged sends
 /// (where reads are fast, up to the staging area's size when it is free)
@@ -323,7 +342,7 @@ const READ_VS_COPY: f64 = 0.8;
 
 #[cfg(test)]
 mod tests {
-    use super::{pushed_reduce_attach_min, scatter_root_share, ATTACH_MIN};
+    use super::{gather_root_share, pushed_reduce_attach_min, scatter_root_share, ATTACH_MIN};
     use crate::config::{Config, ShmConfig};
 
     #[test]
@@ -349,5 +368,13 @@ mod tests {
         // a setting wins, clamped to 2..=31
         let set = |v| ShmConfig { scatter_root_share: v, ..host };
         assert_eq!((scatter_root_share(set(4), 16, 1), scatter_root_share(set(1), 2, 8), scatter_root_share(set(99), 8, 8)), (4, 2, 31));
+    }
+
+    #[test]
+    fn a_gather_root_reads_a_quarter_of_the_pushed_block_with_2_one_thread_ranks_else_none_unless_set() {
+        let host = ShmConfig { gather_root_share: 0, ..Config::get().shm };
+        assert_eq!((gather_root_share(host, 2, 1), gather_root_share(host, 2, 2), gather_root_share(host, 3, 1), gather_root_share(host, 16, 1)), (4, 1, 1, 1));
+        let set = |v| ShmConfig { gather_root_share: v, ..host };
+        assert_eq!((gather_root_share(set(1), 2, 1), gather_root_share(set(3), 16, 1), gather_root_share(set(99), 8, 8)), (1, 3, 31));
     }
 }

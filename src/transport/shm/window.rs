@@ -403,6 +403,12 @@ impl Window {
         self.local.scatter_root_share
     }
 
+    /// As a gather's root that takes pushes: of each pushed block, it
+    /// reads the last 1 / this itself (1: none).
+    pub fn gather_root_share(&self) -> usize {
+        self.local.gather_root_share
+    }
+
     /// The `len` bytes at `off` of the buffer local rank `peer` posted as
     /// `entry`, read in place, when that buffer lies in the peer's shared
     /// tensor arena (`arena.rs`); None otherwise ([`Window::pull`] them).
