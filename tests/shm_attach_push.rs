@@ -44,13 +44,16 @@ fn a_broadcast_between_two_ranks_is_split_between_them() {
 /// outputs and the senders of blocks that no slot takes write them there.
 /// A rank that passed another size must not write anywhere: the root
 /// fails naming the size mismatch (whether it posted or not), and nothing
-/// lands in the odd rank's part of the root's output.
+/// lands in the odd rank's part of the root's output; also where the root
+/// reads a share of each pushed block (`gather_root_share: 2`), which
+/// makes the senders wait for the root's last publish.
 #[test]
 fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
     // 256-byte small slots: 40 floats fit after the header, 1000 do not.
     let (small, large) = (40usize, 1000usize);
-    for (odd, rest) in [(small, large), (large, small)] {
-        let comms = attach_comms(3, 0);
+    for (share, (odd, rest)) in [1, 2].into_iter().flat_map(|s| [(small, large), (large, small)].map(|c| (s, c))) {
+        let shm = ShmConfig { threads: 3, attach_min: 0, root_threads: 5, broadcast_min: 0, gather_root_share: share, ..common::TINY_SHM };
+        let comms = mesh_comms(3, tiny_algo(), std::time::Duration::from_secs(60), rustccl::config::TransportMode::Shm, shm);
         let guard: Vec<f64> = vec![-7.0; rest];
         let errs = on_ranks(&comms, |r, c| {
             let mine = if r == 0 { odd } else { rest };
@@ -66,7 +69,7 @@ fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
             }
             e
         });
-        let what = format!("rank 0 {odd} floats, others {rest}: {errs:?}");
+        let what = format!("share {share}, rank 0 {odd} floats, others {rest}: {errs:?}");
         let root_err = errs[1].as_deref().unwrap_or_else(|| panic!("the root must fail: {what}"));
         assert!(root_err.contains("rustccl gather") && root_err.contains("expects"), "{what}");
         assert!(errs[2].is_none(), "rank 2 passed the root's size: {what}");
