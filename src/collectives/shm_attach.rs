@@ -32,9 +32,9 @@
 //! a rank failed a part that others would read).
 #![forbid(unsafe_code)]
 
-use super::shm_blocks::{self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, share_flags, share_of, split_at, take, Header};
+use super::shm_blocks::{self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header};
 use crate::error::Result;
-use crate::transport::shm::{split_point, Area, AttachError, BlockOp, Desc, PhaseWait, Window};
+use crate::transport::shm::{split_at, split_point, Area, AttachError, BlockOp, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
 
 /// One single-copy operation in progress: its first phase.
@@ -227,8 +227,8 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
         (Some(o), true) => o.iter().map(|b| &**b).collect(),
         _ => vec![input],
     };
-    let share = win.gather_root_share();
-    let flags = if posts { POSTED_FOR_PUSHES | share_flags(if share >= 2 { share } else { 0 }) } else { 0 };
+    // (A share under 2, none, reads nothing: `pushed_part`.)
+    let flags = if posts { POSTED_FOR_PUSHES | share_flags(win.gather_root_share()) } else { 0 };
     let at = packed_blocks(win, BlockOp::Gather, &blocks);
     let wk = win.workers();
     let offered = || offer(win, slot, &blocks, flags);
@@ -265,7 +265,7 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
 }
 
 /// The bytes of a block of `len` its sender pushes where the root reads
-/// the last 1 / `share` itself ([`Window::gather_root_share`]; 0: none).
+/// the last 1 / `share` itself ([`Window::gather_root_share`]; under 2: none).
 fn pushed_part(len: usize, share: usize) -> usize {
     if share >= 2 { split_at(len, share) } else { len }
 }
@@ -284,7 +284,7 @@ fn pushed(win: &Window, h: &Header, posts: bool) -> bool {
 /// The root's part of a gather after the first step: every block that its
 /// sender does not push (`posts`: the root posted its outputs), after its
 /// own input (`own`) in the same phase; then the last 1 / `share` of
-/// each pushed block (0: none), read from its sender's input.
+/// each pushed block (under 2: none), read from its sender's input.
 #[allow(clippy::too_many_arguments)]
 fn gather_take(win: &Window, w: &mut dyn PhaseWait, seq: u64, slot: Area, headers: &[Header], outs: &mut [&mut [u8]], own: Option<&[u8]>, posts: bool, share: usize) -> Result<()> {
     let me = win.me();

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::shm_attach::{desc, first_failed, set_slot_word, set_slot_word_at, slot_word, slot_word_at, Step, FAILED, POSTED_FOR_PUSHES};
-use super::shm_blocks::{self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, share_flags, share_of, split_at, take, Header};
+use super::shm_blocks::{self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header};
 use crate::error::Result;
-use crate::transport::shm::{Area, BlockOp, AttachError, PhaseWait, Window, Workers};
+use crate::transport::shm::{split_at, Area, BlockOp, AttachError, PhaseWait, Window, Workers};
 
 /// A scatter root's bits for the receivers whose blocks it splits
 /// ([`split_bit`]), above its share's (`shm_blocks::share_flags`).

@@ -35,7 +35,7 @@ const CHUNK: usize = Window::BLOCK_CHUNK;
 /// Where a root's header says what share of a split block it takes
 /// over (a scatter root writes, a gather root reads, the last 1 / share):
 /// five bits above the push flags (`shm_attach::POSTED_FOR_PUSHES`,
-/// `FAILED`); 0: none.
+/// `FAILED`); under 2: none.
 const SHARE_SHIFT: u32 = 3;
 const SHARE_MASK: u64 = MAX_SCATTER_ROOT_SHARE as u64;
 
@@ -47,14 +47,6 @@ pub(super) fn share_flags(share: usize) -> u64 {
 /// The share a root's header flags carry ([`share_flags`]).
 pub(super) fn share_of(flags: u64) -> usize {
     (flags >> SHARE_SHIFT & SHARE_MASK) as usize
-}
-
-/// Where a split block of `len` bytes passes from the part its sender or
-/// receiver moves to the root's last 1 / `share` (at least 2): a
-/// multiple of 64 bytes, half as `split_point` where `share` is 2.
-pub(super) fn split_at(len: usize, share: usize) -> usize {
-    let share = share.max(2);
-    (len / share * (share - 1)).div_ceil(64).saturating_mul(64).min(len)
 }
 
 /// Runs `pulls` (local peer, table entry, offset in it, destination) on

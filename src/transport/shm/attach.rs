@@ -160,9 +160,19 @@ impl BlockOp {
 /// Where a transfer of `len` bytes shared between a reader and a writer
 /// is cut (the reader takes the bytes before, the writer those from
 /// there): half, rounded up to a cache line, at most `len`. A 2-rank
-/// broadcast, a scatter's block and a split send all cut here.
+/// broadcast and a split send cut here.
 pub fn split_point(len: usize) -> usize {
-    (len / 2).div_ceil(64).saturating_mul(64).min(len)
+    split_at(len, 2)
+}
+
+/// Where a transfer of `len` bytes is cut so that the part after it is
+/// the last 1 / `share` (at least 2): rounded up to a cache line, at most
+/// `len`; [`split_point`] with 2. A scatter root's share of a split block
+/// and a gather root's share of a pushed one (`collectives::shm_blocks`)
+/// start here.
+pub fn split_at(len: usize, share: usize) -> usize {
+    let share = share.max(2);
+    (len / share * (share - 1)).div_ceil(64).saturating_mul(64).min(len)
 }
 
 /// A collective threshold this large (1 TiB) means that no collective

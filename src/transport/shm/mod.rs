@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 pub use blocked::{Blocked, BLOCKED_RANKS};
 pub use segment::{Channel, Layout, Segment};
 pub use window::{Area, Desc, PhaseWait, AttachError, Window};
-pub use attach::{split_point, Attach, BlockOp, BLOCK_SLOT_RANKS, SINGLE_READER_MIN};
+pub use attach::{split_at, split_point, Attach, BlockOp, BLOCK_SLOT_RANKS, SINGLE_READER_MIN};
 pub use stage::StillComing;
 pub use workers::Workers;
 pub use wait_window::WaitWindow;
