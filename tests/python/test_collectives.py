@@ -43,10 +43,12 @@ def test_collectives(body, world, transport):
         # more than one 1 KiB piece on a pool of 3 threads (the ranks' own: 1);
         # broadcast reads the root's tensor only with its own setting;
         # the pool's threads sleep as soon as they are idle (no spinning);
-        # every send is read by its receiver, and split: the sender writes
-        # the second half; a scatter's blocks split up to 4 KiB, read whole
+        # sends over 128 KiB up to 4 MiB are staged while the staging area
+        # is free (set: the host gives ranks of one thread none), the
+        # others read by their receiver, and split: the sender writes the
+        # second half; a scatter's blocks split up to 4 KiB, read whole
         # beyond; waits sleep at once (no polling window)
-        env.update(RUSTCCL_SHM_WAIT_SPIN_US="0", RUSTCCL_SHM_ATTACH_MIN_BYTES="0", RUSTCCL_SHM_THREADS="1", RUSTCCL_SHM_ROOT_THREADS="3",
+        env.update(RUSTCCL_SHM_STAGED_SEND_MAX_BYTES="4194304", RUSTCCL_SHM_WAIT_SPIN_US="0", RUSTCCL_SHM_ATTACH_MIN_BYTES="0", RUSTCCL_SHM_THREADS="1", RUSTCCL_SHM_ROOT_THREADS="3",
                    RUSTCCL_SHM_MIN_PIECE_BYTES="1024", RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES="0",
                    RUSTCCL_SHM_SPIN_US="0", RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES="0",
                    RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES="4096")

@@ -41,6 +41,12 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
         # of one thread, else none, or as set
         share = int(os.environ.get("RUSTCCL_SHM_GATHER_ROOT_SHARE", "0")) or (4 if th["local_ranks"] == 2 and th["shm_threads"] == 1 else 1)
         c.true(f"a gather root's share as the host allows or as set: {th}", th["shm_gather_root_share"] == min(share, 31))
+    if "shm_threads" in th and "RUSTCCL_SHM_STAGED_SEND_MAX_BYTES" not in os.environ:
+        # no staging area for ranks of at most 2 threads, else 2 MiB a
+        # thread, at most 8 MiB (none where nothing is read)
+        t = th["shm_threads"]
+        area = 0 if t <= 2 or os.environ.get("RUSTCCL_SHM_ATTACH_MIN_BYTES") == "off" else min(2 * t << 20, 8 << 20)
+        c.true(f"the staging area as the host allows: {th}", th["shm_staged_send_max_bytes"] == area)
     if "shm_threads" in th and "RUSTCCL_SHM_SPIN_US" not in os.environ:
         # left to the host: the team spins 200 us only where the local
         # ranks' threads take at most a quarter of the cores; pieces of
@@ -465,8 +471,9 @@ def p2p(rank: int, world: int) -> tuple[int, list[str]]:
         # A 2 MiB send goes through rank 0's staging area: complete before
         # its receive is posted, its tensor free to change at once.
         st = rustccl.stats()["thresholds"]
-        # the staging area when left to the host: 2 MiB per thread, 4-8 MiB
-        area = min(max(2 * st.get("shm_threads", 0) << 20, 4 << 20), 8 << 20)
+        # the staging area as set (the test's launch sets it: left to the
+        # host, ranks of 1-2 threads have none)
+        area = int(os.environ["RUSTCCL_SHM_STAGED_SEND_MAX_BYTES"])
         c.true(f"staged sends in force: {st}", st.get("shm_staged_send_min_bytes") == 128 << 10 and st.get("shm_staged_send_max_bytes") == area)
         if rank == 0:
             x = torch.arange(1 << 19, dtype=torch.float32)

@@ -200,21 +200,35 @@ pub(super) fn root_threads_for(sizes: ShmConfig, local_ranks: usize, threads: us
     cores().saturating_sub(local_ranks.saturating_sub(1)).clamp(threads, threads.max(8))
 }
 
-/// The staging area's size when left to the host: 2 MiB per thread of the
-/// rank, 4 to 8 MiB. On the 16-core host (ping-pong one way, sends staged
-/// up to 8 MiB against up to 4 MiB): 8 MiB messages took 234-318 us
-/// instead of 448-532 with 2 ranks (8 threads each) and 417-461 instead of
-/// 481-509 with 4 (4 threads), but 796-836 us instead of 650-720 with 8
-/// ranks (2 threads), where 4 MiB still gained
-/// (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`). Against sends
-/// read in halves (`Reads::split_send`), 4 MiB for ranks of 4 threads made
-/// 8 MiB one-way sends 0.82-1.04x the time, but a 4-stage pipeline step
-/// with 6-8 MiB micro-batches 1.10-1.13x longer (a staged send completes
-/// once copied in, a read one when its receiver has read it); not taken
+/// The staging area's size when left to the host: none for ranks of at
+/// most [`UNSTAGED_THREADS`] threads, else 2 MiB per thread of the rank,
+/// at most 8 MiB. A staged send is two copies (the sender's threads in,
+/// the receiver's out); unstaged, the receiver reads it from the sender's
+/// tensor through the kernel, the sender writing half of it meanwhile
+/// (`Reads::split_send`). With 8 ranks of 2 threads on the 16-core host
+/// (settings alternating twice, every pair of ranks sending at once)
+/// unstaged 256 KiB - 4 MiB messages took 0.70-0.90x the time (512 KiB
+/// 1.5x -> 2.1x gloo), 8 MiB 0.93x, and the 4-stage pipeline step 0.89x;
+/// with 4 ranks of 4 threads staging stayed faster (unstaged 1.22-1.35x
+/// longer at 256 KiB - 4 MiB, the pipeline step 1.10x;
+/// `benchmarks/results/2026-11-29-h200host-s39/`). Earlier, on the same
+/// host: 8 MiB messages took 234-318 us staged instead of 448-532 read
+/// with 2 ranks (8 threads each) and 417-461 instead of 481-509 with 4
+/// (4 threads) (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`).
+/// Against sends read in halves, 4 MiB for ranks of 4 threads made 8 MiB
+/// one-way sends 0.82-1.04x the time, but a 4-stage pipeline step with
+/// 6-8 MiB micro-batches 1.10-1.13x longer (a staged send completes once
+/// copied in, a read one when its receiver has read it); not taken
 /// (`benchmarks/results/2026-11-29-h200host-s35/`).
 pub(super) fn stage_for(threads: usize) -> usize {
-    (threads.saturating_mul(2 << 20)).clamp(4 << 20, 8 << 20)
+    if threads <= UNSTAGED_THREADS {
+        return 0;
+    }
+    threads.saturating_mul(2 << 20).min(8 << 20)
 }
+
+/// See [`stage_for`].
+const UNSTAGED_THREADS: usize = 2;
 
 
 /// Largest one-round all-reduce by default, and the smallest size of each
@@ -286,10 +300,10 @@ mod tests {
     }
 
     #[test]
-    fn the_staging_area_holds_2_mib_a_thread_from_4_to_8_mib() {
-        // the 2-core VM's one thread and 8 ranks of 2 on 16 cores: 4 MiB;
+    fn the_staging_area_holds_2_mib_a_thread_up_to_8_mib_with_3_threads_or_more() {
+        // the 2-core VM's one thread and 8 ranks of 2 on 16 cores: none;
         // 3 threads 6; 4 ranks of 4 on 16 cores, 8 and more: 8
-        assert_eq!((stage_for(1), stage_for(2), stage_for(3)), (4 << 20, 4 << 20, 6 << 20));
+        assert_eq!((stage_for(1), stage_for(2), stage_for(3)), (0, 0, 6 << 20));
         assert_eq!((stage_for(4), stage_for(8), stage_for(64)), (8 << 20, 8 << 20, 8 << 20));
     }
 
