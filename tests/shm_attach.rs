@@ -319,20 +319,24 @@ fn slow_reads_leave_only_blocks_single_reader_transfers_and_all_to_all_to_attach
 
 /// Where no collective reads (set by hand here, as the host rule does for
 /// one thread a rank) and more than 8 ranks share the host, scatter blocks
-/// over 16 KiB are read from the root's tensor while gather blocks keep
-/// the general threshold (256 KiB), and go as messages below it; with 8
-/// ranks scatter keeps it too. Both give the root's / senders' blocks, and
-/// the thresholds say so.
+/// over 16 KiB are read from the root's tensor and gather blocks over
+/// 64 KiB written into (or read by) the root, where all_to_all keeps the
+/// general threshold (256 KiB); smaller blocks go as messages. With 8
+/// ranks scatter and gather keep the general threshold too. Both give the
+/// root's / senders' blocks, and the thresholds say so.
 #[test]
-fn slow_reads_on_many_ranks_read_scatter_blocks_from_16_kib() {
-    for (n, scatter_min) in [(9usize, 16u64 << 10), (8, 256 << 10)] {
+fn slow_reads_on_many_ranks_read_scatter_blocks_from_16_kib_and_gather_blocks_from_64_kib() {
+    for (n, scatter_min, gather_min) in [(9usize, 16u64 << 10, 64u64 << 10), (8, 256 << 10, 256 << 10)] {
         let shm = ShmConfig { attach_min: 1 << 40, ..common::TINY_SHM };
         let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         for c in &comms {
-            assert_eq!((threshold(c, "shm_block_read_min_bytes"), threshold(c, "shm_scatter_block_read_min_bytes")), (Some(256 << 10), Some(scatter_min)), "n={n}");
+            let th = |k| threshold(c, k);
+            let got = (th("shm_block_read_min_bytes"), th("shm_scatter_block_read_min_bytes"), th("shm_gather_block_read_min_bytes"));
+            assert_eq!(got, (Some(256 << 10), Some(scatter_min), Some(gather_min)), "n={n}");
         }
-        // 4 Ki floats = 16 KiB a block (not over), 5 Ki over it
-        for len in [4usize << 10, 5 << 10] {
+        // 4 Ki floats = 16 KiB a block (not over), 5 Ki over it; 16 Ki =
+        // 64 KiB (not over), 17 Ki over it
+        for len in [4usize << 10, 5 << 10, 16 << 10, 17 << 10] {
             let got = on_ranks(&comms, |r, c| {
                 let ins: Vec<_> = if r == 3 { (0..n).map(|p| buf(DType::F32, &values(DType::F32, ReduceOp::Max, p, len))).collect() } else { vec![] };
                 let out = buf(DType::F32, &vec![-1.0; len]);
@@ -346,9 +350,9 @@ fn slow_reads_on_many_ranks_read_scatter_blocks_from_16_kib() {
                 }
                 (algorithm(c, "scatter"), algorithm(c, "gather"))
             });
-            let read = n > 8 && len > 4 << 10;
+            let how = |read: bool| if read { "shm_attach" } else { "direct" };
             for g in got {
-                assert_eq!(g, (if read { "shm_attach" } else { "direct" }, "direct"), "n={n} {len} floats");
+                assert_eq!(g, (how(n > 8 && len > 4 << 10), how(n > 8 && len > 16 << 10)), "n={n} {len} floats");
             }
         }
     }

@@ -204,6 +204,7 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         v.push(("shm_single_reader_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.single_min as u64)));
         v.push(("shm_block_read_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.block_min as u64)));
         v.push(("shm_scatter_block_read_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.scatter_block_min as u64)));
+        v.push(("shm_gather_block_read_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.gather_block_min as u64)));
         // Sends received by rendezvous from this size: the sender writes the second half.
         v.push(("shm_split_send_min_bytes", if l.attach.is_some() { l.split_send_min as u64 } else { u64::MAX }));
         // 0: no staged sends (no staging area, or no single-copy reads to stage instead of).

@@ -52,6 +52,10 @@ pub struct Attach {
     /// [`MANY_SLOW_RANKS`] local ranks where no collective reads
     /// ([`SLOW_MANY_SCATTER_BLOCK_READ_MIN`] unless set).
     pub scatter_block_min: usize,
+    /// The same for gather's blocks: `block_min`, except with more than
+    /// [`MANY_SLOW_RANKS`] local ranks where no collective reads
+    /// ([`SLOW_MANY_GATHER_BLOCK_READ_MIN`] unless set).
+    pub gather_block_min: usize,
     /// Smallest broadcast that reads the root's tensor (`usize::MAX`:
     /// never, the default: the pipelined copies through the root's shared
     /// memory were as fast or faster at every size measured).
@@ -136,9 +140,24 @@ pub const PAIR_FAST_BLOCK_READ_MIN: usize = 4 << 20;
 pub const SLOW_MANY_SCATTER_BLOCK_READ_MIN: usize = 16 << 10;
 /// See [`SLOW_MANY_SCATTER_BLOCK_READ_MIN`].
 pub const MANY_SLOW_RANKS: usize = 8;
+/// Gather blocks over this size are pushed into the root's buffer by
+/// their senders (`RUSTCCL_SHM_GATHER_PUSH`; read by the root where it
+/// takes no pushes) under the same conditions as
+/// [`SLOW_MANY_SCATTER_BLOCK_READ_MIN`]: as messages through the rings
+/// the root's one thread copies every block. On the 16-core host with 16
+/// ranks (settings alternating twice) gathers of 256 KiB blocks took 0.52x
+/// the time pushed (2.7x -> 5.0x gloo; 256 KiB went as messages, the
+/// general threshold being "over 256 KiB"), of 128 KiB blocks 0.83x,
+/// 512 KiB - 8 MiB blocks (pushed either way) 0.88-1.05x; pushed from
+/// 16 KiB, 128 KiB blocks took 0.94x
+/// (`benchmarks/results/2026-11-29-h200host-s39/gather-blocks/`). The
+/// thirty-seventh session's pushes from 16 KiB gained nothing at 32 /
+/// 128 KiB blocks (0.86-1.17x): 15 senders writing into one process
+/// through the kernel at once contend (`benchmarks/attach_read_probe.py`).
+pub const SLOW_MANY_GATHER_BLOCK_READ_MIN: usize = 64 << 10;
 
 /// Whose blocks a block threshold is for: all_to_all's, gather's or
-/// scatter's (`Attach::scatter_block_min`).
+/// scatter's (`Attach::gather_block_min`, `Attach::scatter_block_min`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockOp {
     AllToAll,
@@ -207,10 +226,9 @@ impl Attach {
             0 => single_min,
             set => set,
         };
-        let scatter_block_min = match block_set {
-            0 if min_bytes >= NO_COLLECTIVE_READS && segs.len() > MANY_SLOW_RANKS => SLOW_MANY_SCATTER_BLOCK_READ_MIN.min(block_min),
-            _ => block_min,
-        };
+        let slow_many = block_set == 0 && min_bytes >= NO_COLLECTIVE_READS && segs.len() > MANY_SLOW_RANKS;
+        let scatter_block_min = if slow_many { SLOW_MANY_SCATTER_BLOCK_READ_MIN.min(block_min) } else { block_min };
+        let gather_block_min = if slow_many { SLOW_MANY_GATHER_BLOCK_READ_MIN.min(block_min) } else { block_min };
         let arenas = segs.iter().zip(&pids).enumerate().map(|(i, (s, &pid))| (i != me).then(|| peer_arena(s, pid)).flatten()).collect();
         Attach {
             arenas,
@@ -222,6 +240,7 @@ impl Attach {
             single_min,
             block_min,
             scatter_block_min,
+            gather_block_min,
             broadcast_min: largest(Segment::broadcast_min),
             _canary: canary,
         }
@@ -264,7 +283,11 @@ impl Attach {
     /// Whether an `op` block of `len` bytes is read from the sender's
     /// tensor (else through its slot, when it fits).
     pub fn block_read(&self, op: BlockOp, len: usize) -> bool {
-        let min = if op == BlockOp::Scatter { self.scatter_block_min } else { self.block_min };
+        let min = match op {
+            BlockOp::Scatter => self.scatter_block_min,
+            BlockOp::Gather => self.gather_block_min,
+            BlockOp::AllToAll => self.block_min,
+        };
         len >= self.min_bytes || len > min
     }
 

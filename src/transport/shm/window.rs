@@ -322,7 +322,8 @@ impl Window {
 
     /// Whether an `op` block of `len` bytes is read from the sender's
     /// tensor rather than copied through its slot (`Attach::block_min`,
-    /// `Attach::scatter_block_min`; true when attach is off).
+    /// `Attach::gather_block_min`, `Attach::scatter_block_min`; true when
+    /// attach is off).
     pub fn block_read(&self, op: BlockOp, len: usize) -> bool {
         self.local.attach.as_ref().is_none_or(|a| a.block_read(op, len))
     }
