@@ -22,7 +22,10 @@ def test_shared_tensors(body, world, threads):
 
 @pytest.mark.parametrize("stage", ["0", "1"])
 def test_sends_of_shared_tensors_are_read_or_staged(stage):
-    launch.expect_ok(launch.run("w_shm_tensors:shared_send_staging", 2, env=dict(SHARED, RUSTCCL_SHM_STAGE_SHARED_SENDS=stage), timeout=240))
+    """A 4 MiB staging area set by hand (ranks of 1-2 threads get none from
+    the host): a shared tensor's send is staged only with the setting."""
+    env = dict(SHARED, RUSTCCL_SHM_STAGE_SHARED_SENDS=stage, RUSTCCL_SHM_STAGED_SEND_MAX_BYTES=str(4 << 20))
+    launch.expect_ok(launch.run("w_shm_tensors:shared_send_staging", 2, env=env, timeout=240))
 
 
 @pytest.mark.parametrize("threads", ["1", "4"])

@@ -167,10 +167,14 @@ def shared_send_staging(rank: int, world: int) -> tuple[int, list[str]]:
     """RUSTCCL_SHM_STAGE_SHARED_SENDS=1: a send of a shared tensor is
     staged (it completes before its receive is posted, and the sender may
     reuse the tensor at once); =0 (the default): the receiver reads it out
-    of the sender's tensor, so the send waits for the receive."""
+    of the sender's tensor, so the send waits for the receive, even with
+    a staging area (the launch sets one: RUSTCCL_SHM_STAGED_SEND_MAX_BYTES)."""
     c = Checker(rank)
     staged = os.environ.get("RUSTCCL_SHM_STAGE_SHARED_SENDS") == "1"
-    c.true("the setting in stats()", rustccl.stats()["thresholds"]["shm_stage_shared_sends"] == int(staged))
+    th = rustccl.stats()["thresholds"]
+    c.true("the setting in stats()", th["shm_stage_shared_sends"] == int(staged))
+    area = int(os.environ["RUSTCCL_SHM_STAGED_SEND_MAX_BYTES"])
+    c.true(f"the staging area as set: {th['shm_staged_send_max_bytes']}", th["shm_staged_send_max_bytes"] == area)
     n = MIB // 4
     want = torch.arange(n, dtype=torch.float32) + 3
     if rank == 0:
