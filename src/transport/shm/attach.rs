@@ -142,7 +142,7 @@ pub const SLOW_MANY_SCATTER_BLOCK_READ_MIN: usize = 16 << 10;
 pub const MANY_SLOW_RANKS: usize = 8;
 /// Gather blocks over this size are pushed into the root's buffer by
 /// their senders (`RUSTCCL_SHM_GATHER_PUSH`; read by the root where it
-/// takes no pushes) under the same conditions as
+/// takes no pushes, which was not measured) under the same conditions as
 /// [`SLOW_MANY_SCATTER_BLOCK_READ_MIN`]: as messages through the rings
 /// the root's one thread copies every block. On the 16-core host with 16
 /// ranks (settings alternating twice) gathers of 256 KiB blocks took 0.52x
