@@ -9,6 +9,7 @@ export OMP_NUM_THREADS=1 NCCL_NVLS_ENABLE=0 RUSTCCL_HOST_PROFILE=1
 rm -rf /tmp/st1
 python3 -m pip install -q --no-deps --target /tmp/st1 .carry/st1/*.whl
 export PYTHONPATH=/tmp/st1
+mkdir -p $OUT
 O=${OPS:-all_reduce,reduce,reduce_scatter,broadcast,scatter,all_to_all}
 for spec in "$@"; do
   IFS=: read W E C EXTRA <<< "$spec"
