@@ -20,11 +20,25 @@ use crate::types::{DType, ReduceOp};
 /// steps were no better than 4.
 const STEPS: usize = 4;
 
-/// Bytes of one step for a buffer of `len` bytes.
+/// Bytes of one step for a buffer of `len` bytes: a piece for every
+/// thread, except for a buffer of at most two pieces, which that would
+/// leave one step (no copy in beside a copy out): it goes in steps of one
+/// piece each, on one thread. On the 32-core host (8 ranks of 4 threads,
+/// builds alternating three times on a quiet host) 512 KiB broadcasts took
+/// 0.87x the time that way (4.1x -> 5.1x gloo; 0.57-0.61x in two busier
+/// runs), with 16 ranks of 2 threads 0.81x; on the 16-core host (8 ranks
+/// of 2 threads, 4 of 4) 0.96-1.03x. Cutting 1 MiB into four one-piece
+/// steps instead of one step of four pieces took 1.38x longer
+/// (`benchmarks/results/2026-11-29-x2host-s40/broadcast-steps/`).
 fn step_bytes(win: &Window, len: usize) -> usize {
     let wk = win.workers();
-    let half = (win.inputs_capacity() / 2).max(1);
-    let floor = wk.threads() * wk.min_piece();
+    step_len(len, wk.threads(), wk.min_piece(), (win.inputs_capacity() / 2).max(1))
+}
+
+/// [`step_bytes`] for `threads` threads splitting work into pieces of at
+/// least `min_piece`, steps of at most `half`.
+fn step_len(len: usize, threads: usize, min_piece: usize, half: usize) -> usize {
+    let floor = if len <= 2 * min_piece { min_piece } else { threads * min_piece };
     len.div_ceil(STEPS).div_ceil(64).saturating_mul(64).max(floor).min(half)
 }
 
@@ -68,4 +82,27 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::step_len;
+
+    const K: usize = 1 << 10;
+
+    #[test]
+    fn a_buffer_of_two_pieces_or_less_goes_in_one_piece_steps() {
+        // 4 threads, 256 KiB pieces: 512 KiB in two one-piece steps.
+        assert_eq!(step_len(512 * K, 4, 256 * K, 4096 * K), 256 * K);
+        assert_eq!(step_len(512 * K, 2, 256 * K, 4096 * K), 256 * K);
+        // Above it, a piece for every thread a step, 4 steps from 4 MiB.
+        assert_eq!(step_len(1024 * K, 4, 256 * K, 4096 * K), 1024 * K);
+        assert_eq!(step_len(2048 * K, 4, 256 * K, 4096 * K), 1024 * K);
+        assert_eq!(step_len(16384 * K, 4, 256 * K, 4096 * K), 4096 * K);
+        // 2 threads: 1 MiB in two steps of two pieces.
+        assert_eq!(step_len(1024 * K, 2, 256 * K, 4096 * K), 512 * K);
+        // One thread: steps of at least a piece, at most half the area.
+        assert_eq!(step_len(300 * K, 1, 256 * K, 4096 * K), 256 * K);
+        assert_eq!(step_len(512 * K, 4, 256 * K, 128 * K), 128 * K);
+    }
 }
