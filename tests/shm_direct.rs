@@ -9,8 +9,10 @@ use common::*;
 use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
+/// 200 bf16 values (400 bytes, two 256-byte pieces): a broadcast in two
+/// one-piece steps.
 fn lens(n: usize) -> Vec<usize> {
-    vec![0, 1, n - 1, n + 1, 97, 1000, 5003]
+    vec![0, 1, n - 1, n + 1, 97, 200, 1000, 5003]
 }
 
 fn algorithm(c: &Communicator, op: &str) -> &'static str {
