@@ -20,15 +20,16 @@ use crate::types::{DType, ReduceOp};
 /// steps were no better than 4.
 const STEPS: usize = 4;
 
-/// Bytes of one step for a buffer of `len` bytes: a piece for every
-/// thread, except for a buffer of at most two pieces, which that would
-/// leave one step (no copy in beside a copy out): it goes in steps of one
-/// piece each, on one thread. On the 32-core host (8 ranks of 4 threads,
-/// builds alternating three times on a quiet host) 512 KiB broadcasts took
-/// 0.87x the time that way (4.1x -> 5.1x gloo; 0.57-0.61x in two busier
-/// runs), with 16 ranks of 2 threads 0.81x; on the 16-core host (8 ranks
-/// of 2 threads, 4 of 4) 0.96-1.03x. Cutting 1 MiB into four one-piece
-/// steps instead of one step of four pieces took 1.38x longer
+/// Bytes of one step for a buffer of `len` bytes: at least a piece for
+/// every thread. A buffer of at most two pieces, which that floor would
+/// leave a single step (the root's copy in, then the receivers' copy out,
+/// nothing side by side), goes in steps of one piece each. On the 32-core
+/// host (8 ranks of 4 threads, builds alternating three times on a quiet
+/// host) 512 KiB broadcasts took 0.87x the time that way (4.1x -> 5.1x
+/// gloo; 0.57-0.61x in two busier runs), with 16 ranks of 2 threads
+/// 0.81x; on the 16-core host (8 ranks of 2 threads, 4 of 4)
+/// 0.96-1.03x. Cutting 1 MiB into four one-piece steps instead of one
+/// step of four pieces took 1.38x longer
 /// (`benchmarks/results/2026-11-29-x2host-s40/broadcast-steps/`).
 fn step_bytes(win: &Window, len: usize) -> usize {
     let wk = win.workers();
