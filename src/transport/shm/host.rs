@@ -230,7 +230,6 @@ pub(super) fn stage_for(threads: usize) -> usize {
 /// See [`stage_for`].
 const UNSTAGED_THREADS: usize = 2;
 
-
 /// Largest one-round all-reduce by default, and the smallest size of each
 /// of the two small slots (one-step broadcast and all_gather use them up
 /// to their size: 512 KiB of shared memory per rank).
