@@ -5,9 +5,11 @@
 prints a markdown table: per op and size, rustccl's time in each sweep of A
 and of B, B/A of their medians (> 1: A faster), and rustccl/gloo (the median
 over each set's sweeps of the ratio measured within a sweep); the pipeline
-step too when the sweeps have it."""
+step too when the sweeps have it. The committed sweeps are gzipped
+(`.jsonl.gz`): a pattern ending in `.jsonl` matches those too."""
 
 import glob
+import gzip
 import json
 import statistics
 import sys
@@ -16,8 +18,9 @@ import sys
 def load(pattern: str) -> dict:
     """{(op, bytes, backend): [us per sweep]} over the files matching `pattern`."""
     d: dict = {}
-    for f in sorted(glob.glob(pattern)):
-        for line in open(f):
+    files = glob.glob(pattern) + (glob.glob(pattern + ".gz") if pattern.endswith(".jsonl") else [])
+    for f in sorted(files):
+        for line in (gzip.open(f, "rt") if f.endswith(".gz") else open(f)):
             j = json.loads(line)
             if j.get("kind") == "result" and "us" in j:
                 d.setdefault((j["op"], j["bytes"], j["backend"]), []).append(j["us"])

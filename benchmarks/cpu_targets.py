@@ -1,6 +1,6 @@
 """Issue 12's target table from A/B result files (rustccl vs gloo, CPU).
 
-    python benchmarks/cpu_targets.py benchmarks/results/2026-11-23-h200x2host-cpu-4rank.jsonl ...
+    python benchmarks/cpu_targets.py benchmarks/results/2026-11-23-h200x2host-cpu-4rank.jsonl.gz ...
 
 One row per (ranks, op): rustccl/gloo (gloo's time / rustccl's time, > 1:
 rustccl faster) over the small sizes (<= 32 KiB, as a range) and at
@@ -26,6 +26,7 @@ figures of the same run:
 from __future__ import annotations
 
 import importlib.util
+import gzip
 import json
 import os
 import sys
@@ -42,8 +43,10 @@ OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", 
 
 
 def load(path: str):
+    """The header and rows of one sweep's JSONL, gzipped (`.gz`, as
+    committed) or not."""
     head, rows = None, {}
-    for line in open(path):
+    for line in (gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
         r = json.loads(line)
         if r.get("kind") == "header":
             head = r

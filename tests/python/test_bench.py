@@ -2,6 +2,7 @@
 then end to end on CPU with 2 ranks and tiny sizes, self-spawned and under
 torchrun: table on stdout, JSONL rows, markdown and PNG in --out."""
 
+import gzip
 import json
 import math
 import os
@@ -122,6 +123,15 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
     redrawn = os.path.join(outdir, name + "-redrawn.png")
     assert plot.main([os.path.join(outdir, name + ".jsonl"), redrawn]) == 0
     with open(redrawn, "rb") as f:
+        assert f.read() == png
+    # ... gzipped, as benchmarks/results keeps it: the same picture, by
+    # default beside it under the run's own name
+    gz_dir = os.path.join(outdir, "gz")
+    os.makedirs(gz_dir, exist_ok=True)
+    with open(os.path.join(outdir, name + ".jsonl"), "rb") as f, gzip.open(os.path.join(gz_dir, name + ".jsonl.gz"), "wb") as g:
+        g.write(f.read())
+    assert plot.main([os.path.join(gz_dir, name + ".jsonl.gz")]) == 0
+    with open(os.path.join(gz_dir, name + ".png"), "rb") as f:
         assert f.read() == png
     recs = [json.loads(line) for line in open(os.path.join(outdir, name + ".jsonl"))]
     head = recs[0]

@@ -68,23 +68,25 @@ def plot(path: str, header: dict, rows: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rustccl.bench.plot RUN.jsonl [OUT.png]``: redraws a run's
+    """``python -m rustccl.bench.plot RUN.jsonl[.gz] [OUT.png]``: redraws a run's
     PNG from its JSONL (header line and result rows), beside it by default.
-    The committed results keep only the JSONL and the table."""
+    The committed results keep only the JSONL, gzipped (``RUN.jsonl.gz``),
+    and the table."""
+    import gzip
     import json
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if not args or len(args) > 2:
-        print("usage: python -m rustccl.bench.plot RUN.jsonl [OUT.png]", file=sys.stderr)
+        print("usage: python -m rustccl.bench.plot RUN.jsonl[.gz] [OUT.png]", file=sys.stderr)
         return 2
-    with open(args[0]) as f:
+    with gzip.open(args[0], "rt") if args[0].endswith(".gz") else open(args[0]) as f:
         lines = [json.loads(line) for line in f if line.strip()]
     header = next((r for r in lines if r.get("kind") == "header"), None)
     if header is None:
         print(f"rustccl.bench.plot: {args[0]} has no header line", file=sys.stderr)
         return 1
-    out = args[1] if len(args) == 2 else args[0].removesuffix(".jsonl") + ".png"
+    out = args[1] if len(args) == 2 else args[0].removesuffix(".gz").removesuffix(".jsonl") + ".png"
     plot(out, header, lines)
     print(f"wrote {out}")
     return 0
