@@ -434,10 +434,11 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
 /// `auto` with two threads per rank and 5 ranks: all_reduce reads its
 /// peers only from 4 MiB per rank (20 MiB; it reads every peer twice),
 /// the collectives that read once from 16 MiB, reduce (whose root takes
-/// pushes) from 8 MiB, and all_to_all / gather / scatter blocks over
-/// 256 KiB (2 MiB only up to 4 ranks: the all_to_all test above has 3);
-/// at 16 MiB all_reduce keeps two copies while reduce_scatter reads, an
-/// 8 MiB reduce reads (and pushes) and a smaller one copies, and all give
+/// pushes) from 4 MiB (5-8 ranks of at most 2 threads), and all_to_all /
+/// gather / scatter blocks over 256 KiB (2 MiB only up to 4 ranks: the
+/// all_to_all test above has 3); at 16 MiB all_reduce keeps two copies
+/// while reduce_scatter reads, a 4 MiB reduce reads (and pushes) and a
+/// smaller one copies, and all give
 /// the reference result.
 #[test]
 fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
@@ -449,7 +450,7 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
         assert_eq!(get("shm_attach_min_bytes"), Some(16 << 20));
         assert_eq!(get("shm_all_reduce_attach_min_bytes"), Some(20 << 20));
         assert_eq!(get("shm_block_read_min_bytes"), Some(256 << 10));
-        assert_eq!(get("shm_reduce_attach_min_bytes"), Some(8 << 20));
+        assert_eq!(get("shm_reduce_attach_min_bytes"), Some(4 << 20));
     }
     let len = 4 << 20; // floats: 16 MiB
     on_ranks(&comms, |r, c| {
@@ -459,7 +460,7 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
         assert_eq!(algorithm(c, "all_reduce"), "shm_pipelined");
         check_reduce_scatter_flat(c, r, 5, DType::F32, ReduceOp::Sum, len / 5 + 1, "16 MiB reduce_scatter");
         assert_eq!(algorithm(c, "reduce_scatter"), "shm_attach");
-        for (floats, algo) in [(2 << 20, "shm_attach"), ((2 << 20) - 1, "shm_pipelined")] {
+        for (floats, algo) in [(1 << 20, "shm_attach"), ((1 << 20) - 1, "shm_pipelined")] {
             check_reduce(c, r, 5, DType::F32, ReduceOp::Sum, 3, floats, &format!("reduce of {floats} floats"));
             assert_eq!(algorithm(c, "reduce"), algo, "reduce of {floats} floats");
         }

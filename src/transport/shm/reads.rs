@@ -280,8 +280,10 @@ fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
 /// shared tensors): from [`PUSHED_REDUCE_MANY_READ_MIN`] with more than 8
 /// local ranks, even where reads are slow (`attach_min` is not
 /// [`ATTACH_MIN`]: no other collective reads); where they are fast, from
-/// [`PUSHED_REDUCE_READ_MIN`] with 5-8 local ranks (and with 3-4 of at
-/// most [`FEW_THREADS`] threads each); else `attach_min`. The
+/// [`PUSHED_REDUCE_MID_READ_MIN`] with 5-8 local ranks of at most
+/// [`MID_READ_THREADS`] threads each, from [`PUSHED_REDUCE_READ_MIN`] with
+/// 5-8 of more threads and with 3-4 of at most [`FEW_THREADS`]; else
+/// `attach_min`. The
 /// two-copy reduce leaves the root to copy every other rank's part out
 /// of its slot alone while they wait; with pushes nobody waits for one
 /// rank's copies. On the 64-core host (settings alternating, reading from
@@ -302,11 +304,18 @@ fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
 /// against the two copies that leave the root's one thread to copy every
 /// part out (settings alternating twice, reading from 512 KiB and 2 MiB,
 /// and from 8 MiB in another call: 0.50 / 0.65x at 8 / 32 MiB;
-/// `benchmarks/results/2026-11-29-h200host-s37/`).
+/// `benchmarks/results/2026-11-29-h200host-s37/`). With 8 ranks of 2
+/// threads on the 16-core host, reading made 4 MiB reduces 0.74-0.96x the
+/// time in all seven alternations of two calls (2.6x -> 3.0x gloo), 2 MiB
+/// ones 1.08-1.41x longer
+/// (`benchmarks/results/2026-11-29-h200host-s41/reduce-from-4mib/`,
+/// `reduce-pieces-quiet/`); 8 ranks of 4 and 8 threads are not measured at
+/// 4 MiB, so they keep 8 MiB.
 fn pushed_reduce_attach_min(attach_min: usize, local_ranks: usize, threads: usize) -> usize {
     match local_ranks {
         n if n > 8 => PUSHED_REDUCE_MANY_READ_MIN,
         _ if attach_min != ATTACH_MIN => attach_min,
+        n if n > BLOCK_SLOT_RANKS && threads <= MID_READ_THREADS => PUSHED_REDUCE_MID_READ_MIN,
         n if n > BLOCK_SLOT_RANKS => PUSHED_REDUCE_READ_MIN,
         n if n > 2 && threads <= FEW_THREADS => PUSHED_REDUCE_READ_MIN,
         _ => attach_min,
@@ -315,6 +324,8 @@ fn pushed_reduce_attach_min(attach_min: usize, local_ranks: usize, threads: usiz
 
 /// See [`pushed_reduce_attach_min`].
 const FEW_THREADS: usize = 4;
+/// See [`pushed_reduce_attach_min`].
+const MID_READ_THREADS: usize = 2;
 
 /// Where reads are slow and a host has 2 local ranks, broadcasts from this
 /// size read the root's tensor, the root writing the second half into the
@@ -331,6 +342,8 @@ const PAIR_BROADCAST_READ_MIN: usize = 1 << 20;
 /// See [`pushed_reduce_attach_min`].
 const PUSHED_REDUCE_READ_MIN: usize = 8 << 20;
 /// See [`pushed_reduce_attach_min`].
+const PUSHED_REDUCE_MID_READ_MIN: usize = 4 << 20;
+/// See [`pushed_reduce_attach_min`].
 const PUSHED_REDUCE_MANY_READ_MIN: usize = 512 << 10;
 
 /// The default single-copy threshold where reads pay.
@@ -346,9 +359,11 @@ mod tests {
     use crate::config::{Config, ShmConfig};
 
     #[test]
-    fn a_reduce_with_pushes_reads_from_8_mib_with_5_to_8_ranks_or_3_to_4_of_few_threads_and_512_kib_with_more_even_where_reads_are_slow() {
+    fn a_reduce_with_pushes_reads_from_4_or_8_mib_with_5_to_8_ranks_or_3_to_4_of_few_threads_and_512_kib_with_more_even_where_reads_are_slow() {
         let at = |n, threads| pushed_reduce_attach_min(ATTACH_MIN, n, threads);
         assert_eq!((at(2, 8), at(4, 8), at(5, 8), at(8, 8), at(9, 8), at(16, 8)), (ATTACH_MIN, ATTACH_MIN, 8 << 20, 8 << 20, 512 << 10, 512 << 10));
+        // 5-8 ranks of up to 2 threads read from 4 MiB
+        assert_eq!((at(5, 2), at(8, 1), at(8, 2), at(8, 3), at(9, 2)), (4 << 20, 4 << 20, 4 << 20, 8 << 20, 512 << 10));
         // 3-4 ranks of up to 4 threads read from 8 MiB; 2 ranks do not
         assert_eq!((at(2, 4), at(3, 4), at(4, 4), at(4, 2), at(4, 5)), (ATTACH_MIN, 8 << 20, 8 << 20, 8 << 20, ATTACH_MIN));
         // slow reads (no other collective reads): more than 8 ranks read
