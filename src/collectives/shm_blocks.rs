@@ -25,7 +25,7 @@
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::config::MAX_SCATTER_ROOT_SHARE;
+use crate::config::MAX_ROOT_SHARE;
 use crate::error::{Error, Result};
 use crate::transport::shm::{Area, AttachError, BlockOp, PhaseWait, Window, Workers};
 
@@ -37,7 +37,7 @@ const CHUNK: usize = Window::BLOCK_CHUNK;
 /// five bits above the push flags (`shm_attach::POSTED_FOR_PUSHES`,
 /// `FAILED`); under 2: none.
 const SHARE_SHIFT: u32 = 3;
-const SHARE_MASK: u64 = MAX_SCATTER_ROOT_SHARE as u64;
+const SHARE_MASK: u64 = MAX_ROOT_SHARE as u64;
 
 /// A root's header flags for `share` ([`SHARE_SHIFT`]).
 pub(super) fn share_flags(share: usize) -> u64 {

@@ -147,11 +147,11 @@ pub struct ShmConfig {
     /// (`transport::shm::reads::scatter_split_max`); `usize::MAX`: any size.
     pub scatter_split_max: usize,
     /// A scatter root that splits a block writes its last 1 / this of it
-    /// (2 ..= [`MAX_SCATTER_ROOT_SHARE`]; values outside are clamped); 0:
+    /// (2 ..= [`MAX_ROOT_SHARE`]; values outside are clamped); 0:
     /// from the host (`transport::shm::reads::scatter_root_share`).
     pub scatter_root_share: usize,
     /// A gather root that takes pushes reads the last 1 / this of each
-    /// pushed block itself (2 ..= [`MAX_SCATTER_ROOT_SHARE`]); 1: it reads
+    /// pushed block itself (2 ..= [`MAX_ROOT_SHARE`]); 1: it reads
     /// none; 0: from the host (`transport::shm::reads::gather_root_share`).
     pub gather_root_share: usize,
     /// How long (microseconds) a thread that copies a block out of a
@@ -196,10 +196,10 @@ pub const BROADCAST_FROM_HOST: usize = usize::MAX - 1;
 /// `ShmConfig::split_send_min` when `RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES` is
 /// unset or `auto` (`off`: `usize::MAX`, never).
 pub const SPLIT_FROM_HOST: usize = usize::MAX - 1;
-/// The largest `ShmConfig::scatter_root_share`: a scatter root writes at
-/// least 1/31 of a block it splits, as its shared-memory header carries
-/// the share in five bits.
-pub const MAX_SCATTER_ROOT_SHARE: usize = 31;
+/// The largest `ShmConfig::scatter_root_share` and `gather_root_share`:
+/// a scatter root writes, a gather root reads, at least 1/31 of a block
+/// it splits, as its shared-memory header carries the share in five bits.
+pub const MAX_ROOT_SHARE: usize = 31;
 
 /// A fault to inject (`RUSTCCL_FAULT`), for testing timeout and dead-peer
 /// handling on the CPU transport.

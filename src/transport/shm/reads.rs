@@ -8,7 +8,7 @@
 
 use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, SINGLE_READER_MIN};
 use crate::config::log_at;
-use crate::config::{LogLevel, ShmConfig, BROADCAST_FROM_HOST, MAX_SCATTER_ROOT_SHARE, SPLIT_FROM_HOST};
+use crate::config::{LogLevel, ShmConfig, BROADCAST_FROM_HOST, MAX_ROOT_SHARE, SPLIT_FROM_HOST};
 use crate::types::Rank;
 
 /// The collectives' single-copy threshold when the setting is left to the
@@ -153,7 +153,7 @@ const SCATTER_SPLIT_MAX: usize = 2 << 20;
 /// setting, or half where the root has threads of its own for its solo
 /// phases (`root_threads` over 1), else 1 / `local_ranks`, so that the
 /// root with its one thread writes (n - 1) / n of a block, as much as each
-/// receiver reads; clamped to 2 ..= `MAX_SCATTER_ROOT_SHARE`. On the
+/// receiver reads; clamped to 2 ..= `MAX_ROOT_SHARE`. On the
 /// 16-core host with 16 ranks (a thread each, settings alternating twice)
 /// the root writing half of every block was the slowest part: 1 / 16 made
 /// 32 MiB scatters 0.24x the time (2.4x -> 9.6x gloo), not splitting at
@@ -167,12 +167,12 @@ pub(super) fn scatter_root_share(sizes: ShmConfig, local_ranks: usize, root_thre
         0 => 2,
         set => set,
     };
-    share.clamp(2, MAX_SCATTER_ROOT_SHARE)
+    share.clamp(2, MAX_ROOT_SHARE)
 }
 
 /// Of each block pushed into it, a gather root reads the last 1 / this
 /// from the sender's tensor itself (1: none; clamped to
-/// `MAX_SCATTER_ROOT_SHARE`): the setting, or [`PAIR_GATHER_ROOT_SHARE`]
+/// `MAX_ROOT_SHARE`): the setting, or [`PAIR_GATHER_ROOT_SHARE`]
 /// with 2 local ranks of one thread each, where the root otherwise only
 /// copies its own half while the other pushes its half through the
 /// kernel; else 1.
@@ -182,7 +182,7 @@ pub(super) fn gather_root_share(sizes: ShmConfig, local_ranks: usize, threads: u
         0 => 1,
         set => set,
     };
-    share.min(MAX_SCATTER_ROOT_SHARE)
+    share.min(MAX_ROOT_SHARE)
 }
 
 /// [`gather_root_share`] between 2 ranks of one thread: the root reads a
