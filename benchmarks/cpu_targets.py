@@ -25,8 +25,8 @@ figures of the same run:
 
 from __future__ import annotations
 
-import importlib.util
 import gzip
+import importlib.util
 import json
 import os
 import sys
