@@ -44,8 +44,12 @@ OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", 
 
 def load(path: str):
     """The header and rows of one sweep's JSONL, gzipped (`.gz`, as
-    committed) or not."""
+    committed) or not; `X.jsonl` that is committed as `X.jsonl.gz` is read
+    from there (the results' READMEs name the files before they were
+    gzipped)."""
     head, rows = None, {}
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        path += ".gz"
     for line in (gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
         r = json.loads(line)
         if r.get("kind") == "header":
