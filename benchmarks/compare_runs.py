@@ -18,7 +18,10 @@ import sys
 def load(pattern: str) -> dict:
     """{(op, bytes, backend): [us per sweep]} over the files matching `pattern`."""
     d: dict = {}
-    files = glob.glob(pattern) + (glob.glob(pattern + ".gz") if pattern.endswith(".jsonl") else [])
+    files = set(glob.glob(pattern))
+    if pattern.endswith(".jsonl"):
+        # a sweep kept both ways counts once
+        files |= {g for g in glob.glob(pattern + ".gz") if g.removesuffix(".gz") not in files}
     for f in sorted(files):
         for line in (gzip.open(f, "rt") if f.endswith(".gz") else open(f)):
             j = json.loads(line)
