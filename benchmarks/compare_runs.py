@@ -6,7 +6,15 @@ prints a markdown table: per op and size, rustccl's time in each sweep of A
 and of B, B/A of their medians (> 1: A faster), and rustccl/gloo (the median
 over each set's sweeps of the ratio measured within a sweep); the pipeline
 step too when the sweeps have it. The committed sweeps are gzipped
-(`.jsonl.gz`): a pattern ending in `.jsonl` matches those too."""
+(`.jsonl.gz`): a pattern ending in `.jsonl` matches those too.
+
+A pattern may end in `@BACKEND` to compare that backend's rows instead of
+rustccl's, e.g. a `--variant` of the same sweeps:
+
+    python benchmarks/compare_runs.py 'x/*.jsonl' 'x/*.jsonl@rustccl:slot'
+
+When A and B are the same files, B/A is the median of the ratios measured
+within each sweep (the two groups alternated in one process)."""
 
 import glob
 import gzip
@@ -37,20 +45,25 @@ def size(b: int) -> str:
     return f"{b >> 20}M" if b >= 1 << 20 else f"{b >> 10}K" if b >= 1024 else str(b)
 
 
-def main(a_pattern: str, b_pattern: str) -> None:
+def main(a_arg: str, b_arg: str) -> None:
+    (a_pattern, _, a_name), (b_pattern, _, b_name) = a_arg.partition("@"), b_arg.partition("@")
+    a_name, b_name = a_name or "rustccl", b_name or "rustccl"
     a_runs, b_runs = load(a_pattern), load(b_pattern)
+    paired = a_pattern == b_pattern
     print("| op | bytes | A us | B us | B/A | A x gloo | B x gloo |")
     print("|---|---|---|---|---|---|---|")
     for op in dict.fromkeys(k[0] for k in a_runs):
         for b in sorted({k[1] for k in a_runs if k[0] == op}):
-            a, bb = a_runs.get((op, b, "rustccl")), b_runs.get((op, b, "rustccl"))
+            a, bb = a_runs.get((op, b, a_name)), b_runs.get((op, b, b_name))
             ga, gb = a_runs.get((op, b, "gloo")), b_runs.get((op, b, "gloo"))
-            if not a or not bb or not ga or not gb:
+            if not a or not bb:
                 continue
-            ratio_a = statistics.median(g / x for g, x in zip(ga, a))
-            ratio_b = statistics.median(g / x for g, x in zip(gb, bb))
+            ratio_a = f"{statistics.median(g / x for g, x in zip(ga, a)):.1f}" if ga else ""
+            ratio_b = f"{statistics.median(g / x for g, x in zip(gb, bb)):.1f}" if gb else ""
+            b_over_a = (statistics.median(y / x for x, y in zip(a, bb)) if paired
+                        else statistics.median(bb) / statistics.median(a))
             print(f"| {op} | {size(b)} | {' / '.join(f'{x:.1f}' for x in a)} | {' / '.join(f'{x:.1f}' for x in bb)} "
-                  f"| {statistics.median(bb) / statistics.median(a):.2f} | {ratio_a:.1f} | {ratio_b:.1f} |")
+                  f"| {b_over_a:.2f} | {ratio_a} | {ratio_b} |")
 
 
 if __name__ == "__main__":

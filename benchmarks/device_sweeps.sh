@@ -8,7 +8,8 @@
 # a setting PYTHONPATH=/tmp/st0 runs the build carried in .carry/st0 (st1 otherwise);
 # a NAME starting with "pp" runs the pipeline step (4 stages, 1 MiB micro-batches) instead.
 # OPS: only these ops (all when unset); FACTOR: size step (4 when unset); MINB / MAXB: smallest (256K) and
-# largest size (32M); ITERS (10); T: seconds per sweep (100). Results (and the host's cumulative steal time
+# largest size (32M); ITERS (10); T: seconds per sweep (100); BENCH_ARGS: more options for every sweep (e.g.
+# "--backends rustccl --variant s:RUSTCCL_SHM_SLOT_MIN_BYTES=1M --repeats 5"). Results (and the host's cumulative steal time
 # at the start of each sweep, steal.txt) are tarred into $OUT/res.tgz after each SPEC.
 set -u
 export OMP_NUM_THREADS=1 NCCL_NVLS_ENABLE=0
@@ -22,7 +23,7 @@ for SPEC in $SPECS; do
  if [[ $NAME == pp* ]]; then
   ARGS="--ops send_recv --min-bytes 1M --max-bytes 1M"
  else
-  ARGS="--check --no-pp ${OPS:+--ops $OPS} --min-bytes ${MINB:-256K} --max-bytes ${MAXB:-32M} --iters ${ITERS:-10} ${FACTOR:+--factor $FACTOR}"
+  ARGS="--check --no-pp ${OPS:+--ops $OPS} --min-bytes ${MINB:-256K} --max-bytes ${MAXB:-32M} --iters ${ITERS:-10} ${FACTOR:+--factor $FACTOR} ${BENCH_ARGS:-}"
  fi
  env RUSTCCL_SHM_TENSORS=$V PYTHONPATH=/tmp/st1 ${EXTRA//,/ } timeout ${T:-100} python3 -m rustccl.bench --device cpu --world $W --no-progress $ARGS --machine $MACH --out $R --name $MACH-${W}r-$NAME > $R/log-$W-$NAME.txt 2>&1
  echo "exit $?" >> $R/log-$W-$NAME.txt

@@ -22,6 +22,7 @@ from . import _rustccl
 from ._rustccl import Communicator, __version__, config, host_identity
 from .compression import compression, set_compression
 from .info import info
+from .options import Options
 from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 
@@ -44,6 +45,7 @@ __all__ = [
     "Communicator",
     "compression",
     "FileStore",
+    "Options",
     "__version__",
     "config",
     "failed_ranks",

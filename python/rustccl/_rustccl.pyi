@@ -58,6 +58,7 @@ class Communicator:
         timeout_s: float = 1800.0,
         group: str = "default",
         host_hint: str | None = None,
+        settings: list[tuple[str, str]] | None = None,
     ) -> Communicator: ...
     @property
     def rank(self) -> int: ...

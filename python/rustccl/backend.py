@@ -19,6 +19,7 @@ from torch._C._distributed_c10d import PrefixStore, ProcessGroup
 
 from . import _rustccl
 from ._rustccl import Communicator
+from .options import Options
 
 BACKEND_NAME = "rustccl"
 
@@ -44,11 +45,22 @@ def _seconds(t) -> float:
     return float(t)
 
 
+def _settings(backend_options) -> list[tuple[str, str]] | None:
+    """The group's own settings from ``pg_options``: a rustccl.Options, or
+    nothing (None, or torch's ``Backend.Options`` that a split passes)."""
+    if backend_options is None or isinstance(backend_options, torch._C._distributed_c10d.Backend.Options):
+        return None
+    if isinstance(backend_options, Options):
+        return backend_options.pairs()
+    raise TypeError(f"rustccl: pg_options must be a rustccl.Options, got {type(backend_options).__name__}")
+
+
 def _create_backend(opts, backend_options=None):
     rank, size = opts.group_rank, opts.group_size
     timeout_s = _seconds(opts.timeout)
     group = str(opts.group_id) if opts.group_id is not None else "default"
-    comm = Communicator.bootstrap(opts.store, rank, size, timeout_s, group, _store_host(opts.store))
+    comm = Communicator.bootstrap(opts.store, rank, size, timeout_s, group, _store_host(opts.store),
+                                  _settings(backend_options))
     # init_process_group(device_id=cuda:i): torch then calls the backend's
     # eager_connect_single_device, which creates the NCCL communicator.
     boxed = torch.ops.rustccl._create_process_group(comm._into_raw(), rank, size, int(timeout_s * 1000))

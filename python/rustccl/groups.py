@@ -101,6 +101,11 @@ def install() -> None:
     @functools.wraps(torch_split_group)
     def split_group(parent_pg=None, split_ranks=None, timeout=None, pg_options=None, group_desc=None):
         parent = parent_pg if parent_pg is not None else (c10d._get_default_group() if dist.is_initialized() else None)
+        from .options import Options
+
+        if isinstance(pg_options, Options):
+            raise ValueError("rustccl: split_group's groups keep the parent group's settings; "
+                             "pass rustccl.Options to init_process_group or new_group")
         if pg_options is None and parent is not None and _is_rustccl(parent):
             t = timeout if timeout is not None else c10d._get_default_timeout(BACKEND_NAME)
             pg_options = torch._C._distributed_c10d.Backend.Options(BACKEND_NAME, t)

@@ -40,7 +40,9 @@ def stats(group=None) -> dict:
     it before its receive came), ``shm_read`` (read from the sender's
     tensor), ``shm_split``; ``direct`` over TCP); and
     the algorithm thresholds in force (``thresholds``: the settings, or what
-    was chosen from the host, e.g. the shared-memory one-round limit); and
+    was chosen from the host, e.g. the shared-memory one-round limit); the
+    group's own settings (``settings``: what ``pg_options=rustccl.Options``
+    set over the environment); and
     this process's shared tensors (``shared_tensors``: bytes in use, peak,
     freed but kept, tensors that did not fit; None unless
     ``RUSTCCL_SHM_TENSORS=1``); and how often this process's waiting

@@ -85,21 +85,36 @@ pub struct CommOptions {
     pub fault: Option<crate::config::FaultSpec>,
     /// Host identity override (tests simulate hosts in one process).
     pub host_id: Option<String>,
+    /// The group's own settings (`pg_options`), over the process's.
+    pub settings: Vec<(String, String)>,
 }
 
 impl CommOptions {
     /// Options from the process's `RUSTCCL_*` settings.
     pub fn new(group: impl Into<String>, timeout: Duration) -> CommOptions {
         let c = Config::get();
+        CommOptions::from_group(group.into(), timeout, c.group(), Vec::new())
+    }
+
+    /// Options with the group's own `settings` ((name, value) as in the
+    /// environment) over the process's; an error names the setting that a
+    /// group cannot set or whose value does not parse.
+    pub fn with_settings(group: impl Into<String>, timeout: Duration, settings: Vec<(String, String)>) -> Result<CommOptions> {
+        let g = Config::get().for_group(&settings).map_err(|reason| Error::InvalidArgument { op: "new_group", reason: format!("pg_options: {reason}") })?;
+        Ok(CommOptions::from_group(group.into(), timeout, g, settings))
+    }
+
+    fn from_group(group: String, timeout: Duration, g: crate::config::GroupConfig, settings: Vec<(String, String)>) -> CommOptions {
         CommOptions {
-            group: group.into(),
+            group,
             timeout,
-            algo: c.algo,
-            transport: c.transport,
-            shm: c.shm,
-            check: c.check,
-            fault: c.fault.clone(),
+            algo: g.algo,
+            transport: g.transport,
+            shm: g.shm,
+            check: g.check,
+            fault: Config::get().fault.clone(),
             host_id: None,
+            settings,
         }
     }
 }
@@ -307,6 +322,11 @@ impl Communicator {
     }
     pub fn group(&self) -> &str {
         &self.opts.group
+    }
+
+    /// The group's own settings (`pg_options`), set over the process's.
+    pub fn settings(&self) -> &[(String, String)] {
+        &self.opts.settings
     }
     pub fn timeout(&self) -> Duration {
         self.opts.timeout

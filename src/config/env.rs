@@ -1,71 +1,135 @@
-//! Reading settings from the environment: byte counts with units, plain
-//! counts, yes / no flags, and values left to the host ("auto").
+//! Reading settings: byte counts with units, plain counts, yes / no flags,
+//! and values left to the host ("auto"), from the process environment or
+//! from a group's own settings over it ([`Vars`]).
 #![forbid(unsafe_code)]
 
-/// A byte count, or `None` for unset / empty / "auto" (at most 256 MiB).
-pub(super) fn env_auto_size(name: &str) -> Option<usize> {
-    match std::env::var(name).as_deref() {
-        Err(_) | Ok("") | Ok("auto") => None,
-        Ok(_) => Some(env_usize(name, 1 << 20).min(256 << 20)),
+use std::cell::RefCell;
+
+/// Where settings are read from: a group's own settings (`pg_options`),
+/// then the process environment (as it is now, or as it was when the
+/// process read it). Values that do not parse are noted in
+/// [`Vars::rejected`], and the setting keeps its default.
+pub(super) struct Vars<'a> {
+    over: &'a [(String, String)],
+    /// The environment as read earlier; `None`: as it is now.
+    base: Option<&'a [(String, String)]>,
+    rejected: RefCell<Vec<(String, String)>>,
+}
+
+impl<'a> Vars<'a> {
+    /// The process environment alone.
+    pub(super) fn process() -> Vars<'static> {
+        Vars { over: &[], base: None, rejected: RefCell::new(Vec::new()) }
+    }
+
+    /// `over` (name, value) pairs first, then the environment now.
+    #[cfg(test)]
+    pub(super) fn over(over: &'a [(String, String)]) -> Vars<'a> {
+        Vars { over, base: None, rejected: RefCell::new(Vec::new()) }
+    }
+
+    /// `over` first, then `base` (the environment as read earlier).
+    pub(super) fn layered(over: &'a [(String, String)], base: &'a [(String, String)]) -> Vars<'a> {
+        Vars { over, base: Some(base), rejected: RefCell::new(Vec::new()) }
+    }
+
+    /// The raw value of `name`, if set.
+    pub(super) fn var(&self, name: &str) -> Option<String> {
+        let find = |pairs: &[(String, String)]| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        match (find(self.over), self.base) {
+            (Some(v), _) => Some(v),
+            (None, Some(base)) => find(base),
+            (None, None) => std::env::var(name).ok(),
+        }
+    }
+
+    /// A non-empty value of `name`.
+    pub(super) fn text(&self, name: &str) -> Option<String> {
+        self.var(name).filter(|s| !s.is_empty())
+    }
+
+    /// Notes that `name`'s value `v` was not used and why.
+    pub(super) fn reject(&self, name: &str, v: &str, why: &str) {
+        self.rejected.borrow_mut().push((name.to_string(), format!("{name}={v:?}: {why}")));
+    }
+
+    /// (name, "NAME=value: why") of every value that did not parse, in
+    /// reading order.
+    pub(super) fn rejected(self) -> Vec<(String, String)> {
+        self.rejected.into_inner()
+    }
+
+    /// A byte count, or `None` for unset / empty / "auto" (at most 256 MiB).
+    pub(super) fn auto_size(&self, name: &str) -> Option<usize> {
+        match self.var(name).as_deref() {
+            None | Some("") | Some("auto") => None,
+            Some(_) => Some(self.size(name, 1 << 20).min(256 << 20)),
+        }
+    }
+
+    /// Whether a yes / no setting is on ("1", "true" or "TRUE").
+    pub(super) fn flag(&self, name: &str) -> bool {
+        matches!(self.var(name).as_deref(), Some("1") | Some("true") | Some("TRUE"))
+    }
+
+    /// A yes / no setting that may be left to the host: `None` unset or
+    /// "auto", else whether it is on as [`Vars::flag`] reads it.
+    pub(super) fn auto_flag(&self, name: &str) -> Option<bool> {
+        let v = self.var(name)?;
+        (v.trim() != "auto").then_some(matches!(v.as_str(), "1" | "true" | "TRUE"))
+    }
+
+    /// A setting that is on unless set to 0 / false / off.
+    pub(super) fn on(&self, name: &str) -> bool {
+        !matches!(self.var(name).as_deref().map(str::trim), Some("0" | "false" | "FALSE" | "off"))
+    }
+
+    /// A byte count ([`parse_size`]); unset: `default`.
+    pub(super) fn size(&self, name: &str, default: usize) -> usize {
+        match self.var(name) {
+            Some(v) => parse_size(&v).unwrap_or_else(|| {
+                self.reject(name, &v, "not a byte count");
+                default
+            }),
+            None => default,
+        }
+    }
+
+    /// A byte count, or one of `words` (e.g. `("auto", X)`, `("off",
+    /// usize::MAX)`), each read trimmed and standing for its value; unset:
+    /// `default`.
+    pub(super) fn size_or(&self, name: &str, default: usize, words: &[(&str, usize)]) -> usize {
+        self.word(name, words).unwrap_or_else(|| self.size(name, default))
+    }
+
+    /// As [`Vars::size_or`] for a plain count ([`Vars::count`]).
+    pub(super) fn count_or(&self, name: &str, default: usize, words: &[(&str, usize)]) -> usize {
+        self.word(name, words).unwrap_or_else(|| self.count(name, default))
+    }
+
+    /// The value of the word the setting is set to, if it is one of `words`.
+    fn word(&self, name: &str, words: &[(&str, usize)]) -> Option<usize> {
+        let v = self.var(name)?;
+        words.iter().find(|(w, _)| *w == v.trim()).map(|&(_, x)| x)
+    }
+
+    /// A setting that counts something other than bytes (threads, entries,
+    /// microseconds): a plain whole number; anything else is rejected.
+    pub(super) fn count(&self, name: &str, default: usize) -> usize {
+        match self.var(name) {
+            Some(v) => v.trim().parse().unwrap_or_else(|_| {
+                self.reject(name, &v, "not a whole number");
+                default
+            }),
+            None => default,
+        }
     }
 }
 
-/// Whether a yes / no setting is on ("1", "true" or "TRUE"), read now.
+/// Whether a yes / no setting is on ("1", "true" or "TRUE") in the
+/// environment, read now.
 pub fn env_flag(name: &str) -> bool {
-    matches!(std::env::var(name).as_deref(), Ok("1") | Ok("true") | Ok("TRUE"))
-}
-
-/// A yes / no setting that may be left to the host: `None` unset or
-/// "auto", else whether it is on as [`env_flag`] reads it (one read).
-pub(super) fn env_auto_flag(name: &str) -> Option<bool> {
-    let v = std::env::var(name).ok()?;
-    (v.trim() != "auto").then_some(matches!(v.as_str(), "1" | "true" | "TRUE"))
-}
-
-/// A setting that is on unless set to 0 / false / off.
-pub(super) fn env_on(name: &str) -> bool {
-    !matches!(std::env::var(name).as_deref().map(str::trim), Ok("0" | "false" | "FALSE" | "off"))
-}
-
-pub(super) fn env_usize(name: &str, default: usize) -> usize {
-    match std::env::var(name) {
-        Ok(v) => parse_size(&v).unwrap_or_else(|| {
-            eprintln!("rustccl: ignoring {name}={v:?}: not a byte count");
-            default
-        }),
-        Err(_) => default,
-    }
-}
-
-/// A byte count, or one of `words` (e.g. `("auto", X)`, `("off",
-/// usize::MAX)`), each read trimmed and standing for its value; unset:
-/// `default`.
-pub(super) fn env_usize_or(name: &str, default: usize, words: &[(&str, usize)]) -> usize {
-    word(name, words).unwrap_or_else(|| env_usize(name, default))
-}
-
-/// As [`env_usize_or`] for a plain count ([`env_count`]).
-pub(super) fn env_count_or(name: &str, default: usize, words: &[(&str, usize)]) -> usize {
-    word(name, words).unwrap_or_else(|| env_count(name, default))
-}
-
-/// The value of the word the setting is set to, if it is one of `words`.
-fn word(name: &str, words: &[(&str, usize)]) -> Option<usize> {
-    let v = std::env::var(name).ok()?;
-    words.iter().find(|(w, _)| *w == v.trim()).map(|&(_, x)| x)
-}
-
-/// A setting that counts something other than bytes (threads, entries,
-/// microseconds): a plain whole number; anything else is ignored, with a
-/// message.
-pub(super) fn env_count(name: &str, default: usize) -> usize {
-    match std::env::var(name) {
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-            eprintln!("rustccl: ignoring {name}={v:?}: not a whole number");
-            default
-        }),
-        Err(_) => default,
-    }
+    Vars::process().flag(name)
 }
 
 /// Parses "65536", "64K", "64KiB", "1M", "2MiB".
@@ -96,39 +160,54 @@ mod tests {
         assert_eq!(parse_size("x"), None);
     }
 
+    fn over(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
     #[test]
     fn counts_take_plain_numbers_only() {
-        // Names no other test reads, so setting them races with nothing.
-        std::env::set_var("RUSTCCL_TEST_COUNT_PLAIN", " 12 ");
-        std::env::set_var("RUSTCCL_TEST_COUNT_UNIT", "64K");
-        assert_eq!(env_count("RUSTCCL_TEST_COUNT_PLAIN", 3), 12);
-        assert_eq!(env_count("RUSTCCL_TEST_COUNT_UNIT", 3), 3, "a byte unit on a count is ignored");
-        assert_eq!(env_count("RUSTCCL_TEST_COUNT_UNSET", 3), 3);
-        assert_eq!(env_usize("RUSTCCL_TEST_COUNT_UNIT", 3), 65536);
+        let o = over(&[("RUSTCCL_TEST_COUNT_PLAIN", " 12 "), ("RUSTCCL_TEST_COUNT_UNIT", "64K")]);
+        let v = Vars::over(&o);
+        assert_eq!(v.count("RUSTCCL_TEST_COUNT_PLAIN", 3), 12);
+        assert_eq!(v.count("RUSTCCL_TEST_COUNT_UNIT", 3), 3, "a byte unit on a count is rejected");
+        assert_eq!(v.count("RUSTCCL_TEST_COUNT_UNSET", 3), 3);
+        assert_eq!(v.size("RUSTCCL_TEST_COUNT_UNIT", 3), 65536);
+        let rejected = v.rejected();
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert_eq!(rejected[0].0, "RUSTCCL_TEST_COUNT_UNIT");
+        assert!(rejected[0].1.contains("not a whole number"), "{rejected:?}");
     }
 
     #[test]
     fn words_stand_for_their_values_and_anything_else_reads_as_a_number() {
-        // Names no other test reads, so setting them races with nothing.
         let words = [("off", usize::MAX), ("auto", 7)];
-        for (v, want) in [(" off ", usize::MAX), ("auto", 7), ("2M", 2 << 20), ("never", 7)] {
-            std::env::set_var("RUSTCCL_TEST_WORDS", v);
-            assert_eq!(env_usize_or("RUSTCCL_TEST_WORDS", 7, &words), want, "{v:?}");
+        for (value, want) in [(" off ", usize::MAX), ("auto", 7), ("2M", 2 << 20), ("never", 7)] {
+            let o = over(&[("RUSTCCL_TEST_WORDS", value)]);
+            assert_eq!(Vars::over(&o).size_or("RUSTCCL_TEST_WORDS", 7, &words), want, "{value:?}");
         }
-        std::env::set_var("RUSTCCL_TEST_COUNT_WORDS", "auto");
-        assert_eq!(env_count_or("RUSTCCL_TEST_COUNT_WORDS", 3, &[("auto", 9)]), 9);
-        std::env::set_var("RUSTCCL_TEST_COUNT_WORDS", "64K");
-        assert_eq!(env_count_or("RUSTCCL_TEST_COUNT_WORDS", 3, &[("auto", 9)]), 3, "a byte unit on a count is ignored");
-        assert_eq!(env_usize_or("RUSTCCL_TEST_WORDS_UNSET", 5, &words), 5);
+        let o = over(&[("RUSTCCL_TEST_COUNT_WORDS", "auto")]);
+        assert_eq!(Vars::over(&o).count_or("RUSTCCL_TEST_COUNT_WORDS", 3, &[("auto", 9)]), 9);
+        let o = over(&[("RUSTCCL_TEST_COUNT_WORDS", "64K")]);
+        assert_eq!(Vars::over(&o).count_or("RUSTCCL_TEST_COUNT_WORDS", 3, &[("auto", 9)]), 3, "a byte unit on a count is rejected");
+        assert_eq!(Vars::process().size_or("RUSTCCL_TEST_WORDS_UNSET", 5, &words), 5);
     }
 
     #[test]
     fn auto_flags_read_once_as_flags() {
-        // Names no other test reads, so setting them races with nothing.
-        for (v, want) in [(" auto ", None), ("1", Some(true)), ("true", Some(true)), ("0", Some(false)), ("", Some(false)), (" 1", Some(false))] {
-            std::env::set_var("RUSTCCL_TEST_AUTO_FLAG", v);
-            assert_eq!(env_auto_flag("RUSTCCL_TEST_AUTO_FLAG"), want, "{v:?}");
+        for (value, want) in [(" auto ", None), ("1", Some(true)), ("true", Some(true)), ("0", Some(false)), ("", Some(false)), (" 1", Some(false))] {
+            let o = over(&[("RUSTCCL_TEST_AUTO_FLAG", value)]);
+            assert_eq!(Vars::over(&o).auto_flag("RUSTCCL_TEST_AUTO_FLAG"), want, "{value:?}");
         }
-        assert_eq!(env_auto_flag("RUSTCCL_TEST_AUTO_FLAG_UNSET"), None);
+        assert_eq!(Vars::process().auto_flag("RUSTCCL_TEST_AUTO_FLAG_UNSET"), None);
+    }
+
+    #[test]
+    fn a_groups_own_settings_come_before_the_environment() {
+        // A name no other test reads, so setting it races with nothing.
+        std::env::set_var("RUSTCCL_TEST_OVER", "5");
+        let o = over(&[("RUSTCCL_TEST_OVER", "6")]);
+        assert_eq!(Vars::over(&o).count("RUSTCCL_TEST_OVER", 1), 6);
+        assert_eq!(Vars::process().count("RUSTCCL_TEST_OVER", 1), 5);
+        assert_eq!(Vars::over(&o).count("RUSTCCL_TEST_OVER_UNSET", 1), 1);
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::OnceLock;
 
 mod env;
+mod group;
 mod settings;
 
 /// Defaults of `RUSTCCL_SHM_TENSORS_MIN_BYTES` / `_CACHE_BYTES`.
@@ -299,10 +300,13 @@ pub struct Config {
     pub fault: Option<FaultSpec>,
     pub check: bool,
     pub debug: LogLevel,
+    /// The `RUSTCCL_*` variables of the environment when it was read.
+    env: Vec<(String, String)>,
 }
 
 pub use env::{env_flag, parse_size};
-use env::{env_auto_flag, env_auto_size, env_count, env_count_or, env_on, env_usize, env_usize_or};
+use env::Vars;
+pub use group::{group_scoped, GroupConfig};
 pub use settings::{Setting, SETTINGS};
 
 /// `RUSTCCL_SHM_TENSORS_MIN_BYTES` and `_CACHE_BYTES`, read now: the arena
@@ -310,97 +314,125 @@ pub use settings::{Setting, SETTINGS};
 /// [`Config::get`] (which would freeze every setting a script makes after
 /// the import).
 pub fn shm_tensors_sizes() -> (usize, usize) {
-    (env_usize("RUSTCCL_SHM_TENSORS_MIN_BYTES", SHM_TENSORS_MIN), env_usize("RUSTCCL_SHM_TENSORS_CACHE_BYTES", SHM_TENSORS_CACHE))
+    let v = Vars::process();
+    let sizes = shm_tensors_from(&v);
+    for (_, why) in v.rejected() {
+        eprintln!("rustccl: ignoring {why}");
+    }
+    sizes
 }
 
-fn parse_level(s: &str) -> LogLevel {
+fn shm_tensors_from(v: &Vars<'_>) -> (usize, usize) {
+    (v.size("RUSTCCL_SHM_TENSORS_MIN_BYTES", SHM_TENSORS_MIN), v.size("RUSTCCL_SHM_TENSORS_CACHE_BYTES", SHM_TENSORS_CACHE))
+}
+
+fn parse_level(v: &Vars<'_>) -> LogLevel {
+    let s = v.var("RUSTCCL_DEBUG").unwrap_or_default();
     match s.trim().to_ascii_uppercase().as_str() {
         "" | "OFF" | "0" | "NONE" => LogLevel::Off,
         "WARN" | "WARNING" => LogLevel::Warn,
         "INFO" | "1" => LogLevel::Info,
         "TRACE" | "DEBUG" | "2" => LogLevel::Trace,
-        other => {
-            eprintln!("rustccl: unknown RUSTCCL_DEBUG={other:?}, using INFO");
+        _ => {
+            v.reject("RUSTCCL_DEBUG", &s, "not OFF, WARN, INFO or TRACE; using INFO");
             LogLevel::Info
         }
     }
 }
 
 impl Config {
+    /// The settings in the environment now; values that do not parse are
+    /// reported on stderr and left at their defaults.
     fn from_env() -> Config {
+        let v = Vars::process();
+        let mut c = Config::from_vars(&v);
+        for (_, why) in v.rejected() {
+            eprintln!("rustccl: ignoring {why}");
+        }
+        // What the environment said, so a group's own settings go over
+        // these, not over a later change of the environment.
+        c.env = std::env::vars_os()
+            .filter_map(|(k, x)| Some((k.into_string().ok()?, x.into_string().ok()?)))
+            .filter(|(k, _)| k.starts_with("RUSTCCL_"))
+            .collect();
+        c
+    }
+
+    fn from_vars(v: &Vars<'_>) -> Config {
         let d = AlgoConfig::default();
         let algo = AlgoConfig {
-            small_allreduce_bytes: env_usize("RUSTCCL_SMALL_ALLREDUCE_BYTES", d.small_allreduce_bytes),
-            small_broadcast_bytes: env_usize("RUSTCCL_SMALL_BROADCAST_BYTES", d.small_broadcast_bytes),
-            segment_bytes: env_usize("RUSTCCL_SEGMENT_BYTES", d.segment_bytes).max(64),
-            caller_runs_us: env_count("RUSTCCL_CALLER_RUNS_US", d.caller_runs_us as usize) as u64,
+            small_allreduce_bytes: v.size("RUSTCCL_SMALL_ALLREDUCE_BYTES", d.small_allreduce_bytes),
+            small_broadcast_bytes: v.size("RUSTCCL_SMALL_BROADCAST_BYTES", d.small_broadcast_bytes),
+            segment_bytes: v.size("RUSTCCL_SEGMENT_BYTES", d.segment_bytes).max(64),
+            caller_runs_us: v.count("RUSTCCL_CALLER_RUNS_US", d.caller_runs_us as usize) as u64,
         };
-        let (shm_tensors_min, shm_tensors_cache) = shm_tensors_sizes();
+        let (shm_tensors_min, shm_tensors_cache) = shm_tensors_from(v);
         Config {
             algo,
-            socket_ifname: std::env::var("RUSTCCL_SOCKET_IFNAME").ok().filter(|s| !s.is_empty()),
-            host_id: std::env::var("RUSTCCL_HOST_ID").ok().filter(|s| !s.is_empty()),
-            nccl_library: std::env::var("RUSTCCL_NCCL_LIBRARY").ok().filter(|s| !s.is_empty()),
-            transport: match std::env::var("RUSTCCL_TRANSPORT").unwrap_or_default().to_ascii_lowercase().as_str() {
+            socket_ifname: v.text("RUSTCCL_SOCKET_IFNAME"),
+            host_id: v.text("RUSTCCL_HOST_ID"),
+            nccl_library: v.text("RUSTCCL_NCCL_LIBRARY"),
+            transport: match v.var("RUSTCCL_TRANSPORT").unwrap_or_default().to_ascii_lowercase().as_str() {
                 "" | "auto" => TransportMode::Auto,
                 "tcp" => TransportMode::Tcp,
                 "shm" => TransportMode::Shm,
                 other => {
-                    eprintln!("rustccl: unknown RUSTCCL_TRANSPORT={other:?}, using auto");
+                    v.reject("RUSTCCL_TRANSPORT", other, "not auto, tcp or shm");
                     TransportMode::Auto
                 }
             },
             shm: ShmConfig {
-                ring_bytes: env_usize("RUSTCCL_SHM_RING_BYTES", 1 << 20),
-                small_bytes: env_usize("RUSTCCL_SHM_SMALL_BYTES", 0),
-                segment_bytes: env_usize("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
-                slot_min: env_usize_or("RUSTCCL_SHM_SLOT_MIN_BYTES", SLOT_FROM_HOST, &[("auto", SLOT_FROM_HOST)]),
-                threads: env_count("RUSTCCL_SHM_THREADS", 0),
-                attach_min: env_usize_or("RUSTCCL_SHM_ATTACH_MIN_BYTES", ATTACH_FROM_HOST, &[("off", usize::MAX), ("auto", ATTACH_FROM_HOST)]),
-                min_piece: env_usize("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
-                single_min: env_usize("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
-                block_min: env_usize("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", 0),
-                root_threads: env_count("RUSTCCL_SHM_ROOT_THREADS", 0),
-                quick_threads: env_count_or("RUSTCCL_SHM_QUICK_THREADS", QUICK_FROM_HOST, &[("auto", QUICK_FROM_HOST)]),
-                quick_bytes: env_usize("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", 0),
-                quick_all_to_all_bytes: env_usize("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", 0),
-                quick_min_piece: env_usize("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", 0),
-                quick_leads: env_auto_flag("RUSTCCL_SHM_QUICK_LEADS"),
-                spin_us: env_count_or("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST, &[("auto", SPIN_FROM_HOST)]),
-                wait_spin_us: env_count_or("RUSTCCL_SHM_WAIT_SPIN_US", WAIT_SPIN_FROM_HOST, &[("auto", WAIT_SPIN_FROM_HOST)]),
-                broadcast_min: env_usize_or("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", BROADCAST_FROM_HOST, &[("off", usize::MAX), ("auto", BROADCAST_FROM_HOST)]),
-                staged_min: env_usize("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", STAGED_SEND_MIN),
-                staged_max: env_usize_or("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST, &[("auto", STAGE_FROM_HOST)]),
-                stage_shared: env_flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
-                keep_apart: env_on("RUSTCCL_SHM_KEEP_APART"),
-                gather_push: env_on("RUSTCCL_SHM_GATHER_PUSH"),
-                split_send_min: env_usize_or("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", SPLIT_FROM_HOST, &[("off", usize::MAX), ("auto", SPLIT_FROM_HOST)]),
-                scatter_split_max: env_usize_or("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0, &[("any", usize::MAX)]),
-                scatter_root_share: env_count("RUSTCCL_SHM_SCATTER_ROOT_SHARE", 0),
-                gather_root_share: env_count("RUSTCCL_SHM_GATHER_ROOT_SHARE", 0),
-                block_wait_us: env_usize("RUSTCCL_SHM_BLOCK_WAIT_US", BLOCK_WAIT_US),
+                ring_bytes: v.size("RUSTCCL_SHM_RING_BYTES", 1 << 20),
+                small_bytes: v.size("RUSTCCL_SHM_SMALL_BYTES", 0),
+                segment_bytes: v.size("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
+                slot_min: v.size_or("RUSTCCL_SHM_SLOT_MIN_BYTES", SLOT_FROM_HOST, &[("auto", SLOT_FROM_HOST)]),
+                threads: v.count("RUSTCCL_SHM_THREADS", 0),
+                attach_min: v.size_or("RUSTCCL_SHM_ATTACH_MIN_BYTES", ATTACH_FROM_HOST, &[("off", usize::MAX), ("auto", ATTACH_FROM_HOST)]),
+                min_piece: v.size("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
+                single_min: v.size("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
+                block_min: v.size("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", 0),
+                root_threads: v.count("RUSTCCL_SHM_ROOT_THREADS", 0),
+                quick_threads: v.count_or("RUSTCCL_SHM_QUICK_THREADS", QUICK_FROM_HOST, &[("auto", QUICK_FROM_HOST)]),
+                quick_bytes: v.size("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", 0),
+                quick_all_to_all_bytes: v.size("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", 0),
+                quick_min_piece: v.size("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", 0),
+                quick_leads: v.auto_flag("RUSTCCL_SHM_QUICK_LEADS"),
+                spin_us: v.count_or("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST, &[("auto", SPIN_FROM_HOST)]),
+                wait_spin_us: v.count_or("RUSTCCL_SHM_WAIT_SPIN_US", WAIT_SPIN_FROM_HOST, &[("auto", WAIT_SPIN_FROM_HOST)]),
+                broadcast_min: v.size_or("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", BROADCAST_FROM_HOST, &[("off", usize::MAX), ("auto", BROADCAST_FROM_HOST)]),
+                staged_min: v.size("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", STAGED_SEND_MIN),
+                staged_max: v.size_or("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST, &[("auto", STAGE_FROM_HOST)]),
+                stage_shared: v.flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
+                keep_apart: v.on("RUSTCCL_SHM_KEEP_APART"),
+                gather_push: v.on("RUSTCCL_SHM_GATHER_PUSH"),
+                split_send_min: v.size_or("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", SPLIT_FROM_HOST, &[("off", usize::MAX), ("auto", SPLIT_FROM_HOST)]),
+                scatter_split_max: v.size_or("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0, &[("any", usize::MAX)]),
+                scatter_root_share: v.count("RUSTCCL_SHM_SCATTER_ROOT_SHARE", 0),
+                gather_root_share: v.count("RUSTCCL_SHM_GATHER_ROOT_SHARE", 0),
+                block_wait_us: v.size("RUSTCCL_SHM_BLOCK_WAIT_US", BLOCK_WAIT_US),
             },
-            shm_tensors: env_flag("RUSTCCL_SHM_TENSORS"),
+            shm_tensors: v.flag("RUSTCCL_SHM_TENSORS"),
             shm_tensors_min,
             shm_tensors_cache,
-            flight_dir: std::env::var("RUSTCCL_FLIGHT_RECORDER_DIR").ok().filter(|s| !s.is_empty()),
-            flight_size: env_count("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
-            fault: std::env::var("RUSTCCL_FAULT").ok().filter(|s| !s.is_empty()).and_then(|s| match FaultSpec::parse(&s) {
+            flight_dir: v.text("RUSTCCL_FLIGHT_RECORDER_DIR"),
+            flight_size: v.count("RUSTCCL_FLIGHT_RECORDER_SIZE", 2000),
+            fault: v.text("RUSTCCL_FAULT").and_then(|s| match FaultSpec::parse(&s) {
                 Ok(f) => Some(f),
                 Err(e) => {
-                    eprintln!("rustccl: ignoring RUSTCCL_FAULT={s:?}: {e}");
+                    v.reject("RUSTCCL_FAULT", &s, &e);
                     None
                 }
             }),
-            check: env_flag("RUSTCCL_CHECK"),
-            cuda_timing: env_flag("RUSTCCL_CUDA_TIMING"),
-            host_profile: env_flag("RUSTCCL_HOST_PROFILE"),
-            custom_allreduce: !matches!(std::env::var("RUSTCCL_CUSTOM_ALLREDUCE").as_deref(), Ok("0") | Ok("false") | Ok("FALSE")),
-            custom_allreduce_max_bytes: env_auto_size("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES"),
-            one_shot_max_bytes: env_auto_size("RUSTCCL_ONE_SHOT_MAX_BYTES"),
-            custom_gather_max_bytes: env_auto_size("RUSTCCL_CUSTOM_GATHER_MAX_BYTES"),
-            nvrtc_library: std::env::var("RUSTCCL_NVRTC_LIBRARY").ok().filter(|s| !s.is_empty()),
-            debug: parse_level(&std::env::var("RUSTCCL_DEBUG").unwrap_or_default()),
+            check: v.flag("RUSTCCL_CHECK"),
+            cuda_timing: v.flag("RUSTCCL_CUDA_TIMING"),
+            host_profile: v.flag("RUSTCCL_HOST_PROFILE"),
+            custom_allreduce: !matches!(v.var("RUSTCCL_CUSTOM_ALLREDUCE").as_deref(), Some("0") | Some("false") | Some("FALSE")),
+            custom_allreduce_max_bytes: v.auto_size("RUSTCCL_CUSTOM_ALLREDUCE_MAX_BYTES"),
+            one_shot_max_bytes: v.auto_size("RUSTCCL_ONE_SHOT_MAX_BYTES"),
+            custom_gather_max_bytes: v.auto_size("RUSTCCL_CUSTOM_GATHER_MAX_BYTES"),
+            nvrtc_library: v.text("RUSTCCL_NVRTC_LIBRARY"),
+            debug: parse_level(v),
+            env: Vec::new(),
         }
     }
 

@@ -105,9 +105,11 @@ impl PyCommunicator {
 #[pymethods]
 impl PyCommunicator {
     /// Rendezvous through `store` (an object with set / get / add) and
-    /// connect to every peer.
+    /// connect to every peer; `settings`: the group's own `RUSTCCL_*`
+    /// settings ((name, value) pairs) over the process's.
     #[staticmethod]
-    #[pyo3(signature = (store, rank, size, timeout_s=1800.0, group="default", host_hint=None))]
+    #[pyo3(signature = (store, rank, size, timeout_s=1800.0, group="default", host_hint=None, settings=None))]
+    #[allow(clippy::too_many_arguments)]
     fn bootstrap(
         py: Python<'_>,
         store: Py<PyAny>,
@@ -116,11 +118,16 @@ impl PyCommunicator {
         timeout_s: f64,
         group: &str,
         host_hint: Option<String>,
+        settings: Option<Vec<(String, String)>>,
     ) -> PyResult<PyCommunicator> {
         let cfg = Config::get();
+        let timeout = Duration::from_secs_f64(timeout_s.max(0.001));
+        let opts = match settings {
+            Some(s) if !s.is_empty() => CommOptions::with_settings(group, timeout, s).map_err(to_py)?,
+            _ => CommOptions::new(group, timeout),
+        };
         let listen = addr::listen_ip(cfg.socket_ifname.as_deref(), host_hint.as_deref())
             .map_err(|e| to_py(Error::Bootstrap { rank, detail: e }))?;
-        let opts = CommOptions::new(group, Duration::from_secs_f64(timeout_s.max(0.001)));
         let store = PyStore(store);
         let comm = py
             .detach(|| crate::comm::Communicator::bootstrap(&store, rank, size, opts, listen))
@@ -327,6 +334,11 @@ fn stats_dict<'py>(py: Python<'py>, c: &crate::comm::Communicator) -> PyResult<B
         th.set_item(*k, *v)?;
     }
     out.set_item("thresholds", th)?;
+    let own = PyDict::new(py);
+    for (k, v) in c.settings() {
+        own.set_item(k, v)?;
+    }
+    out.set_item("settings", own)?;
     out.set_item("thread_moves", crate::comm::stats::thread_moves())?;
     match crate::comm::stats::shared_tensors() {
         Some(kv) => {

@@ -233,3 +233,37 @@ def test_cli_reports_a_failing_backend(tmp_path):
     assert [r["backend"] for r in recs if r["kind"] == "result" and r["op"] == "all_reduce"] == ["rustccl", "rustccl"]
     assert any(r["kind"] == "error" and r["backend"] == "nosuchbackend" for r in recs)
     assert "## Errors" in (tmp_path / "e.md").read_text()
+
+
+def test_cli_times_a_variant_of_rustccl_in_the_same_alternation(tmp_path):
+    """--variant: a rustccl group with its own settings is one more backend
+    of the A/B alternation, its rows named rustccl:NAME, its settings in
+    force (a TCP variant's calls take TCP algorithms) and in the header."""
+    cmd = [sys.executable, "-m", "rustccl.bench", "--world", "2", "--ops", "all_reduce,broadcast", "--min-bytes", "4K",
+           "--max-bytes", "64K", "--factor", "16", "--iters", "3", "--warmup", "1", "--no-pp", "--check",
+           "--variant", "tcp:RUSTCCL_TRANSPORT=tcp,RUSTCCL_SMALL_ALLREDUCE_BYTES=1K", "--out", str(tmp_path),
+           "--name", "v"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    recs = [json.loads(line) for line in open(tmp_path / "v.jsonl")]
+    head = recs[0]
+    assert head["options"]["backends"] == ["rustccl", "rustccl:tcp", "gloo"]
+    assert head["options"]["variants"] == {"rustccl:tcp": {"RUSTCCL_TRANSPORT": "tcp",
+                                                           "RUSTCCL_SMALL_ALLREDUCE_BYTES": "1K"}}
+    rows = {(r["backend"], r["op"], r["size"]): r for r in recs if r["kind"] == "result"}
+    assert set(rows) == {(b, op, s) for b in head["options"]["backends"] for op in ("all_reduce", "broadcast")
+                         for s in (4096, 65536)}
+    for (b, op, s), r in rows.items():
+        if b == "gloo":
+            assert "algorithms" not in r
+            continue
+        assert sum(r["algorithms"].values()) == r["iters"] * r["repeats"], r
+        shm = [a for a in r["algorithms"] if a.startswith("shm")]
+        assert (shm == list(r["algorithms"])) if b == "rustccl" else not shm, r
+    ratios = {(q["vs"], q["op"], q["size"]) for q in recs if q["kind"] == "ratio"}
+    assert ("rustccl:tcp", "all_reduce", 4096) in ratios and ("gloo", "broadcast", 65536) in ratios
+    md = (tmp_path / "v.md").read_text()
+    assert "rustccl/rustccl:tcp" in md and "- rustccl:tcp: a rustccl group with its own settings RUSTCCL_TRANSPORT=tcp" in md
+    bad = subprocess.run([sys.executable, "-m", "rustccl.bench", "--variant", "x", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--variant 'x': give NAME:SETTING=VALUE" in bad.stderr, bad.stderr

@@ -1,6 +1,6 @@
 """gloo's features on rustccl (monitored_barrier, sparse all_reduce, DDP
 with a sparse embedding) and groups made from groups (shrink_group; split
-needs CUDA and is in test_cuda.py)."""
+needs CUDA and is in test_cuda.py), and a group's own settings (pg_options)."""
 
 import re
 
@@ -107,3 +107,30 @@ def test_training_survives_a_dead_rank_under_torchrun(nproc):
     ref = sr.run(nproc - 1, 6, 3, 256, "shrink", ["--resume", state])
     assert ref["start"] == 3 and ref["world"] == nproc - 1, ref
     assert abs(ref["final_loss"] - got["final_loss"]) <= 1e-6 * abs(ref["final_loss"]), (got, ref)
+
+
+def test_a_group_with_its_own_settings():
+    world = 2
+    res = launch.run("w_groups:group_settings", world, timeout=150)
+    for r in range(world):
+        got = res[r]
+        tcp, default = got["tcp"], got["default"]
+        assert tcp["equal"] and default["equal"], got
+        # the group's settings are in force in that group only
+        assert tcp["settings"] == {"RUSTCCL_TRANSPORT": "tcp", "RUSTCCL_SMALL_ALLREDUCE_BYTES": "1K",
+                                   "RUSTCCL_SEGMENT_BYTES": "4096"}, tcp
+        assert default["settings"] == {}, default
+        assert set(tcp["links"]) == {"", "tcp"} and set(default["links"]) == {"", "shm"}, got
+        assert (tcp["small"], tcp["segment"]) == (1024, 4096), tcp
+        assert (default["small"], default["segment"]) == (65536, 524288), default
+        assert tcp["algorithms"] and not any(a.startswith("shm") for a in tcp["algorithms"]), tcp
+        assert all(a.startswith("shm") for a in default["algorithms"]), default
+        assert got["slot"] == 3 << 20 and default["slot"] < 3 << 20, got
+        e = got["errors"]
+        assert e["unknown"]["type"] == "ValueError" and 'unknown setting "RUSTCCL_SHM_SLOT_MIN"' in e["unknown"]["msg"], e
+        assert "rustccl new_group" in e["unknown"]["msg"], e
+        assert "RUSTCCL_FLIGHT_RECORDER_SIZE applies to the whole process" in e["process"]["msg"], e
+        assert 'RUSTCCL_SHM_SLOT_MIN_BYTES="lots": not a byte count' in e["value"]["msg"], e
+        assert e["type"]["type"] == "TypeError" and "rustccl: pg_options must be a rustccl.Options" in e["type"]["msg"], e
+        assert "keep the parent group's settings" in got["split"]["msg"], got
+        assert got["after"] == float(world) and got["tcp_after"] == float(world), got

@@ -181,3 +181,37 @@ def shrink_subgroup(rank: int, world: int) -> dict:
             out.update(new_size=new.size(), sub_sum=t[0].item(), world_still=dist.get_world_size())
     out["world_sum"] = _ones_sum()
     return out
+
+
+# ------------------------------------------------------------ a group's own settings
+
+def group_settings(rank: int, world: int) -> dict:
+    """Groups with their own settings (pg_options=rustccl.Options) beside the
+    default group: their results, the settings in force (stats), and bad
+    settings refused with the group and the default group working after."""
+    n = 10000
+    want = torch.arange(n, dtype=torch.float32) * sum(range(1, world + 1))
+    own = {"RUSTCCL_TRANSPORT": "tcp", "RUSTCCL_SMALL_ALLREDUCE_BYTES": "1K", "RUSTCCL_SEGMENT_BYTES": 4096}
+    tcp = dist.new_group(backend="rustccl", pg_options=rustccl.Options(own))
+    out = {}
+    for name, g in (("tcp", tcp), ("default", None)):
+        x = torch.arange(n, dtype=torch.float32) * (rank + 1)
+        dist.all_reduce(x, group=g)
+        s = rustccl.stats(g)
+        out[name] = {"equal": torch.equal(x, want), "links": s["links"], "settings": s["settings"],
+                     "small": s["thresholds"]["small_allreduce_bytes"], "segment": s["thresholds"]["segment_bytes"],
+                     "algorithms": sorted(s["ops"]["all_reduce"]["algorithms"]),
+                     "slot": s["thresholds"].get("shm_slot_bytes")}
+    slot = dist.new_group(backend="rustccl", pg_options=rustccl.Options(RUSTCCL_SHM_SLOT_MIN_BYTES="3M"))
+    out["slot"] = rustccl.stats(slot)["thresholds"]["shm_slot_bytes"]
+    bad = {
+        "unknown": rustccl.Options(RUSTCCL_SHM_SLOT_MIN="1M"),
+        "process": rustccl.Options(RUSTCCL_FLIGHT_RECORDER_SIZE=10),
+        "value": rustccl.Options(RUSTCCL_SHM_SLOT_MIN_BYTES="lots"),
+        "type": {"RUSTCCL_CHECK": "1"},
+    }
+    out["errors"] = {k: _error(lambda o=o: dist.new_group(backend="rustccl", pg_options=o)) for k, o in bad.items()}
+    out["split"] = _error(lambda: dist.split_group(split_ranks=[list(range(world))],
+                                                   pg_options=rustccl.Options(RUSTCCL_CHECK=1)))
+    out["after"], out["tcp_after"] = _ones_sum(), _ones_sum(tcp)
+    return out

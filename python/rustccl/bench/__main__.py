@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     a = p.add_argument
     a("--backends", type=_csv, help="comma-separated; the first is compared with the others "
       "(default rustccl,gloo on cpu, rustccl,nccl on cuda)")
+    a("--variant", action="append", default=[], metavar="NAME:SETTING=VALUE[,SETTING=VALUE...]",
+      help="also time a rustccl group with these RUSTCCL_* settings (rustccl.Options), as backend rustccl:NAME, "
+           "in the same alternation as the others (two settings A/B in one process); repeatable")
     a("--device", choices=["cpu", "cuda"], help="default: cuda if available, else cpu")
     a("--world", type=int, help="ranks to spawn on this host when not under torchrun (default 2)")
     a("--ops", type=_csv, default=list(metrics.OPS), help=f"comma-separated subset of {','.join(metrics.OPS)}")
@@ -113,6 +116,7 @@ def finish_config(cfg, world: int):
         p.error(f"unknown ops {bad}; known: {','.join(metrics.OPS)}")
     if len(set(cfg.backends)) != len(cfg.backends) or not cfg.backends:
         p.error("--backends: give distinct backend names")
+    cfg.variants = parse_variants(p, cfg)
     if (cfg.iters is not None and cfg.iters < 1) or cfg.warmup < 0 or cfg.repeats < 1:
         p.error("--iters and --repeats must be >= 1, --warmup >= 0")
     if world < 2:
@@ -123,6 +127,28 @@ def finish_config(cfg, world: int):
         p.error(str(e))
     cfg.name = cfg.name or f"{datetime.date.today().isoformat()}-{cfg.machine}-{cfg.device}-{world}rank"
     return cfg
+
+
+def parse_variants(p: argparse.ArgumentParser, cfg) -> dict[str, dict[str, str]]:
+    """{"rustccl:NAME": {setting: value}} from the --variant options; puts
+    their backends right after rustccl in cfg.backends."""
+    out: dict[str, dict[str, str]] = {}
+    for text in cfg.variant:
+        name, _, rest = text.partition(":")
+        pairs = [kv.split("=", 1) for kv in _csv(rest)]
+        if not name.strip() or not pairs or any(len(kv) != 2 or not kv[0].strip() for kv in pairs):
+            p.error(f"--variant {text!r}: give NAME:SETTING=VALUE[,SETTING=VALUE...]")
+        label = f"rustccl:{name.strip()}"
+        if label in out:
+            p.error(f"--variant: {name!r} given twice")
+        out[label] = {k.strip(): v.strip() for k, v in pairs}
+    if out:
+        if cfg.backends[0] != "rustccl" or cfg.method != "ab":
+            p.error("--variant needs rustccl first in --backends and the ab method")
+        if any(b.startswith("rustccl:") for b in cfg.backends):
+            p.error("--backends: rustccl:NAME backends come from --variant")
+        cfg.backends = [cfg.backends[0], *out, *cfg.backends[1:]]
+    return out
 
 
 def free_port() -> int:

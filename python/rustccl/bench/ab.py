@@ -2,7 +2,10 @@
 timed alternately, median of rounds.
 
 The default process group is the first backend (rustccl); every other
-backend gets a ``new_group`` over the same ranks. For every (op, size) each
+backend gets a ``new_group`` over the same ranks, and so does each
+``--variant`` (backend ``rustccl:NAME``: a rustccl group with its own
+settings, ``pg_options=rustccl.Options(...)``), so two settings are timed
+against each other as rustccl is against gloo. For every (op, size) each
 backend runs its warm-ups, then ``--repeats`` rounds (default 3; at least 5 on CUDA) in which
 every backend runs one timed loop of ``iters`` calls, the order of the
 backends alternating from round to round; each backend's time is the
@@ -53,8 +56,15 @@ def groups(cfg, store, rank: int, world: int, device, errors: list) -> dict:
         args["device_id"] = device
     dist.init_process_group(**args)
     out = {cfg.backends[0]: dist.group.WORLD}
+    variants = getattr(cfg, "variants", {})
     for b in cfg.backends[1:]:
         try:
+            if b in variants:
+                import rustccl
+
+                out[b] = dist.new_group(backend="rustccl", timeout=timedelta(seconds=cfg.timeout),
+                                        pg_options=rustccl.Options(variants[b]))
+                continue
             out[b] = dist.new_group(backend=b, timeout=timedelta(seconds=cfg.timeout))
         except Exception as e:  # noqa: BLE001 - the other backends are still measured
             errors.append((b, e))
@@ -132,8 +142,8 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
         except Exception:  # noqa: BLE001
             fns.pop(FLOOR, None)
     order = list(fns)
-    counted = "rustccl" if "rustccl" in groups_ else None
-    before = algorithms(groups_[counted], op) if counted else {}
+    counted = [b for b in groups_ if b == "rustccl" or b.startswith("rustccl:")]
+    before = {b: algorithms(groups_[b], op) for b in counted}
     # GPU hosts drift more than CPU ones: at least 5 rounds on CUDA.
     rounds = max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
     for k in range(rounds):
@@ -148,8 +158,10 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
                     errors.append((b, e, op))
                     del live[b]
     ran = {}
-    if counted in groups_:
-        ran = {a: n - before.get(a, 0) for a, n in algorithms(groups_[counted], op).items() if n > before.get(a, 0)}
+    for b in counted:
+        if b in groups_:
+            was = before[b]
+            ran[b] = {a: n - was.get(a, 0) for a, n in algorithms(groups_[b], op).items() if n > was.get(a, 0)}
     for b in order:
         if b not in groups_ or not loops[b]:
             continue
@@ -163,7 +175,7 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
                      "dtype": cfg.dtype, "size": size, "bytes": nbytes, "count": count, "us": secs * 1e6,
                      "us_max": slowest(secs, device, live[b]) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
                      "iters": iters, "warmup": warmup, "repeats": rounds, "method": "ab",
-                     **({"algorithms": ran} if b == counted else {})})
+                     **({"algorithms": ran[b]} if b in ran else {})})
 
 
 def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[dict], list[str], list[str]]:

@@ -194,6 +194,8 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
                                          if h['options'].get('repeats', 1) > 1 else "")
         + "; us = time per call on rank 0; busbw as nccl-tests",
         f"- {ref}/X = X time / {ref} time = {ref} busbw / X busbw: > 1 means {ref} is faster",
+        *(f"- {b}: a rustccl group with its own settings " + ", ".join(f"{k}={v}" for k, v in kv.items())
+          for b, kv in (h["options"].get("variants") or {}).items()),
         "- method: " + ("A/B (every backend's group in one process, timed alternately, median of rounds)"
                         if h.get("method", "ab") == "ab" else "blocks (one backend's group at a time)")]
     if any(r.get("kind") == "floor" for r in rows):

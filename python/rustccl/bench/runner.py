@@ -111,7 +111,7 @@ def header(cfg, world: int, device: torch.device, hosts: list[str], load_start, 
          "options": {k: getattr(cfg, k) for k in ("backends", "ops", "dtype", "min_bytes", "max_bytes", "factor",
                                                   "iters", "warmup", "repeats", "check", "ddp", "ddp_size", "ddp_batch",
                                                   "ddp_steps", "timeout", "method", "pp", "pp_stages", "pp_micro",
-                                                  "pp_bytes", "pp_steps")}}
+                                                  "pp_bytes", "pp_steps", "variants")}}
     if device.type == "cuda":
         h["gpu"] = torch.cuda.get_device_name(device)
         h["hardware"] += f"; {torch.cuda.device_count()}x {h['gpu']}"

@@ -309,10 +309,12 @@ fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
 /// time in all seven alternations of two calls (2.6x -> 3.0x gloo), 2 MiB
 /// ones 1.08-1.41x longer
 /// (`benchmarks/results/2026-11-29-h200host-s41/reduce-from-4mib/`,
-/// `reduce-pieces-quiet/`); 8 ranks of 4 threads (32-core host) were
-/// measured at 4 MiB only under 0.2-7 s of steal a sweep (0.41-1.96x, the
-/// one quiet pair 0.95x; `benchmarks/results/2026-11-29-x2host-s42/`) and
-/// of 8 not at all, so they keep 8 MiB; ranks of one thread whose reads are
+/// `reduce-pieces-quiet/`); 8 ranks of 4 threads (32-core host) keep
+/// 8 MiB: reading from 4 MiB made 4 MiB reduces 1.25x longer, timed in one
+/// process against the default and an A/A group (1.05x) in two quiet
+/// sweeps (`benchmarks/results/2026-11-29-x2host-s43/reduce-4mib-variants/`;
+/// separate sweeps under steal had given 0.41-1.96x); ranks of 8 threads
+/// are unmeasured and keep 8 MiB too; ranks of one thread whose reads are
 /// fast take 4 MiB unmeasured (on the hosts measured, one-thread ranks read
 /// slowly).
 fn pushed_reduce_attach_min(attach_min: usize, local_ranks: usize, threads: usize) -> usize {
