@@ -84,6 +84,7 @@ def test_shrink_subgroup_keeps_default_group():
     res = launch.run("w_groups:shrink_subgroup", 4, timeout=150)
     for r in (0, 1):
         assert res[r]["new_size"] == 2 and res[r]["sub_sum"] == 2.0 and res[r]["world_still"] == 4, res[r]
+        assert res[r]["settings"] == {"RUSTCCL_SEGMENT_BYTES": "8K"} and res[r]["segment"] == 8192, res[r]
     for r in range(4):
         assert res[r]["world_sum"] == 4.0, res[r]
 

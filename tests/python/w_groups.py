@@ -170,15 +170,17 @@ def shrink_mismatch(rank: int, world: int) -> dict:
 
 
 def shrink_subgroup(rank: int, world: int) -> dict:
-    """Shrinking a non-default group leaves the default group as it is."""
-    sub = dist.new_group([0, 1, 2])
+    """Shrinking a non-default group leaves the default group as it is; the
+    shrunk group keeps the group's own settings."""
+    sub = dist.new_group([0, 1, 2], pg_options=rustccl.Options(RUSTCCL_SEGMENT_BYTES="8K"))
     out = {}
     if rank in (0, 1, 2):
         if rank != 2:
             new = dist.shrink_group([2], group=sub)
             t = torch.ones(3)
             dist.all_reduce(t, group=new)
-            out.update(new_size=new.size(), sub_sum=t[0].item(), world_still=dist.get_world_size())
+            out.update(new_size=new.size(), sub_sum=t[0].item(), world_still=dist.get_world_size(),
+                       settings=rustccl.stats(new)["settings"], segment=rustccl.stats(new)["thresholds"]["segment_bytes"])
     out["world_sum"] = _ones_sum()
     return out
 
