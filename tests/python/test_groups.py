@@ -129,7 +129,7 @@ def test_a_group_with_its_own_settings():
         assert got["slot"] == 3 << 20 and default["slot"] < 3 << 20, got
         e = got["errors"]
         assert e["unknown"]["type"] == "ValueError" and 'unknown setting "RUSTCCL_SHM_SLOT_MIN"' in e["unknown"]["msg"], e
-        assert "rustccl new_group" in e["unknown"]["msg"], e
+        assert e["unknown"]["msg"].startswith("rustccl pg_options: "), e
         assert "RUSTCCL_FLIGHT_RECORDER_SIZE applies to the whole process" in e["process"]["msg"], e
         assert 'RUSTCCL_SHM_SLOT_MIN_BYTES="lots": not a byte count' in e["value"]["msg"], e
         assert e["type"]["type"] == "TypeError" and "rustccl: pg_options must be a rustccl.Options" in e["type"]["msg"], e
