@@ -19,10 +19,10 @@ from ._torch_check import import_torch
 _torch = import_torch()
 
 from . import _rustccl
-from ._rustccl import Communicator, __version__, config, host_identity
+from ._rustccl import Communicator, __version__, host_identity
 from .compression import compression, set_compression
 from .info import info
-from .options import Options
+from .options import Options, config
 from .stats import flight_record, reset_stats, stats
 from .store import FileStore
 

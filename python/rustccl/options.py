@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from . import _rustccl
+
 
 class Options:
     """``RUSTCCL_*`` settings of one process group, over the environment.
@@ -27,7 +29,8 @@ class Options:
     the whole process, and creating the group with one of them, an unknown
     name or a value that does not parse raises an error naming it. Every
     rank of the group must pass the same settings. ``rustccl.stats(group)``
-    shows them under ``settings``; groups split or shrunk from the group
+    shows them under ``settings`` and ``rustccl.config(group)`` every
+    setting's value in the group; groups split or shrunk from the group
     keep them.
 
     Pass them to ``dist.init_process_group`` or ``dist.new_group`` as
@@ -58,3 +61,15 @@ class Options:
         return isinstance(other, Options) and other.settings == self.settings
 
     __hash__ = None  # type: ignore[assignment] - mutable
+
+
+def config(group=None) -> dict[str, dict[str, str]]:
+    """Every ``RUSTCCL_*`` setting: ``{name: {"value", "default", "doc"}}``,
+    the values this process reads; with ``group`` (a process group or its
+    name), the values in force in that rustccl group: its own settings
+    (:class:`Options`) over the process's."""
+    if group is None:
+        return _rustccl.config()
+    from .stats import _group_name
+
+    return _rustccl.config(_group_name(group))

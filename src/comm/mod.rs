@@ -328,6 +328,12 @@ impl Communicator {
     pub fn settings(&self) -> &[(String, String)] {
         &self.opts.settings
     }
+
+    /// The settings this communicator copied at creation.
+    pub fn group_config(&self) -> crate::config::GroupConfig {
+        let o = &self.opts;
+        crate::config::GroupConfig { algo: o.algo, transport: o.transport, shm: o.shm, check: o.check }
+    }
     pub fn timeout(&self) -> Duration {
         self.opts.timeout
     }

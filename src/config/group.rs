@@ -42,6 +42,13 @@ impl Config {
         GroupConfig { algo: self.algo, transport: self.transport, shm: self.shm, check: self.check }
     }
 
+    /// (name, effective value) pairs as [`Config::effective`] gives them,
+    /// with a group's settings `g` in place of the process's.
+    pub fn effective_for(&self, g: GroupConfig) -> Vec<(&'static str, String)> {
+        let c = Config { algo: g.algo, transport: g.transport, shm: g.shm, check: g.check, ..self.clone() };
+        c.effective()
+    }
+
     /// The group settings with `settings` ((name, value) as in the
     /// environment) over what the environment said when the process read
     /// it. Err names the first setting that is unknown, not a group's, or

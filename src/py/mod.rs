@@ -303,12 +303,22 @@ impl PyCommunicator {
     }
 }
 
-/// The effective `RUSTCCL_*` settings: {name: {"value", "default", "doc"}}.
+/// The effective `RUSTCCL_*` settings: {name: {"value", "default", "doc"}};
+/// with `group` (a group name), that group's (its own settings over the
+/// process's).
 #[pyfunction]
-fn config(py: Python<'_>) -> PyResult<Py<PyDict>> {
+#[pyo3(signature = (group=None))]
+fn config(py: Python<'_>, group: Option<&str>) -> PyResult<Py<PyDict>> {
     let out = PyDict::new(py);
     let cfg = Config::get();
-    for (name, value) in cfg.effective() {
+    let effective = match group {
+        None => cfg.effective(),
+        Some(g) => {
+            let c = crate::comm::stats::lookup(g).ok_or_else(|| PyValueError::new_err(format!("rustccl.config: no live rustccl process group named {g:?}")))?;
+            cfg.effective_for(c.group_config())
+        }
+    };
+    for (name, value) in effective {
         let d = PyDict::new(py);
         d.set_item("value", value)?;
         if let Some(s) = SETTINGS.iter().find(|s| s.name == name) {

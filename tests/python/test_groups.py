@@ -135,3 +135,11 @@ def test_a_group_with_its_own_settings():
         assert e["type"]["type"] == "TypeError" and "rustccl: pg_options must be a rustccl.Options" in e["type"]["msg"], e
         assert "keep the parent group's settings" in got["split"]["msg"], got
         assert got["after"] == float(world) and got["tcp_after"] == float(world), got
+        # rustccl.config(group): the group's own settings over the process's
+        c = got["config"]
+        assert got["config_keys_equal"], got
+        assert c["process"] == c["default"] == {"RUSTCCL_TRANSPORT": "auto", "RUSTCCL_SEGMENT_BYTES": "524288",
+                                                "RUSTCCL_SHM_SLOT_MIN_BYTES": "auto",
+                                                "RUSTCCL_FLIGHT_RECORDER_SIZE": "2000"}, c
+        assert c["tcp"] == dict(c["process"], RUSTCCL_TRANSPORT="tcp", RUSTCCL_SEGMENT_BYTES="4096"), c
+        assert c["slot"] == dict(c["process"], RUSTCCL_SHM_SLOT_MIN_BYTES=str(3 << 20)), c

@@ -206,6 +206,12 @@ def group_settings(rank: int, world: int) -> dict:
                      "slot": s["thresholds"].get("shm_slot_bytes")}
     slot = dist.new_group(backend="rustccl", pg_options=rustccl.Options(RUSTCCL_SHM_SLOT_MIN_BYTES="3M"))
     out["slot"] = rustccl.stats(slot)["thresholds"]["shm_slot_bytes"]
+    values = {name: {k: v["value"] for k, v in rustccl.config(g).items()} for name, g in
+              (("process", None), ("tcp", tcp), ("slot", slot), ("default", dist.group.WORLD))}
+    out["config"] = {name: {k: v[k] for k in ("RUSTCCL_TRANSPORT", "RUSTCCL_SEGMENT_BYTES",
+                                              "RUSTCCL_SHM_SLOT_MIN_BYTES", "RUSTCCL_FLIGHT_RECORDER_SIZE")}
+                     for name, v in values.items()}
+    out["config_keys_equal"] = len({tuple(v) for v in values.values()}) == 1
     bad = {
         "unknown": rustccl.Options(RUSTCCL_SHM_SLOT_MIN="1M"),
         "process": rustccl.Options(RUSTCCL_FLIGHT_RECORDER_SIZE=10),
