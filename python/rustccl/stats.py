@@ -26,7 +26,7 @@ def _group_name(group) -> str:
         group = dist.distributed_c10d._get_default_group()
     name = getattr(group, "group_name", None)
     if not name:
-        raise ValueError(f"rustccl.stats: {group!r} is not a process group")
+        raise ValueError(f"rustccl: {group!r} is not a process group")
     return name
 
 

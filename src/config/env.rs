@@ -59,6 +59,14 @@ impl<'a> Vars<'a> {
         self.rejected.into_inner()
     }
 
+    /// Says on stderr which values did not parse (the process's settings:
+    /// they keep their defaults).
+    pub(super) fn report(self) {
+        for (_, why) in self.rejected() {
+            eprintln!("rustccl: ignoring {why}");
+        }
+    }
+
     /// A byte count, or `None` for unset / empty / "auto" (at most 256 MiB).
     pub(super) fn auto_size(&self, name: &str) -> Option<usize> {
         match self.var(name).as_deref() {

@@ -316,9 +316,7 @@ pub use settings::{Setting, SETTINGS};
 pub fn shm_tensors_sizes() -> (usize, usize) {
     let v = Vars::process();
     let sizes = shm_tensors_from(&v);
-    for (_, why) in v.rejected() {
-        eprintln!("rustccl: ignoring {why}");
-    }
+    v.report();
     sizes
 }
 
@@ -344,18 +342,16 @@ impl Config {
     /// The settings in the environment now; values that do not parse are
     /// reported on stderr and left at their defaults.
     fn from_env() -> Config {
-        let v = Vars::process();
-        let mut c = Config::from_vars(&v);
-        for (_, why) in v.rejected() {
-            eprintln!("rustccl: ignoring {why}");
-        }
-        // What the environment said, so a group's own settings go over
-        // these, not over a later change of the environment.
-        c.env = std::env::vars_os()
+        // Read once and kept, so a group's own settings go over what the
+        // process read, not over a later change of the environment.
+        let env: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, x)| Some((k.into_string().ok()?, x.into_string().ok()?)))
             .filter(|(k, _)| k.starts_with("RUSTCCL_"))
             .collect();
-        c
+        let v = Vars::layered(&[], &env);
+        let c = Config::from_vars(&v);
+        v.report();
+        Config { env, ..c }
     }
 
     fn from_vars(v: &Vars<'_>) -> Config {

@@ -56,14 +56,13 @@ def groups(cfg, store, rank: int, world: int, device, errors: list) -> dict:
         args["device_id"] = device
     dist.init_process_group(**args)
     out = {cfg.backends[0]: dist.group.WORLD}
-    variants = getattr(cfg, "variants", {})
     for b in cfg.backends[1:]:
         try:
-            if b in variants:
+            if b in cfg.variants:
                 import rustccl
 
                 out[b] = dist.new_group(backend="rustccl", timeout=timedelta(seconds=cfg.timeout),
-                                        pg_options=rustccl.Options(variants[b]))
+                                        pg_options=rustccl.Options(cfg.variants[b]))
                 continue
             out[b] = dist.new_group(backend=b, timeout=timedelta(seconds=cfg.timeout))
         except Exception as e:  # noqa: BLE001 - the other backends are still measured
