@@ -9,6 +9,7 @@ mod check;
 pub mod flight;
 pub mod host;
 pub mod nccl;
+mod options;
 pub mod monitor;
 pub mod p2p;
 pub mod regroup;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use crate::bootstrap::{self, BootstrapOpts, PeerInfo, Store, CHANNEL_COLLECTIVE, CHANNEL_P2P};
 use crate::collectives::{into_host, Op, OpSpec};
-use crate::config::{AlgoConfig, Config, LogLevel};
+use crate::config::{Config, LogLevel};
 use crate::error::{Error, Result};
 use crate::config::log_at;
 use crate::tensor::{SharedBuf, Tensor};
@@ -68,56 +69,7 @@ use crate::types::{DType, Device, OpKind, Rank};
 use crate::work::{self, Callback, Work};
 
 pub use host::{Done, Observer};
-
-#[derive(Debug, Clone)]
-pub struct CommOptions {
-    /// Group name (torch's group name), for logs and errors.
-    pub group: String,
-    /// Default bound on every operation.
-    pub timeout: Duration,
-    pub algo: AlgoConfig,
-    /// Shared memory between ranks of a host, or TCP only.
-    pub transport: TransportMode,
-    pub shm: crate::config::ShmConfig,
-    /// Compare every collective across ranks before running it.
-    pub check: bool,
-    /// Fault to inject (tests), any rank / group; filtered per communicator.
-    pub fault: Option<crate::config::FaultSpec>,
-    /// Host identity override (tests simulate hosts in one process).
-    pub host_id: Option<String>,
-    /// The group's own settings (`pg_options`), over the process's.
-    pub settings: Vec<(String, String)>,
-}
-
-impl CommOptions {
-    /// Options from the process's `RUSTCCL_*` settings.
-    pub fn new(group: impl Into<String>, timeout: Duration) -> CommOptions {
-        let c = Config::get();
-        CommOptions::from_group(group.into(), timeout, c.group(), Vec::new())
-    }
-
-    /// Options with the group's own `settings` ((name, value) as in the
-    /// environment) over the process's; an error names the setting that a
-    /// group cannot set or whose value does not parse.
-    pub fn with_settings(group: impl Into<String>, timeout: Duration, settings: Vec<(String, String)>) -> Result<CommOptions> {
-        let g = Config::get().for_group(&settings).map_err(|reason| Error::invalid("pg_options", reason))?;
-        Ok(CommOptions::from_group(group.into(), timeout, g, settings))
-    }
-
-    fn from_group(group: String, timeout: Duration, g: crate::config::GroupConfig, settings: Vec<(String, String)>) -> CommOptions {
-        CommOptions {
-            group,
-            timeout,
-            algo: g.algo,
-            transport: g.transport,
-            shm: g.shm,
-            check: g.check,
-            fault: Config::get().fault.clone(),
-            host_id: None,
-            settings,
-        }
-    }
-}
+pub use options::CommOptions;
 
 pub struct Communicator {
     rank: Rank,
@@ -331,8 +283,7 @@ impl Communicator {
 
     /// The settings this communicator copied at creation.
     pub fn group_config(&self) -> crate::config::GroupConfig {
-        let o = &self.opts;
-        crate::config::GroupConfig { algo: o.algo, transport: o.transport, shm: o.shm, check: o.check }
+        self.opts.group_config()
     }
     pub fn timeout(&self) -> Duration {
         self.opts.timeout
