@@ -250,6 +250,12 @@ def test_cli_times_a_variant_of_rustccl_in_the_same_alternation(tmp_path):
     assert head["options"]["backends"] == ["rustccl", "rustccl:tcp", "gloo"]
     assert head["options"]["variants"] == {"rustccl:tcp": {"RUSTCCL_TRANSPORT": "tcp",
                                                            "RUSTCCL_SMALL_ALLREDUCE_BYTES": "1K"}}
+    # each rustccl group's thresholds: the default group's shared memory
+    # (2 ranks of this host), the variant's TCP with its own 1 KiB limit
+    chosen = head["rustccl_thresholds"]
+    assert set(chosen) == {"rustccl", "rustccl:tcp"}
+    assert chosen["rustccl"]["shm_threads"] >= 1 and "shm_threads" not in chosen["rustccl:tcp"]
+    assert (chosen["rustccl:tcp"]["small_allreduce_bytes"], chosen["rustccl"]["small_allreduce_bytes"]) == (1024, 65536)
     rows = {(r["backend"], r["op"], r["size"]): r for r in recs if r["kind"] == "result"}
     assert set(rows) == {(b, op, s) for b in head["options"]["backends"] for op in ("all_reduce", "broadcast")
                          for s in (4096, 65536)}

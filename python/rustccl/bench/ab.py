@@ -70,6 +70,22 @@ def groups(cfg, store, rank: int, world: int, device, errors: list) -> dict:
     return out
 
 
+def thresholds(live: dict) -> dict:
+    """{backend: rustccl.stats(group)["thresholds"]} for each rustccl group
+    (this rank's): what the host chose where the settings left it, recorded
+    in the header."""
+    import rustccl
+
+    out = {}
+    for b, g in live.items():
+        if b == "rustccl" or b.startswith("rustccl:"):
+            try:
+                out[b] = rustccl.stats(g)["thresholds"]
+            except Exception:  # noqa: BLE001 - information only
+                pass
+    return out
+
+
 # The stats ops a bench op's calls count under (send_recv: both ways).
 STATS_OPS = {"send_recv": ("send", "recv")}
 
@@ -184,6 +200,7 @@ def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[d
     live = groups(cfg, store, rank, world, device, raw)
     floor = floor_group(device)
     failed = {b: e for b, e in raw}
+    rows.append({"kind": "thresholds", "thresholds": thresholds(live)})
     try:
         if device.type == "cpu":
             progress.update("copy bandwidth")

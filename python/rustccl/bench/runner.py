@@ -164,7 +164,8 @@ def rank_main(cfg) -> int:
     rows, mismatches, errors = run_all(cfg, store, rank, world, device, progress)
     copy_row = next((r for r in rows if r.get("kind") == "copy"), {})
     copy, host_copy = copy_row.get("copy_GBps"), copy_row.get("host_copy")
-    rows = [r for r in rows if r.get("kind") != "copy"]
+    chosen = next((r["thresholds"] for r in rows if r.get("kind") == "thresholds"), None)
+    rows = [r for r in rows if r.get("kind") not in ("copy", "thresholds")]
     if copy:
         membw.annotate(rows, copy, socket.gethostname(), host_copy)
     progress.close()
@@ -186,6 +187,9 @@ def rank_main(cfg) -> int:
     head["method"] = cfg.method
     # per rank: times its waiting threads moved off a CPU another rank's shared
     head["thread_moves"] = [f.get("thread_moves") for f in finals]
+    if chosen:
+        # rank 0's thresholds per rustccl group: what the host chose
+        head["rustccl_thresholds"] = chosen
     if copy:
         head["copy_GBps"] = copy
     if host_copy:

@@ -11,6 +11,11 @@ use std::time::Duration;
 
 /// Threads per rank: the setting, or the cores left per local rank (at
 /// most 8), so a 2-core machine keeps one and a 64-core host uses several.
+/// Fewer were tried where the ranks take every core: on the 64-core host
+/// 8 ranks of 6 threads took 0.73-0.89x the time of 8 at 2 MiB in sweeps
+/// with 43-128 s of steal, but on a quiet host 8 MiB all_reduce 1.22x
+/// and 32 MiB all_to_all 1.15x longer; 4 ranks of 3 on the 16-core host
+/// 1.23-1.44x longer at 8-32 MiB (`benchmarks/results/2026-11-29-x4host-s44/`).
 pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
     if sizes.threads > 0 {
         return sizes.threads;
