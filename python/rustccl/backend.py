@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import warnings
 from datetime import timedelta
 
 import torch
@@ -61,6 +62,10 @@ def _create_backend(opts, backend_options=None):
     group = str(opts.group_id) if opts.group_id is not None else "default"
     comm = Communicator.bootstrap(opts.store, rank, size, timeout_s, group, _store_host(opts.store),
                                   _settings(backend_options))
+    if comm.settings_warning:
+        # ranks set apart (environment or pg_options) may later wait for
+        # each other until the timeout: say so now, once per group
+        warnings.warn(comm.settings_warning, RuntimeWarning, stacklevel=2)
     # init_process_group(device_id=cuda:i): torch then calls the backend's
     # eager_connect_single_device, which creates the NCCL communicator.
     boxed = torch.ops.rustccl._create_process_group(comm._into_raw(), rank, size, int(timeout_s * 1000))

@@ -39,6 +39,10 @@ pub struct BootstrapOpts {
     pub listen_ip: IpAddr,
     /// This rank's host identity (ranks with equal ones may share memory).
     pub host: String,
+    /// Settings every rank of the group should share, opaque here (no
+    /// `|`): published with the rank's address, so that each rank can
+    /// compare its peers' with its own.
+    pub settings: String,
 }
 
 #[derive(Debug, Clone)]
@@ -47,21 +51,26 @@ pub struct PeerInfo {
     pub addr: SocketAddr,
     pub host: String,
     pub pid: u32,
+    /// The rank's [`BootstrapOpts::settings`] (empty where a group is made
+    /// from another, whose settings it keeps).
+    pub settings: String,
 }
 
 impl PeerInfo {
+    /// `addr|pid|settings|host` (the host last: it may hold `|`).
     pub fn encode(&self) -> Vec<u8> {
-        format!("{}|{}|{}", self.addr, self.pid, self.host).into_bytes()
+        format!("{}|{}|{}|{}", self.addr, self.pid, self.settings, self.host).into_bytes()
     }
 
     pub fn decode(rank: Rank, b: &[u8]) -> std::result::Result<PeerInfo, String> {
         let s = String::from_utf8_lossy(b);
-        let mut it = s.splitn(3, '|');
+        let mut it = s.splitn(4, '|');
         let bad = || format!("malformed peer record for rank {rank}: {s:?}");
         let addr = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
         let pid = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+        let settings = it.next().ok_or_else(bad)?.to_string();
         let host = it.next().ok_or_else(bad)?.to_string();
-        Ok(PeerInfo { rank, addr, host, pid })
+        Ok(PeerInfo { rank, addr, host, pid, settings })
     }
 }
 
@@ -122,7 +131,7 @@ pub fn listen(rank: Rank, opts: &BootstrapOpts) -> Result<Listening> {
     let listener = TcpListener::bind((opts.listen_ip, 0))
         .map_err(|e| berr(rank, format!("cannot listen on {}: {e}", opts.listen_ip)))?;
     let local = listener.local_addr().map_err(|e| berr(rank, e.to_string()))?;
-    let me = PeerInfo { rank, addr: local, host: opts.host.clone(), pid: std::process::id() };
+    let me = PeerInfo { rank, addr: local, host: opts.host.clone(), pid: std::process::id(), settings: opts.settings.replace('|', "/") };
     Ok(Listening { listener, me })
 }
 
@@ -196,14 +205,17 @@ mod tests {
             timeout: Duration::from_secs(20),
             listen_ip: "127.0.0.1".parse().unwrap(),
             host: "test".into(),
+            settings: String::new(),
         }
     }
 
     #[test]
     fn peer_info_round_trip() {
-        let p = PeerInfo { rank: 2, addr: "10.1.2.3:4567".parse().unwrap(), host: "h|x".into(), pid: 42 };
+        let p = PeerInfo { rank: 2, addr: "10.1.2.3:4567".parse().unwrap(), host: "h|x".into(), pid: 42, settings: "A=1,B=auto".into() };
         let q = PeerInfo::decode(2, &p.encode()).unwrap();
-        assert_eq!((q.addr, q.pid, q.host.as_str()), (p.addr, 42, "h|x"));
+        assert_eq!((q.addr, q.pid, q.host.as_str(), q.settings.as_str()), (p.addr, 42, "h|x", "A=1,B=auto"));
+        let empty = PeerInfo { settings: String::new(), ..p };
+        assert_eq!(PeerInfo::decode(2, &empty.encode()).unwrap().settings, "");
         assert!(PeerInfo::decode(0, b"garbage").is_err());
         let mut b = [9u8; 32];
         b[2] = 255;
@@ -273,6 +285,25 @@ mod tests {
             for p in (0..3).filter(|&p| p != r) {
                 assert!(ep.conns[CHANNEL_COLLECTIVE as usize][p].is_some(), "rank {r} lacks rank {p}");
             }
+        }
+    }
+
+    /// Each rank's settings reach every peer with its address.
+    #[test]
+    fn every_rank_reads_every_peers_settings() {
+        let store = Arc::new(MemStore::new());
+        let eps: Vec<Endpoints> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|r| {
+                    let store = store.clone();
+                    s.spawn(move || rendezvous(store.as_ref(), r, 3, &BootstrapOpts { settings: format!("X={r}"), ..opts() }).unwrap())
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for ep in &eps {
+            let got: Vec<&str> = ep.peers.iter().map(|p| p.settings.as_str()).collect();
+            assert_eq!(got, ["X=0", "X=1", "X=2"]);
         }
     }
 

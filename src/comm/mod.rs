@@ -91,6 +91,9 @@ pub struct Communicator {
     thresholds: Vec<(&'static str, u64)>,
     /// Codec for the exchange between hosts (default off).
     compression: compression::GroupCompression,
+    /// What the rendezvous found of peers with other settings
+    /// (`options::settings_warning`), for Python to warn of.
+    settings_warning: Option<String>,
 }
 
 /// The fault of `opts` if it targets this rank and group.
@@ -152,9 +155,14 @@ impl Communicator {
         listen_ip: std::net::IpAddr,
     ) -> Result<Communicator> {
         let host = opts.host_id.clone().unwrap_or_else(bootstrap::addr::host_identity);
-        let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip, host };
+        let settings = Config::get().shared_settings(opts.group_config());
+        let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip, host, settings };
         let ep = bootstrap::rendezvous(store, rank, size, &bopts)?;
-        Self::from_endpoints(ep, opts)
+        let warning = options::settings_warning(&opts.group, rank, &ep.peers);
+        if let Some(w) = &warning {
+            log_at!(LogLevel::Warn, "{w}");
+        }
+        Ok(Communicator { settings_warning: warning, ..Self::from_endpoints(ep, opts)? })
     }
 
     /// Starts the engines over freshly connected endpoints (after a
@@ -201,6 +209,7 @@ impl Communicator {
             control_calls: AtomicU64::new(0),
             thresholds,
             compression: Default::default(),
+            settings_warning: None,
         })
     }
 
@@ -263,6 +272,7 @@ impl Communicator {
             control_calls: AtomicU64::new(0),
             thresholds: th,
             compression: Default::default(),
+            settings_warning: None,
         })
     }
 
@@ -274,6 +284,12 @@ impl Communicator {
     }
     pub fn group(&self) -> &str {
         &self.opts.group
+    }
+
+    /// Set where peers published other shared settings at the rendezvous
+    /// than this rank's: which, and what that can do.
+    pub fn settings_warning(&self) -> Option<&str> {
+        self.settings_warning.as_deref()
     }
 
     /// The group's own settings (`pg_options`), set over the process's.

@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
-use crate::config::{AlgoConfig, Config, FaultSpec, GroupConfig, ShmConfig, TransportMode};
+use crate::bootstrap::PeerInfo;
+use crate::config::{setting_differences, AlgoConfig, Config, FaultSpec, GroupConfig, ShmConfig, TransportMode};
 use crate::error::{Error, Result};
+use crate::types::Rank;
 
 /// A communicator's options (`Communicator::bootstrap`).
 #[derive(Debug, Clone)]
@@ -61,5 +63,52 @@ impl CommOptions {
     /// The settings a group may set, as these options hold them.
     pub fn group_config(&self) -> GroupConfig {
         GroupConfig { algo: self.algo, transport: self.transport, shm: self.shm, check: self.check }
+    }
+}
+
+/// What rank `rank` of `group` warns of when its peers published other
+/// shared settings than its own (`Config::shared_settings`) at the
+/// rendezvous: the first such peer's differences and how many peers
+/// differ. Such ranks may pick different algorithms for one call and
+/// wait for each other until the timeout, which this names in advance.
+pub(super) fn settings_warning(group: &str, rank: Rank, peers: &[PeerInfo]) -> Option<String> {
+    let mine = &peers.get(rank)?.settings;
+    let differ: Vec<&PeerInfo> = peers.iter().filter(|p| p.rank != rank && &p.settings != mine).collect();
+    let first = differ.first()?;
+    let list = setting_differences(mine, &first.settings)
+        .iter()
+        .map(|(n, ours, theirs)| format!("{n}={ours} here, {theirs} on rank {}", first.rank))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let others = match differ.len() {
+        1 => String::new(),
+        n => format!(" ({} more ranks differ from this one)", n - 1),
+    };
+    Some(format!(
+        "rustccl group '{group}' rank {rank}: its settings differ from rank {}'s{others}: {list}. Ranks whose settings differ can choose different algorithms for the same call and wait for each other until the timeout: give every rank the same RUSTCCL_* environment and pg_options",
+        first.rank
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(rank: Rank, settings: &str) -> PeerInfo {
+        PeerInfo { rank, addr: "127.0.0.1:1".parse().unwrap(), host: "h".into(), pid: 1, settings: settings.into() }
+    }
+
+    #[test]
+    fn a_rank_warns_of_peers_with_other_settings() {
+        let same = [peer(0, "A=1,B=2"), peer(1, "A=1,B=2")];
+        assert_eq!(settings_warning("g", 1, &same), None);
+        let differ = [peer(0, "A=1,B=2"), peer(1, "A=1,B=3"), peer(2, "A=5,B=2")];
+        let w = settings_warning("g", 0, &differ).unwrap();
+        assert!(w.starts_with("rustccl group 'g' rank 0: its settings differ from rank 1's (1 more ranks differ from this one): B=2 here, 3 on rank 1."), "{w}");
+        assert!(w.contains("same RUSTCCL_* environment and pg_options"), "{w}");
+        let w = settings_warning("g", 1, &differ).unwrap();
+        assert!(w.contains("from rank 0's (1 more") && w.contains("B=3 here, 2 on rank 0"), "{w}");
+        // a group made from another publishes no settings: nothing to compare
+        assert_eq!(settings_warning("g", 0, &[peer(0, ""), peer(1, "")]), None);
     }
 }

@@ -36,7 +36,64 @@ pub fn group_scoped(name: &str) -> bool {
     GROUP_SETTINGS.contains(&name) || (name.starts_with("RUSTCCL_SHM_") && !name.starts_with("RUSTCCL_SHM_TENSORS"))
 }
 
+/// Group settings a rank may hold apart from its peers: each rank applies
+/// them to its own threads alone (how many help a root, how a quick team
+/// takes a phase, how idle threads wait or move), or a root decides with
+/// them and says so in its header. Every other group setting chooses an
+/// algorithm or a layout on each rank by itself, so ranks that differ in
+/// one can take different paths for the same call.
+const MAY_DIFFER: &[&str] = &[
+    "RUSTCCL_CALLER_RUNS_US",
+    "RUSTCCL_SHM_MIN_PIECE_BYTES",
+    "RUSTCCL_SHM_ROOT_THREADS",
+    "RUSTCCL_SHM_QUICK_THREADS",
+    "RUSTCCL_SHM_QUICK_BYTES_PER_THREAD",
+    "RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD",
+    "RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES",
+    "RUSTCCL_SHM_QUICK_LEADS",
+    "RUSTCCL_SHM_SPIN_US",
+    "RUSTCCL_SHM_WAIT_SPIN_US",
+    "RUSTCCL_SHM_KEEP_APART",
+    "RUSTCCL_SHM_GATHER_PUSH",
+    "RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES",
+    "RUSTCCL_SHM_SCATTER_ROOT_SHARE",
+    "RUSTCCL_SHM_GATHER_ROOT_SHARE",
+];
+
+/// The settings that differ between two [`Config::shared_settings`]
+/// lines: (name, value in `ours`, value in `theirs`; "" where one line
+/// lacks the name).
+pub fn setting_differences(ours: &str, theirs: &str) -> Vec<(String, String, String)> {
+    let pairs = |line: &str| -> Vec<(String, String)> {
+        line.split(',').filter(|p| !p.is_empty()).map(|p| {
+            let (n, v) = p.split_once('=').unwrap_or((p, ""));
+            (n.to_string(), v.to_string())
+        }).collect()
+    };
+    let (a, b) = (pairs(ours), pairs(theirs));
+    let value = |l: &[(String, String)], n: &str| l.iter().find(|(k, _)| k == n).map_or(String::new(), |(_, v)| v.clone());
+    let mut names: Vec<&String> = a.iter().chain(&b).map(|(n, _)| n).collect();
+    names.dedup();
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    for n in names {
+        let (x, y) = (value(&a, n), value(&b, n));
+        if x != y && !out.iter().any(|(k, _, _)| k == n) {
+            out.push((n.clone(), x, y));
+        }
+    }
+    out
+}
+
 impl Config {
+    /// The group settings every rank of a group should share, as group
+    /// `g` has them: `NAME=value` joined by `,` (what a rank publishes at
+    /// the rendezvous; values as `rustccl.config()` gives them, `auto`
+    /// where the host decides).
+    pub fn shared_settings(&self, g: GroupConfig) -> String {
+        let shared = self.effective_for(g).into_iter().filter(|(n, _)| group_scoped(n) && !MAY_DIFFER.contains(n));
+        shared.map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(",")
+    }
+
     /// This process's group settings.
     pub fn group(&self) -> GroupConfig {
         GroupConfig { algo: self.algo, transport: self.transport, shm: self.shm, check: self.check }
@@ -94,6 +151,27 @@ mod tests {
                 assert!(err.contains("whole process"), "{}: {err}", s.name);
             }
         }
+    }
+
+    /// What a rank publishes names every group setting but those a rank
+    /// may hold alone, and the differences between two ranks' lines are
+    /// exactly the settings changed.
+    #[test]
+    fn ranks_compare_the_settings_that_choose_their_paths() {
+        let c = Config::get();
+        let base = c.shared_settings(c.group());
+        for s in SETTINGS.iter().filter(|s| group_scoped(s.name)) {
+            assert_eq!(base.contains(&format!("{}=", s.name)), !MAY_DIFFER.contains(&s.name), "{}", s.name);
+        }
+        let tcp = c.shared_settings(with("RUSTCCL_SMALL_BROADCAST_BYTES", "1K").unwrap());
+        let d = setting_differences(&base, &tcp);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].0, "RUSTCCL_SMALL_BROADCAST_BYTES");
+        assert_eq!(d[0].2, "1024");
+        assert!(setting_differences(&base, &base).is_empty());
+        // a setting a rank may hold alone is not compared
+        assert_eq!(c.shared_settings(with("RUSTCCL_SHM_SPIN_US", "7").unwrap()), base);
+        assert_eq!(setting_differences("A=1,B=2", "B=3"), vec![("A".into(), "1".into(), String::new()), ("B".into(), "2".into(), "3".into())]);
     }
 
     #[test]

@@ -306,7 +306,7 @@ pub struct Config {
 
 pub use env::{env_flag, parse_size};
 use env::Vars;
-pub use group::{group_scoped, GroupConfig};
+pub use group::{group_scoped, setting_differences, GroupConfig};
 pub use settings::{Setting, SETTINGS};
 
 /// `RUSTCCL_SHM_TENSORS_MIN_BYTES` and `_CACHE_BYTES`, read now: the arena

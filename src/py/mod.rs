@@ -142,6 +142,13 @@ impl PyCommunicator {
         self.inner.rank()
     }
 
+    /// Set where the peers' settings differ from this rank's (the
+    /// rendezvous compares them): which, and what that can do.
+    #[getter]
+    fn settings_warning(&self) -> Option<String> {
+        self.inner.settings_warning().map(str::to_string)
+    }
+
     #[getter]
     fn size(&self) -> usize {
         self.inner.size()

@@ -143,3 +143,21 @@ def test_a_group_with_its_own_settings():
                                                 "RUSTCCL_FLIGHT_RECORDER_SIZE": "2000"}, c
         assert c["tcp"] == dict(c["process"], RUSTCCL_TRANSPORT="tcp", RUSTCCL_SEGMENT_BYTES="4096"), c
         assert c["slot"] == dict(c["process"], RUSTCCL_SHM_SLOT_MIN_BYTES=str(3 << 20)), c
+
+
+def test_ranks_with_different_settings_are_warned():
+    """The rendezvous compares the ranks' settings: each rank warns of the
+    one that differs (its value here and on the peer), not of a setting a
+    rank may hold alone; the groups work where their paths agree."""
+    world = 2
+    res = launch.run("w_groups:settings_differ", world, timeout=120)
+    for r in range(world):
+        got, peer = res[r], 1 - r
+        assert len(got["differ"]) == 1, got
+        w = got["differ"][0]
+        assert w.startswith(f"rustccl group '") and f"rank {r}: its settings differ from rank {peer}'s: " in w, w
+        assert f"RUSTCCL_SMALL_BROADCAST_BYTES={(r + 1) * 1024} here, {(peer + 1) * 1024} on rank {peer}." in w, w
+        assert "wait for each other until the timeout" in w, w
+        assert got["local"] == [], got
+        assert got["sums"] == [float(world), float(world)], got
+

@@ -223,3 +223,22 @@ def group_settings(rank: int, world: int) -> dict:
                                                    pg_options=rustccl.Options(RUSTCCL_CHECK=1)))
     out["after"], out["tcp_after"] = _ones_sum(), _ones_sum(tcp)
     return out
+
+
+def settings_differ(rank: int, world: int) -> dict:
+    """Ranks that create one group with different settings: a setting that
+    chooses a path (the broadcast threshold) warns on every rank, one a rank
+    applies to its own threads alone (how long they spin) does not, and
+    both groups still add up where their paths agree."""
+    import warnings
+
+    out = {}
+    groups = {}
+    for name, own in (("differ", {"RUSTCCL_SMALL_BROADCAST_BYTES": f"{rank + 1}K"}),
+                      ("local", {"RUSTCCL_SHM_SPIN_US": str(rank)})):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            groups[name] = dist.new_group(backend="rustccl", pg_options=rustccl.Options(own))
+        out[name] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    out["sums"] = [_ones_sum(groups["differ"]), _ones_sum(groups["local"])]
+    return out
