@@ -82,7 +82,8 @@ pub(super) fn settings_warning(group: &str, rank: Rank, peers: &[PeerInfo]) -> O
         .join("; ");
     let others = match differ.len() {
         1 => String::new(),
-        n => format!(" ({} more ranks differ from this one)", n - 1),
+        2 => " (and 1 other rank's)".to_string(),
+        n => format!(" (and {} other ranks')", n - 1),
     };
     Some(format!(
         "rustccl group '{group}' rank {rank}: its settings differ from rank {}'s{others}: {list}. Ranks whose settings differ can choose different algorithms for the same call and wait for each other until the timeout: give every rank the same RUSTCCL_* environment and pg_options",
@@ -104,10 +105,10 @@ mod tests {
         assert_eq!(settings_warning("g", 1, &same), None);
         let differ = [peer(0, "A=1,B=2"), peer(1, "A=1,B=3"), peer(2, "A=5,B=2")];
         let w = settings_warning("g", 0, &differ).unwrap();
-        assert!(w.starts_with("rustccl group 'g' rank 0: its settings differ from rank 1's (1 more ranks differ from this one): B=2 here, 3 on rank 1."), "{w}");
+        assert!(w.starts_with("rustccl group 'g' rank 0: its settings differ from rank 1's (and 1 other rank's): B=2 here, 3 on rank 1."), "{w}");
         assert!(w.contains("same RUSTCCL_* environment and pg_options"), "{w}");
         let w = settings_warning("g", 1, &differ).unwrap();
-        assert!(w.contains("from rank 0's (1 more") && w.contains("B=3 here, 2 on rank 0"), "{w}");
+        assert!(w.contains("from rank 0's (and 1 other rank's)") && w.contains("B=3 here, 2 on rank 0"), "{w}");
         // a group made from another publishes no settings: nothing to compare
         assert_eq!(settings_warning("g", 0, &[peer(0, ""), peer(1, "")]), None);
     }

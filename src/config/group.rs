@@ -72,10 +72,8 @@ pub fn setting_differences(ours: &str, theirs: &str) -> Vec<(String, String, Str
     };
     let (a, b) = (pairs(ours), pairs(theirs));
     let value = |l: &[(String, String)], n: &str| l.iter().find(|(k, _)| k == n).map_or(String::new(), |(_, v)| v.clone());
-    let mut names: Vec<&String> = a.iter().chain(&b).map(|(n, _)| n).collect();
-    names.dedup();
     let mut out: Vec<(String, String, String)> = Vec::new();
-    for n in names {
+    for n in a.iter().chain(&b).map(|(n, _)| n) {
         let (x, y) = (value(&a, n), value(&b, n));
         if x != y && !out.iter().any(|(k, _, _)| k == n) {
             out.push((n.clone(), x, y));
