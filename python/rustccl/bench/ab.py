@@ -70,6 +70,12 @@ def groups(cfg, store, rank: int, world: int, device, errors: list) -> dict:
     return out
 
 
+def is_rustccl(backend: str) -> bool:
+    """Whether a backend name is a rustccl group: the default one or a
+    ``--variant`` (``rustccl:NAME``)."""
+    return backend == "rustccl" or backend.startswith("rustccl:")
+
+
 def thresholds(live: dict) -> dict:
     """{backend: rustccl.stats(group)["thresholds"]} for each rustccl group
     (this rank's): what the host chose where the settings left it, recorded
@@ -78,7 +84,7 @@ def thresholds(live: dict) -> dict:
 
     out = {}
     for b, g in live.items():
-        if b == "rustccl" or b.startswith("rustccl:"):
+        if is_rustccl(b):
             try:
                 out[b] = rustccl.stats(g)["thresholds"]
             except Exception:  # noqa: BLE001 - information only
@@ -157,7 +163,7 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
         except Exception:  # noqa: BLE001
             fns.pop(FLOOR, None)
     order = list(fns)
-    counted = [b for b in groups_ if b == "rustccl" or b.startswith("rustccl:")]
+    counted = [b for b in groups_ if is_rustccl(b)]
     before = {b: algorithms(groups_[b], op) for b in counted}
     # GPU hosts drift more than CPU ones: at least 5 rounds on CUDA.
     rounds = max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
