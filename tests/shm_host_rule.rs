@@ -71,6 +71,7 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
         let get = |k: &str| threshold(c, k);
         assert_eq!(get("shm_attach_min_bytes"), Some(16 << 20));
         assert_eq!(get("shm_all_reduce_attach_min_bytes"), Some(20 << 20));
+        assert_eq!(get("shm_reduce_scatter_attach_min_bytes"), Some(16 << 20));
         assert_eq!(get("shm_block_read_min_bytes"), Some(256 << 10));
         assert_eq!(get("shm_reduce_attach_min_bytes"), Some(4 << 20));
     }
@@ -85,6 +86,36 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
         for (floats, algo) in [(1 << 20, "shm_attach"), ((1 << 20) - 1, "shm_pipelined")] {
             check_reduce(c, r, 5, DType::F32, ReduceOp::Sum, 3, floats, &format!("reduce of {floats} floats"));
             assert_eq!(algorithm(c, "reduce"), algo, "reduce of {floats} floats");
+        }
+    });
+}
+
+/// `auto` with 9 ranks of two threads (more than 8 of at most 2): all_reduce
+/// reads its peers from 16 MiB and reduce_scatter from 8 MiB (instead of
+/// 4 MiB per rank and 16 MiB), a byte below each keeps the copies through
+/// shared memory, and all give the reference result.
+#[test]
+fn more_than_8_ranks_of_few_threads_read_from_16_mib_in_all_reduce_and_8_mib_in_reduce_scatter() {
+    use rustccl::config::ATTACH_FROM_HOST;
+    let n = 9;
+    let shm = ShmConfig { threads: 2, attach_min: ATTACH_FROM_HOST, ..common::TINY_SHM };
+    let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
+    for c in &comms {
+        assert_eq!(threshold(c, "shm_all_reduce_attach_min_bytes"), Some(16 << 20));
+        assert_eq!(threshold(c, "shm_reduce_scatter_attach_min_bytes"), Some(8 << 20));
+    }
+    on_ranks(&comms, |r, c| {
+        for (floats, algo) in [(4 << 20, "shm_attach"), ((4 << 20) - 1, "shm_pipelined")] {
+            let b = buf(DType::F32, &vec![(r + 1) as f64; floats]);
+            all_reduce(c, &b, ReduceOp::Sum);
+            assert!(read(DType::F32, &b).iter().all(|&v| v == 45.0), "all_reduce of {floats} floats");
+            assert_eq!(algorithm(c, "all_reduce"), algo, "all_reduce of {floats} floats");
+        }
+        // each rank's output: a ninth of 8 MiB, rounded up (reads) or down
+        let part = (2 << 20) / n;
+        for (len, algo) in [(part + 1, "shm_attach"), (part, "shm_direct")] {
+            check_reduce_scatter_flat(c, r, n, DType::F32, ReduceOp::Sum, len, &format!("reduce_scatter of {len} floats a rank"));
+            assert_eq!(algorithm(c, "reduce_scatter"), algo, "reduce_scatter of {len} floats a rank");
         }
     });
 }

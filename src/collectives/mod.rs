@@ -301,15 +301,6 @@ fn copy_own(win: Option<&Window>, dst: &mut HostTensor, off: usize, src: &HostTe
     }
 }
 
-/// Whether a collective of `bytes` (its largest buffer, the same on every
-/// rank) reads the peers' buffers directly: from 16 MiB by default. Below,
-/// the two-copy algorithms were faster on the 32-core host (reads by
-/// several ranks of one source contend, and each step's wake-ups cost more
-/// than the saved copy); at 32 MiB reading directly was 1.1-1.4x faster.
-fn attach(win: &Window, bytes: usize) -> bool {
-    win.attach_min().is_some_and(|m| bytes >= m)
-}
-
 /// The window when every rank is on this host and can read the others'
 /// memory, for all_to_all, gather and scatter of `block` bytes per block
 /// (the same on every rank; None for all_to_all, whose blocks differ):
@@ -404,7 +395,13 @@ pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scr
                     inputs
                 };
                 let (win, wait) = whole_host(t).ok_or_else(|| Error::Internal("shared memory went away".into()))?;
-                if attach(&win, ins.byte_lens().iter().sum()) {
+                // Reading the peers' inputs directly: from 16 MiB by
+                // default (below, the two-copy algorithm was faster on the
+                // 32-core host: reads by several ranks of one source
+                // contend, and each step's wake-ups cost more than the
+                // saved copy), from 8 MiB with many ranks of few threads
+                // (`Window::reduce_scatter_attach_min`).
+                if win.reduce_scatter_attach_min().is_some_and(|m| ins.byte_lens().iter().sum::<usize>() >= m) {
                     shm_attach_reduce::reduce_scatter(&win, wait, &ins.views(), output.bytes_mut(), dtype, *op)?;
                     return Ok("shm_attach");
                 }

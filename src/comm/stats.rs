@@ -198,6 +198,7 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         // u64::MAX: never (reads off, impossible, or slow here: then single readers only).
         v.push(("shm_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.min_bytes as u64)));
         v.push(("shm_all_reduce_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.all_reduce_min as u64)));
+        v.push(("shm_reduce_scatter_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.reduce_scatter_min as u64)));
         v.push(("shm_reduce_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.reduce_min as u64)));
         v.push(("shm_all_gather_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.all_gather_min as u64)));
         v.push(("shm_broadcast_attach_min_bytes", l.attach.as_ref().map_or(u64::MAX, |a| a.broadcast_min as u64)));

@@ -53,6 +53,10 @@ const MAY_DIFFER: &[&str] = &[
     "RUSTCCL_SHM_QUICK_LEADS",
     "RUSTCCL_SHM_SPIN_US",
     "RUSTCCL_SHM_WAIT_SPIN_US",
+    // How long this rank's threads wait for a sender's chunk before the
+    // rank waits for the whole block (`shm_blocks::copy`): the sender
+    // flags every chunk either way.
+    "RUSTCCL_SHM_BLOCK_WAIT_US",
     "RUSTCCL_SHM_KEEP_APART",
     "RUSTCCL_SHM_GATHER_PUSH",
     "RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES",

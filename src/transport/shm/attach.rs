@@ -28,6 +28,11 @@ pub struct Attach {
     /// where it was set, else from the host (`reads::all_reduce_attach_min`);
     /// the largest of the local ranks'.
     pub all_reduce_min: usize,
+    /// Smallest reduce_scatter (bytes of its input) that reads peers'
+    /// buffers directly: `min_bytes`, except with many ranks of few
+    /// threads (`reads::reduce_scatter_attach_min`); the largest of the
+    /// local ranks'.
+    pub reduce_scatter_min: usize,
     /// Smallest reduce that reads peers' buffers directly: `min_bytes`,
     /// except with shared tensors on at most [`BLOCK_SLOT_RANKS`] local
     /// ranks (`reads::SHARED_FEW_RANKS_REDUCE_READ_MIN`); the largest of the
@@ -235,6 +240,7 @@ impl Attach {
             pids,
             min_bytes,
             all_reduce_min: largest(Segment::all_reduce_min),
+            reduce_scatter_min: largest(Segment::reduce_scatter_min),
             reduce_min: largest(Segment::reduce_min),
             all_gather_min: largest(Segment::all_gather_min),
             single_min,

@@ -483,6 +483,7 @@ pub fn connect(
         m.broadcast_min().store(reads.broadcast as u64, Ordering::Relaxed);
         m.block_min().store(reads.block as u64, Ordering::Relaxed);
         m.all_reduce_min().store(reads.all_reduce as u64, Ordering::Relaxed);
+        m.reduce_scatter_min().store(reads.reduce_scatter as u64, Ordering::Relaxed);
         m.reduce_min().store(reads.reduce as u64, Ordering::Relaxed);
         m.all_gather_min().store(reads.all_gather as u64, Ordering::Relaxed);
         if let Some(a) = arena::Arena::get() {

@@ -23,7 +23,9 @@ use crate::types::Rank;
 /// and 1-4 MiB all_to_all and scatter 1.3-2x faster; only single large
 /// transfers still gained. Where reads are slower than [`READ_VS_COPY`]
 /// of a copy (or cannot be measured): no collective reads (`usize::MAX`;
-/// blocks and sends: `Reads::slow`).
+/// blocks and sends: `Reads::slow`), except all_reduce, reduce_scatter and
+/// reduce with many local ranks ([`many_few_thread_ranks`],
+/// [`pushed_reduce_attach_min`]).
 fn host_attach_min(me: Rank, threads: usize) -> usize {
     if threads >= 2 {
         return ATTACH_MIN;
@@ -34,7 +36,7 @@ fn host_attach_min(me: Rank, threads: usize) -> usize {
             let speeds = measured.map_or("could not time reads through the kernel".to_string(), |(read, copy)| {
                 format!("reads memory through the kernel (as from a peer) at {:.1} GB/s and copies it at {:.1} GB/s", read / 1e9, copy / 1e9)
             });
-            log_at!(LogLevel::Info, "rank {me}: one thread per rank, which {speeds}: no collective reads peers' tensors (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)");
+            log_at!(LogLevel::Info, "rank {me}: one thread per rank, which {speeds}: no collective reads peers' tensors, but with more than {MANY_LOCAL_RANKS} local ranks all_reduce, reduce_scatter and reduce (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)");
             usize::MAX
         }
     }
@@ -47,6 +49,7 @@ pub(super) struct Reads {
     pub attach: usize,
     pub single: usize,
     pub all_reduce: usize,
+    pub reduce_scatter: usize,
     pub reduce: usize,
     pub all_gather: usize,
     /// 0: the group decides (`Attach::agreed`).
@@ -90,8 +93,9 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     } else if shared {
         SHARED_ALL_REDUCE_READ_MIN
     } else {
-        all_reduce_attach_min(attach, n)
+        all_reduce_attach_min(attach, n, threads)
     };
+    let reduce_scatter = if host && !shared { reduce_scatter_attach_min(attach, n, threads) } else { attach };
     let reduce = if host && shared && n <= BLOCK_SLOT_RANKS {
         SHARED_FEW_RANKS_REDUCE_READ_MIN
     } else if host && !shared && sizes.gather_push {
@@ -130,7 +134,7 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
         SPLIT_FROM_HOST => usize::MAX,
         set => set,
     };
-    Reads { attach, single, all_reduce, reduce, all_gather, block, broadcast, slow, split_send }
+    Reads { attach, single, all_reduce, reduce_scatter, reduce, all_gather, block, broadcast, slow, split_send }
 }
 
 /// The largest scatter block a root splits with its receiver (the
@@ -261,9 +265,11 @@ fn crowded(local_ranks: usize, threads: usize) -> bool {
     local_ranks >= 8 && local_ranks * threads >= 32
 }
 
-/// The all_reduce's single-copy threshold when left to the host: from
-/// 4 MiB per local rank (each rank then reads slices of at least 4 MiB
-/// from each peer, twice), at least the collectives' `attach_min`. The
+/// The all_reduce's single-copy threshold when left to the host: with
+/// [`many_few_thread_ranks`], [`MANY_ALL_REDUCE_READ_MIN`] (even where
+/// reads are slow); else from 4 MiB per local rank (each rank then reads
+/// slices of at least 4 MiB from each peer, twice), at least the
+/// collectives' `attach_min`. The
 /// single-copy all_reduce reads every peer twice (its reduce-scatter and
 /// its all-gather), and the kernel's reads of a few MiB from one process
 /// do not get faster with more readers: on the 16-core host with 8 ranks,
@@ -271,9 +277,58 @@ fn crowded(local_ranks: usize, threads: usize) -> bool {
 /// reading (32 MiB: even), while reduce and reduce_scatter (one read
 /// phase) were 1.1-1.3x faster reading from 16 MiB; on the 64-core host
 /// with 8 ranks the same (2308-2672 against 3696-3959 us at 16 MiB).
-fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
+fn all_reduce_attach_min(attach_min: usize, local_ranks: usize, threads: usize) -> usize {
+    if many_few_thread_ranks(local_ranks, threads) {
+        return MANY_ALL_REDUCE_READ_MIN;
+    }
     attach_min.max(local_ranks.saturating_mul(4 << 20))
 }
+
+/// The reduce_scatter's single-copy threshold when left to the host: with
+/// [`many_few_thread_ranks`], from [`MANY_REDUCE_SCATTER_READ_MIN`] (even
+/// where reads are slow), else the collectives' `attach_min`.
+fn reduce_scatter_attach_min(attach_min: usize, local_ranks: usize, threads: usize) -> usize {
+    if many_few_thread_ranks(local_ranks, threads) {
+        return attach_min.min(MANY_REDUCE_SCATTER_READ_MIN);
+    }
+    attach_min
+}
+
+/// More than [`MANY_LOCAL_RANKS`] local ranks of at most
+/// [`MID_READ_THREADS`] threads each: there one read phase of many
+/// readers beats the slots' copies from a few MiB, even where one thread
+/// reads through the kernel more slowly than it copies. Settings
+/// alternating in one process against the old thresholds (16 MiB
+/// reduce_scatter, 64 MiB all_reduce; never with one-thread ranks whose
+/// reads are slow), forty-fifth session
+/// (`benchmarks/results/2026-11-29-s45-many-rank-reads/`):
+/// - 16 ranks of 2 threads (32-core host), three sweeps: reading made
+///   8 MiB reduce_scatters 0.66-0.70x the time, 16 / 32 MiB all_reduces
+///   0.70-0.78x / 0.80-0.86x; 8 MiB all_reduces 0.75-0.98x, 4 MiB ones
+///   1.30-1.35x longer, 4 MiB reduce_scatters 0.73-1.11x; with the rule,
+///   against the old thresholds: 16 / 32 MiB all_reduces 1.18-1.29x
+///   faster, 8 MiB reduce_scatters 1.28 / 1.50x; 12 ranks of 2 threads:
+///   32 MiB all_reduces 1.16 / 1.21x;
+/// - 16 ranks of one thread (16-core host, where one thread reads slower
+///   than it copies), one quiet sweep: reduce_scatters of 4-32 MiB
+///   0.67-0.86x, all_reduces 0.87-0.96x; with the rule, two sweeps:
+///   8 MiB reduce_scatters 1.36 / 1.51x faster, all_reduces even
+///   (0.97-1.08x);
+/// - 8 ranks (2 threads on the 16-core host, 4 on the 32-core one):
+///   all_reduces below 16 MiB 0.93-1.70x, 8 MiB reduce_scatters
+///   0.81-0.95x on the 32-core host but 0.84 / 1.16x on the 16-core one;
+///   they keep the old thresholds, as do 16 ranks of 4 threads (64-core
+///   host, unmeasured).
+fn many_few_thread_ranks(local_ranks: usize, threads: usize) -> bool {
+    local_ranks > MANY_LOCAL_RANKS && threads <= MID_READ_THREADS
+}
+
+/// See [`many_few_thread_ranks`].
+const MANY_LOCAL_RANKS: usize = 8;
+/// See [`many_few_thread_ranks`].
+const MANY_ALL_REDUCE_READ_MIN: usize = 16 << 20;
+/// See [`many_few_thread_ranks`].
+const MANY_REDUCE_SCATTER_READ_MIN: usize = 8 << 20;
 
 /// The reduce's single-copy threshold when left to the host, where its
 /// root takes the others' parts as pushes (`RUSTCCL_SHM_GATHER_PUSH`, no
@@ -319,7 +374,7 @@ fn all_reduce_attach_min(attach_min: usize, local_ranks: usize) -> usize {
 /// slowly).
 fn pushed_reduce_attach_min(attach_min: usize, local_ranks: usize, threads: usize) -> usize {
     match local_ranks {
-        n if n > 8 => PUSHED_REDUCE_MANY_READ_MIN,
+        n if n > MANY_LOCAL_RANKS => PUSHED_REDUCE_MANY_READ_MIN,
         _ if attach_min != ATTACH_MIN => attach_min,
         n if n > BLOCK_SLOT_RANKS && threads <= MID_READ_THREADS => PUSHED_REDUCE_MID_READ_MIN,
         n if n > BLOCK_SLOT_RANKS => PUSHED_REDUCE_READ_MIN,
@@ -361,8 +416,24 @@ const READ_VS_COPY: f64 = 0.8;
 
 #[cfg(test)]
 mod tests {
-    use super::{gather_root_share, pushed_reduce_attach_min, scatter_root_share, ATTACH_MIN};
+    use super::{all_reduce_attach_min, gather_root_share, pushed_reduce_attach_min, reduce_scatter_attach_min, scatter_root_share, ATTACH_MIN};
     use crate::config::{Config, ShmConfig};
+
+    #[test]
+    fn more_than_8_ranks_of_at_most_2_threads_read_from_16_mib_in_all_reduce_and_8_mib_in_reduce_scatter_even_where_reads_are_slow() {
+        let ar = |attach, n, threads| all_reduce_attach_min(attach, n, threads);
+        let rs = |attach, n, threads| reduce_scatter_attach_min(attach, n, threads);
+        // 16 ranks of 1 or 2 threads, reads fast or slow; 9 ranks
+        assert_eq!((ar(ATTACH_MIN, 16, 2), ar(ATTACH_MIN, 16, 1), ar(usize::MAX, 16, 1), ar(ATTACH_MIN, 9, 2)), (16 << 20, 16 << 20, 16 << 20, 16 << 20));
+        assert_eq!((rs(ATTACH_MIN, 16, 2), rs(ATTACH_MIN, 16, 1), rs(usize::MAX, 16, 1), rs(ATTACH_MIN, 9, 2)), (8 << 20, 8 << 20, 8 << 20, 8 << 20));
+        // a smaller collectives' threshold stays
+        assert_eq!(rs(1 << 20, 16, 2), 1 << 20);
+        // 16 ranks of 4 threads, and 8 ranks: 4 MiB per rank for
+        // all_reduce (at least the collectives'), the collectives' for
+        // reduce_scatter; nothing where reads are slow
+        assert_eq!((ar(ATTACH_MIN, 16, 4), ar(ATTACH_MIN, 8, 2), ar(ATTACH_MIN, 2, 8), ar(usize::MAX, 8, 1)), (64 << 20, 32 << 20, ATTACH_MIN, usize::MAX));
+        assert_eq!((rs(ATTACH_MIN, 16, 4), rs(ATTACH_MIN, 8, 2), rs(usize::MAX, 8, 1)), (ATTACH_MIN, ATTACH_MIN, usize::MAX));
+    }
 
     #[test]
     fn a_reduce_with_pushes_reads_from_4_or_8_mib_with_5_to_8_ranks_or_3_to_4_of_few_threads_and_512_kib_with_more_even_where_reads_are_slow() {

@@ -9,6 +9,7 @@
 //! 64     phase    AtomicU64  progress of this rank through direct collectives
 //! 72     attach   AtomicU64  this rank's cross-memory attach threshold (the group takes the largest)
 //! 80     single   AtomicU64  its smallest single-reader transfer read directly (the largest, too)
+//! 88     bcast    AtomicU64  its smallest broadcast that reads the root's tensor (the largest, too)
 //! 96     desc     AtomicU64  (seq, dtype, op) of the direct collective in progress, two
 //! 104    len      AtomicU64  its byte count                                 (112, 120): by
 //!                            the parity of the phase it started at, so a peer still verifying
@@ -25,6 +26,7 @@
 //! 224    sleepers AtomicU32  > 0 while this rank sleeps on the point-to-point `signal`
 //! 232    reduce   AtomicU64  this rank's reduce attach threshold (the group takes the largest)
 //! 240    gather   AtomicU64  this rank's all_gather attach threshold (the group takes the largest)
+//! 248    rs       AtomicU64  this rank's reduce_scatter attach threshold (the group takes the largest)
 //! 256+(c*n+i)*128            ring of channel c to local rank i: head (producer) at +0, tail (consumer) at +64
 //! 256+2n*128 poller AtomicU64 CPU (+1) its polling thread was last seen on, and when (`place.rs`;
 //!                            a cache line of its own: it changes while peers read the words above)
@@ -358,6 +360,12 @@ impl Segment {
     /// The owner's all_gather attach threshold (`Attach::all_gather_min`).
     pub fn all_gather_min(&self) -> &AtomicU64 {
         self.u64_at(240)
+    }
+
+    /// The owner's reduce_scatter attach threshold
+    /// (`Attach::reduce_scatter_min`).
+    pub fn reduce_scatter_min(&self) -> &AtomicU64 {
+        self.u64_at(248)
     }
 
     /// The owner's all_reduce attach threshold (`Attach::all_reduce_min`).

@@ -279,6 +279,13 @@ impl Window {
         self.local.attach.as_ref().map(|a| a.all_reduce_min)
     }
 
+    /// Smallest reduce_scatter (bytes of its input) that reads peers'
+    /// buffers directly (`Attach::reduce_scatter_min`); None when the
+    /// ranks cannot.
+    pub fn reduce_scatter_attach_min(&self) -> Option<usize> {
+        self.local.attach.as_ref().map(|a| a.reduce_scatter_min)
+    }
+
     /// Smallest all_gather (bytes per rank) that reads peers' buffers
     /// directly (`Attach::all_gather_min`); None when the ranks cannot.
     pub fn all_gather_attach_min(&self) -> Option<usize> {
