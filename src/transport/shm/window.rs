@@ -267,12 +267,6 @@ impl Window {
         f(unsafe { self.local.segs[peer].view(at, len) })
     }
 
-    /// Smallest collective (bytes per rank) worth reading peers' buffers
-    /// directly; None when the ranks cannot (see `remote.rs`).
-    pub fn attach_min(&self) -> Option<usize> {
-        self.local.attach.as_ref().map(|a| a.min_bytes)
-    }
-
     /// Smallest all_reduce (bytes per rank) that reads peers' buffers
     /// directly (`Attach::all_reduce_min`); None when the ranks cannot.
     pub fn all_reduce_attach_min(&self) -> Option<usize> {
