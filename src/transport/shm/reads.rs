@@ -318,7 +318,9 @@ fn reduce_scatter_attach_min(attach_min: usize, local_ranks: usize, threads: usi
 ///   all_reduces below 16 MiB 0.93-1.70x, 8 MiB reduce_scatters
 ///   0.81-0.95x on the 32-core host but 0.84 / 1.16x on the 16-core one;
 ///   they keep the old thresholds, as do 16 ranks of 4 threads (64-core
-///   host, unmeasured).
+///   host, unmeasured) and 10 ranks of 3 (32-core host: one sweep,
+///   16 / 32 MiB all_reduces 0.81 / 0.75x reading, 8 MiB reduce_scatters
+///   1.06x).
 fn many_few_thread_ranks(local_ranks: usize, threads: usize) -> bool {
     local_ranks > MANY_LOCAL_RANKS && threads <= MID_READ_THREADS
 }
