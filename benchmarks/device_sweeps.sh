@@ -21,7 +21,7 @@ for SPEC in $SPECS; do
  IFS=: read W V NAME EXTRA <<< "$SPEC"
  st $NAME
  if [[ $NAME == pp* ]]; then
-  ARGS="--ops send_recv --min-bytes 1M --max-bytes 1M"
+  ARGS="--ops send_recv --min-bytes 1M --max-bytes 1M ${BENCH_ARGS:-}"
  else
   ARGS="--check --no-pp ${OPS:+--ops $OPS} --min-bytes ${MINB:-256K} --max-bytes ${MAXB:-32M} --iters ${ITERS:-10} ${FACTOR:+--factor $FACTOR} ${BENCH_ARGS:-}"
  fi

@@ -191,9 +191,12 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
         assert not floors
     ddp = {r["backend"]: r for r in recs if r["kind"] == "result" and r["op"] == "ddp_toy_step"}
     assert set(ddp) == {"rustccl", "gloo"} and all(r["ms"] > 0 and r["batch"] == 8 for r in ddp.values())
+    # every backend's step loops: --repeats of them, alternated in one process by the A/B method
+    assert all(r["method"] == method and r["repeats"] == repeats for r in ddp.values())
     pp = {r["backend"]: r for r in recs if r["kind"] == "result" and r["op"] == "pp_step"}
     if method == "ab":
         assert set(pp) == {"rustccl", "gloo"} and all(r["ms"] > 0 and r["stages"] == world for r in pp.values())
+        assert all(r["method"] == "ab" and r["repeats"] == repeats for r in pp.values())
         assert "Pipeline step" in md
     else:
         assert not pp

@@ -11,7 +11,9 @@ every backend runs one timed loop of ``iters`` calls, the order of the
 backends alternating from round to round; each backend's time is the
 median of its rounds. Drift of a shared host (other load, thermals) hits
 both backends alike, so the ratio of the two is what a single run can be
-trusted for (as ``/work/shared/anchors/ab_bench.py``). A backend that
+trusted for (as ``/work/shared/anchors/ab_bench.py``). The DDP toy step
+and the pipeline step alternate the same way, a loop of steps a round
+(``run_steps``). A backend that
 fails an op gets an error row and is left out of the rest of the sweep (its
 group may be broken); the others go on.
 
@@ -38,7 +40,7 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from . import membw, metrics, ops, pipeline
-from .sweep import run_ddp, slowest, sync, time_loop
+from .sweep import ddp_row, ddp_step, slowest, time_loop
 
 
 def _error_row(backend: str, op: str, device, world: int, dtype: str, e: Exception) -> dict:
@@ -199,6 +201,51 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
                      **({"algorithms": ran[b]} if b in ran else {})})
 
 
+def run_steps(cfg, op: str, live: dict, rank: int, world: int, device, rows: list, errors: list) -> None:
+    """The DDP toy step or the pipeline step (``op``) of every backend in
+    ``live``, as ``run_point`` times a call: each backend's step is built
+    and warmed, then ``--repeats`` rounds in which every backend times one
+    loop of steps, the order alternating from round to round; one row per
+    backend (median of its rounds). A backend that fails gets an error in
+    ``errors`` and leaves ``live``."""
+    steps, loops, meta = {}, {}, {}
+    for b, g in list(live.items()):
+        try:
+            if op == "ddp_toy_step":
+                steps[b] = ddp_step(cfg, rank, device, g)
+            else:
+                steps[b], stages, count = pipeline.prepare(cfg, rank, world, device, g)
+                meta[b] = (stages, count)
+                for _ in range(2):
+                    steps[b]()
+            loops[b] = []
+        except Exception as e:  # noqa: BLE001
+            errors.append((b, e))
+            del live[b]
+    n = cfg.ddp_steps if op == "ddp_toy_step" else cfg.pp_steps
+    rounds = max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
+    order = list(steps)
+    for k in range(rounds):
+        for b in (order if k % 2 == 0 else order[::-1]):
+            if b not in live:
+                continue
+            try:
+                if op == "ddp_toy_step":
+                    loops[b].append(time_loop(steps[b], n, 0, device, live[b]))
+                else:
+                    loops[b].append(pipeline.time_steps(steps[b], n, device, live[b]))
+            except Exception as e:  # noqa: BLE001
+                errors.append((b, e))
+                del live[b]
+    for b in order:
+        if b not in live or not loops[b]:
+            continue
+        if op == "ddp_toy_step":
+            rows.append(ddp_row(cfg, b, world, device, live[b], loops[b], "ab"))
+        else:
+            rows.append(pipeline.row(cfg, b, world, device, live[b], *meta[b], loops[b], "ab"))
+
+
 def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[dict], list[str], list[str]]:
     """The whole sweep (plus DDP and pipeline steps) by the A/B method;
     returns (rows, check mismatches, errors)."""
@@ -225,18 +272,13 @@ def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[d
                 rows.append(_error_row(b, op, device, world, cfg.dtype, e))
         extra = (["ddp_toy_step"] if cfg.ddp else []) + (["pp_step"] if cfg.pp else [])
         for op in extra:
-            order = list(live)
-            for b in order:
-                progress.update(f"{b} {op}")
-                try:
-                    if op == "ddp_toy_step":
-                        rows += run_ddp(cfg, b, rank, world, device, progress, group=live[b])
-                    else:
-                        rows += pipeline.run(cfg, b, rank, world, device, live[b])
-                        progress.advance()
-                except Exception as e:  # noqa: BLE001
-                    failed[b] = e
-                    rows.append(_error_row(b, op, device, world, cfg.dtype, e))
+            progress.update(op)
+            errs = []
+            run_steps(cfg, op, live, rank, world, device, rows, errs)
+            for b, e in errs:
+                failed[b] = e
+                rows.append(_error_row(b, op, device, world, cfg.dtype, e))
+            progress.advance(len(cfg.backends))
     finally:
         dist.destroy_process_group()
     errors = [f"rank {rank}: {r['error']}" for r in rows if r.get("kind") == "error"]

@@ -7,7 +7,8 @@
 Each stage receives with ``recv`` and sends with ``isend``, waiting for its
 sends at the end of the step, as a pipeline engine would. One row per
 backend: ``ms`` per step (median of ``--repeats`` loops of ``--pp-steps``
-steps) and the bytes one stage boundary carries per step.
+steps, the backends' loops alternating: ``ab.run_steps``) and the bytes one
+stage boundary carries per step.
 """
 
 from __future__ import annotations
@@ -47,23 +48,29 @@ def step_fn(rank: int, stages: int, micro: int, count: int, device, group):
     return step
 
 
-def run(cfg, backend: str, rank: int, world: int, device, group) -> list[dict]:
+def prepare(cfg, rank: int, world: int, device, group):
+    """(step, stages, count): one pipeline step of this rank in `group`."""
     stages = max(2, min(cfg.pp_stages, world))
     count = max(1, cfg.pp_bytes // 4)
-    step = step_fn(rank, stages, cfg.pp_micro, count, device, group)
-    for _ in range(2):
-        step()
-    loops = []
-    for _ in range(cfg.repeats):
-        sync(device)
-        dist.barrier(group=group)
-        t0 = time.perf_counter()
-        for _ in range(cfg.pp_steps):
-            step()
-        sync(device)
-        loops.append(time.perf_counter() - t0)
+    return step_fn(rank, stages, cfg.pp_micro, count, device, group), stages, count
+
+
+def row(cfg, backend: str, world: int, device, group, stages: int, count: int, loops: list, method: str) -> dict:
+    """The result row of one backend's timed loops (seconds, ``pp_steps``
+    steps each)."""
     ms = statistics.median(loops) / cfg.pp_steps * 1e3
-    return [{"kind": "result", "backend": backend, "device": device.type, "world": world, "op": "pp_step",
-             "dtype": "float32", "stages": stages, "micro": cfg.pp_micro, "bytes": count * 4,
-             "boundary_bytes": 2 * cfg.pp_micro * count * 4, "steps": cfg.pp_steps, "repeats": cfg.repeats,
-             "ms": ms, "ms_max": slowest(ms, device, group)}]
+    return {"kind": "result", "backend": backend, "device": device.type, "world": world, "op": "pp_step",
+            "dtype": "float32", "stages": stages, "micro": cfg.pp_micro, "bytes": count * 4,
+            "boundary_bytes": 2 * cfg.pp_micro * count * 4, "steps": cfg.pp_steps, "repeats": len(loops),
+            "method": method, "ms": ms, "ms_max": slowest(ms, device, group)}
+
+
+def time_steps(step, steps: int, device, group) -> float:
+    """Seconds for `steps` pipeline steps, started together after a barrier."""
+    sync(device)
+    dist.barrier(group=group)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    return time.perf_counter() - t0

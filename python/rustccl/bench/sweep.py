@@ -128,14 +128,12 @@ def toy_model(size: int):
     return nn.Sequential(nn.Linear(size, size), nn.ReLU(), nn.Linear(size, size), nn.ReLU(), nn.Linear(size, size))
 
 
-def run_ddp(cfg, backend: str, rank: int, world: int, device, progress, group=None) -> list[dict]:
-    """The anchors' DDP toy step: MSE, SGD(lr=1e-3), bucket_cap_mb=25;
-    3 untimed steps, then ``ddp_steps`` timed back to back, one sync
-    (median of ``--repeats`` such loops)."""
+def ddp_step(cfg, rank: int, device, group=None):
+    """One DDP toy step of this rank in `group` (the anchors' model: MSE,
+    SGD(lr=1e-3), bucket_cap_mb=25), after 3 untimed ones."""
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    progress.update(f"{backend} ddp_toy_step SIZE={cfg.ddp_size}")
     torch.manual_seed(0)
     model = toy_model(cfg.ddp_size).to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=25,
@@ -152,13 +150,27 @@ def run_ddp(cfg, backend: str, rank: int, world: int, device, progress, group=No
 
     for _ in range(3):
         step()
-    loops = [time_loop(step, cfg.ddp_steps, 0, device, group) for _ in range(cfg.repeats)]
+    return step
+
+
+def ddp_row(cfg, backend: str, world: int, device, group, loops: list, method: str) -> dict:
+    """The result row of one backend's timed loops (seconds, ``ddp_steps``
+    steps each)."""
     ms = statistics.median(loops) / cfg.ddp_steps * 1e3
-    ms_max = slowest(ms, device, group)
+    return {"kind": "result", "backend": backend, "device": device.type, "world": world, "op": "ddp_toy_step",
+            "dtype": "float32", "batch": cfg.ddp_batch, "model_size": cfg.ddp_size, "steps": cfg.ddp_steps,
+            "repeats": len(loops), "method": method, "ms": ms, "ms_max": slowest(ms, device, group)}
+
+
+def run_ddp(cfg, backend: str, rank: int, world: int, device, progress, group=None) -> list[dict]:
+    """The DDP toy step of one backend on its own: ``ddp_steps`` timed back
+    to back, one sync (median of ``--repeats`` such loops). The A/B method
+    alternates the backends' loops instead (``ab.run_steps``)."""
+    progress.update(f"{backend} ddp_toy_step SIZE={cfg.ddp_size}")
+    step = ddp_step(cfg, rank, device, group)
+    loops = [time_loop(step, cfg.ddp_steps, 0, device, group) for _ in range(cfg.repeats)]
     progress.advance()
-    return [{"kind": "result", "backend": backend, "device": device.type, "world": world, "op": "ddp_toy_step",
-             "dtype": "float32", "batch": cfg.ddp_batch, "model_size": cfg.ddp_size, "steps": cfg.ddp_steps,
-             "repeats": cfg.repeats, "ms": ms, "ms_max": ms_max}]
+    return [ddp_row(cfg, backend, world, device, group, loops, "blocks")]
 
 
 def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[dict], list[str], list[str]]:
