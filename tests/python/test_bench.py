@@ -57,10 +57,11 @@ def test_memory_floor():
         "reduce_scatter": 4 * mib + 4 * (mib // 4),  # 4 inputs of 1 MiB read, 4 outputs of 1/4 written
         "reduce": 4 * mib + mib,  # 4 inputs read, the root's output written
         "broadcast": 3 * 2 * mib,  # 3 ranks read the root's MiB and write it
-        "all_to_all": 4 * 3 * 2 * (mib // 4),  # every rank reads + writes 3 blocks of 1/4
-        "all_gather": 4 * 3 * 2 * (mib // 4),  # bytes = the 1 MiB output: 3 chunks of 1/4 each
-        "gather": 3 * 2 * (mib // 4),  # the root reads + writes 3 chunks of 1/4
-        "scatter": 3 * 2 * (mib // 4),  # bytes = the root's 1 MiB input: 3 ranks read + write their 1/4
+        # the own block too: the output is another tensor than the input
+        "all_to_all": 4 * 4 * 2 * (mib // 4),  # every rank reads + writes 3 peers' blocks of 1/4 and its own
+        "all_gather": 4 * 4 * 2 * (mib // 4),  # bytes = the 1 MiB output: 3 peers' chunks of 1/4 and its own
+        "gather": 4 * 2 * (mib // 4),  # the root reads + writes 3 peers' chunks of 1/4 and its own
+        "scatter": 4 * 2 * (mib // 4),  # bytes = the root's 1 MiB input: 4 ranks read + write their 1/4
     }
     for op, b in want.items():
         assert metrics.memory_traffic(op, mib, 4) == b, op
