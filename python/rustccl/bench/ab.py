@@ -134,6 +134,30 @@ def floor_group(device):
         return None
 
 
+def _rounds(cfg, device) -> int:
+    """Timed rounds per point: ``--repeats``, at least 5 on CUDA (GPU
+    hosts drift more than CPU ones)."""
+    return max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
+
+
+def _alternate(fns: dict, groups_: dict, loops: dict, iters: int, rounds: int, device) -> dict:
+    """``rounds`` rounds in which every name in ``groups_`` times one loop
+    of ``iters`` calls of its ``fns`` entry (appended to ``loops``), the
+    order alternating from round to round. A name whose loop raises leaves
+    ``groups_``; returns {name: exception} for those."""
+    order, failed = list(fns), {}
+    for k in range(rounds):
+        for b in (order if k % 2 == 0 else order[::-1]):
+            if b not in groups_:
+                continue
+            try:
+                loops[b].append(time_loop(fns[b], iters, 0, device, groups_[b]))
+            except Exception as e:  # noqa: BLE001
+                del groups_[b]
+                failed[b] = e
+    return failed
+
+
 def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device, rows: list, errors: list,
               mismatches: list, floor=None) -> None:
     dtype = ops.DTYPES[cfg.dtype]
@@ -167,19 +191,11 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
     order = list(fns)
     counted = [b for b in groups_ if is_rustccl(b)]
     before = {b: algorithms(groups_[b], op) for b in counted}
-    # GPU hosts drift more than CPU ones: at least 5 rounds on CUDA.
-    rounds = max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
-    for k in range(rounds):
-        for b in (order if k % 2 == 0 else order[::-1]):
-            if b not in groups_:
-                continue
-            try:
-                loops[b].append(time_loop(fns[b], iters, 0, device, groups_[b]))
-            except Exception as e:  # noqa: BLE001
-                del groups_[b]
-                if b != FLOOR:
-                    errors.append((b, e, op))
-                    del live[b]
+    rounds = _rounds(cfg, device)
+    for b, e in _alternate(fns, groups_, loops, iters, rounds, device).items():
+        if b != FLOOR:
+            errors.append((b, e, op))
+            del live[b]
     ran = {}
     for b in counted:
         if b in groups_:
@@ -216,28 +232,13 @@ def run_steps(cfg, op: str, live: dict, rank: int, world: int, device, rows: lis
             else:
                 steps[b], stages, count = pipeline.prepare(cfg, rank, world, device, g)
                 meta[b] = (stages, count)
-                for _ in range(2):
-                    steps[b]()
             loops[b] = []
         except Exception as e:  # noqa: BLE001
             errors.append((b, e))
             del live[b]
     n = cfg.ddp_steps if op == "ddp_toy_step" else cfg.pp_steps
-    rounds = max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
-    order = list(steps)
-    for k in range(rounds):
-        for b in (order if k % 2 == 0 else order[::-1]):
-            if b not in live:
-                continue
-            try:
-                if op == "ddp_toy_step":
-                    loops[b].append(time_loop(steps[b], n, 0, device, live[b]))
-                else:
-                    loops[b].append(pipeline.time_steps(steps[b], n, device, live[b]))
-            except Exception as e:  # noqa: BLE001
-                errors.append((b, e))
-                del live[b]
-    for b in order:
+    errors += _alternate(steps, live, loops, n, _rounds(cfg, device), device).items()
+    for b in steps:
         if b not in live or not loops[b]:
             continue
         if op == "ddp_toy_step":

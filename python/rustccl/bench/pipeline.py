@@ -14,12 +14,11 @@ stage boundary carries per step.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
-from .sweep import slowest, sync
+from .sweep import slowest
 
 
 def step_fn(rank: int, stages: int, micro: int, count: int, device, group):
@@ -49,10 +48,14 @@ def step_fn(rank: int, stages: int, micro: int, count: int, device, group):
 
 
 def prepare(cfg, rank: int, world: int, device, group):
-    """(step, stages, count): one pipeline step of this rank in `group`."""
+    """(step, stages, count): one pipeline step of this rank in `group`,
+    after 2 untimed ones."""
     stages = max(2, min(cfg.pp_stages, world))
     count = max(1, cfg.pp_bytes // 4)
-    return step_fn(rank, stages, cfg.pp_micro, count, device, group), stages, count
+    step = step_fn(rank, stages, cfg.pp_micro, count, device, group)
+    for _ in range(2):
+        step()
+    return step, stages, count
 
 
 def row(cfg, backend: str, world: int, device, group, stages: int, count: int, loops: list, method: str) -> dict:
@@ -63,14 +66,3 @@ def row(cfg, backend: str, world: int, device, group, stages: int, count: int, l
             "dtype": "float32", "stages": stages, "micro": cfg.pp_micro, "bytes": count * 4,
             "boundary_bytes": 2 * cfg.pp_micro * count * 4, "steps": cfg.pp_steps, "repeats": len(loops),
             "method": method, "ms": ms, "ms_max": slowest(ms, device, group)}
-
-
-def time_steps(step, steps: int, device, group) -> float:
-    """Seconds for `steps` pipeline steps, started together after a barrier."""
-    sync(device)
-    dist.barrier(group=group)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync(device)
-    return time.perf_counter() - t0
