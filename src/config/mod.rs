@@ -302,6 +302,9 @@ pub struct Config {
     pub debug: LogLevel,
     /// The `RUSTCCL_*` variables of the environment when it was read.
     env: Vec<(String, String)>,
+    /// The process's settings whose values did not parse ("NAME=value:
+    /// why"): creating a group fails with them ([`Config::check_process`]).
+    rejected: Vec<String>,
 }
 
 pub use env::{env_flag, parse_size};
@@ -340,7 +343,7 @@ fn parse_level(v: &Vars<'_>) -> LogLevel {
 
 impl Config {
     /// The settings in the environment now; values that do not parse are
-    /// reported on stderr and left at their defaults.
+    /// kept for [`Config::check_process`], unknown names warned of.
     fn from_env() -> Config {
         // Read once and kept, so a group's own settings go over what the
         // process read, not over a later change of the environment.
@@ -350,8 +353,25 @@ impl Config {
             .collect();
         let v = Vars::layered(&[], &env);
         let c = Config::from_vars(&v);
-        v.report();
-        Config { env, ..c }
+        let rejected = v.rejected().into_iter().map(|(_, why)| why).collect();
+        // Once per process, since the environment is read once.
+        for (name, _) in env.iter().filter(|(k, _)| settings::is_unknown(k)) {
+            eprintln!("{}", settings::unknown_warning(name));
+        }
+        Config { env, rejected, ..c }
+    }
+
+    /// Fails where a `RUSTCCL_*` setting of the process has a value that
+    /// does not parse: a group built on a setting the user did not get
+    /// would run other algorithms than the ones asked for.
+    pub fn check_process(&self) -> Result<(), String> {
+        match self.rejected.as_slice() {
+            [] => Ok(()),
+            bad => Err(format!(
+                "bad setting in the environment: {}; fix or unset it (rustccl.config() lists the settings and their values)",
+                bad.join("; ")
+            )),
+        }
     }
 
     fn from_vars(v: &Vars<'_>) -> Config {
@@ -429,6 +449,7 @@ impl Config {
             nvrtc_library: v.text("RUSTCCL_NVRTC_LIBRARY"),
             debug: parse_level(v),
             env: Vec::new(),
+            rejected: Vec::new(),
         }
     }
 
