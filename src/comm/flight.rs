@@ -107,12 +107,14 @@ impl FlightRecorder {
         FlightRecorder { cap: cap.max(1), entries: Mutex::new(VecDeque::new()), epoch: (SystemTime::now(), Instant::now()) }
     }
 
-    pub fn record(&self, meta: Meta, work: &Work) {
+    /// Records `work`, handed to the engine at `queued` (before it could
+    /// start, so that its queue time reads as started - queued).
+    pub fn record(&self, meta: Meta, queued: Instant, work: &Work) {
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if e.len() == self.cap {
             e.pop_front();
         }
-        e.push_back(Entry { meta, queued: Instant::now(), work: work.clone() });
+        e.push_back(Entry { meta, queued, work: work.clone() });
     }
 
     /// The recorded operations as a JSON document.
@@ -187,9 +189,9 @@ mod tests {
         let a = Work::new("all_reduce", 0);
         let b = Work::new("broadcast", 1);
         let c = Work::new("barrier", 2);
-        fr.record(meta("all_reduce"), &a);
-        fr.record(meta("broadcast"), &b);
-        fr.record(meta("barrier"), &c);
+        fr.record(meta("all_reduce"), Instant::now(), &a);
+        fr.record(meta("broadcast"), Instant::now(), &b);
+        fr.record(meta("barrier"), Instant::now(), &c);
         b.mark_started();
         b.finish(Err(Error::Internal("boom \"x\"".into())));
         c.mark_started();

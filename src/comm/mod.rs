@@ -17,7 +17,7 @@ pub mod stats;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::bootstrap::{self, BootstrapOpts, PeerInfo, Store, CHANNEL_COLLECTIVE, CHANNEL_P2P};
 use crate::collectives::{into_host, Op, OpSpec};
@@ -374,8 +374,9 @@ impl Communicator {
         let meta = flight::Meta::of(&ops);
         // Compression serves the host engine only (CPU tensors).
         let compress = if meta.device == Device::Cpu { self.compression.request_with(next, &ops) } else { None };
+        let queued = Instant::now();
         let w = self.dispatch(ops, stream, sync, timeout_d, callback, compress)?;
-        self.flight.record(meta, &w);
+        self.flight.record(meta, queued, &w);
         if let Some(dir) = &Config::get().flight_dir {
             let (fr, dir, g, r, n) = (self.flight.clone(), dir.clone(), self.opts.group.clone(), self.rank, self.size);
             w.on_complete(Box::new(move |res, _| {

@@ -96,7 +96,9 @@ def test_flight_recorder_on_timeout():
     assert any(f.startswith("rustccl-flight-") and "rank0" in f for f in res[0]["files"]), res[0]["files"]
     entries = res[0]["record"]["entries"]
     states = [(e["seq"], e["op"], e["state"]) for e in entries]
-    assert (0, "all_reduce", "done") in states and (1, "all_reduce", "failed") in states, states
+    assert (5, "all_reduce", "done") in states and (6, "all_reduce", "failed") in states, states
+    for e in entries:  # async ones too: queue time reads as started - queued
+        assert e["started_at"] is None or e["started_at"] >= e["queued_at"], e
     failed = [e for e in entries if e["state"] == "failed"][0]
     assert " Timed out " in failed["error"] and failed["bytes"] == 64 and failed["dtype"] == "float32", failed
 
