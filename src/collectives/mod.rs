@@ -41,7 +41,7 @@ pub mod shm_pipelined;
 pub mod shm_reduce_scatter;
 pub mod tree;
 
-pub use op::{into_host, Op, OpSpec, Parts};
+pub use op::{into_host, wire_what, Op, OpSpec, Parts};
 pub use compressed::Compression;
 pub use reduce::Scratch;
 

@@ -180,7 +180,8 @@ impl Exec {
         } else {
             let site = OpSite { op: op_name, seq, group: g.clone() };
             let roots = frame::roots_tag(job.ops.iter().filter_map(|o| o.root()));
-            self.transport.begin(OpCtx::new(site, job.timeout).with_roots(roots));
+            let what = collectives::wire_what(&job.ops);
+            self.transport.begin(OpCtx::new(site, job.timeout).with_roots(roots).with_what(what));
             log_at!(LogLevel::Trace, "group '{g}' rank {rank}: {op_name} seq {seq} ({} bytes) start", job.bytes);
             let Exec { transport, scratch, comp, algo, .. } = self;
             let t = transport.as_mut();

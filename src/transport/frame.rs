@@ -1,31 +1,149 @@
-//! The 16-byte header in front of every message on a link:
-//! magic (u16) | roots (u16) | sequence number (u32) | payload length (u64),
-//! little endian.
+//! The 24-byte header in front of every message on a link:
+//! magic (u16) | roots (u16) | sequence number (u32) | payload length (u64) |
+//! what the collective is ([`What`]: kind, reduce op, dtype (u8 each), 0,
+//! element count (u32)), little endian.
 #![forbid(unsafe_code)]
 
-pub const HEADER_LEN: usize = 16;
-const MAGIC: u16 = 0x52cc;
+use crate::types::{DType, OpKind, ReduceOp};
+
+pub const HEADER_LEN: usize = 24;
+const MAGIC: u16 = 0x52ce;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
     pub roots: u16,
     pub seq: u32,
     pub len: u64,
+    pub what: What,
 }
 
 /// What every message of one collective carries besides its length, so
 /// that ranks that disagree about the collective fail instead of mixing
-/// data: its sequence number and its roots ([`roots_tag`]).
+/// data: its sequence number, its roots ([`roots_tag`]) and what it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Wire {
     pub seq: u32,
     pub roots: u16,
+    pub what: What,
 }
 
 impl Wire {
     /// The header of a message of `len` bytes of this operation.
     pub fn header(self, len: usize) -> Header {
-        Header { roots: self.roots, seq: self.seq, len: len as u64 }
+        Header { roots: self.roots, seq: self.seq, len: len as u64, what: self.what }
+    }
+}
+
+/// A collective as every rank of it describes it alike: its kind, reduce
+/// op, dtype and the element count that all ranks share (of the reduced
+/// tensor, the gathered output, the broadcast buffer). Two ranks whose
+/// messages have the same length can still disagree here (`float32[8]`
+/// against `int32[8]` or `float64[4]`), which must fail, not mix bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct What {
+    /// `OpKind as u8 + 1`; 0: not described (set-up traffic).
+    pub kind: u8,
+    /// `ReduceOp as u8 + 1`; 0: the collective does not reduce.
+    pub op: u8,
+    /// [`dtype_code`]; 0: no tensor.
+    pub dtype: u8,
+    /// The shared element count; above [`FOLDED_COUNT`] a fold of several
+    /// (or of one too large to carry); [`UNCHECKED_COUNT`]: the ranks'
+    /// counts may differ (all_to_all, gather, scatter).
+    pub count: u32,
+}
+
+const FOLDED_COUNT: u32 = 0x8000_0000;
+
+/// What to do after a mismatch between ranks.
+pub const NEXT_STEP: &str =
+    "rerun with RUSTCCL_CHECK=1 to compare every call across ranks before it runs: it names the call that differs and keeps the group usable";
+pub const UNCHECKED_COUNT: u32 = u32::MAX;
+
+/// An element count (or several, when coalesced) in 32 bits: the count
+/// itself when there is one below 2^31, else a fold of them all.
+pub fn count_tag(counts: impl IntoIterator<Item = usize>) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let (mut n, mut first) = (0, 0usize);
+    for c in counts {
+        if n == 0 {
+            first = c;
+        }
+        h = (h ^ c as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        n += 1;
+    }
+    if n == 1 && (first as u64) < FOLDED_COUNT as u64 {
+        return first as u32;
+    }
+    ((h ^ (h >> 32)) as u32 | FOLDED_COUNT).min(UNCHECKED_COUNT - 1)
+}
+
+/// A dtype in one byte: its own number for torch's common dtypes, else a
+/// fold of DLPack's code and the element size.
+pub fn dtype_code(d: DType) -> u8 {
+    match d {
+        DType::F32 => 1,
+        DType::F64 => 2,
+        DType::F16 => 3,
+        DType::BF16 => 4,
+        DType::U8 => 5,
+        DType::I8 => 6,
+        DType::I16 => 7,
+        DType::I32 => 8,
+        DType::I64 => 9,
+        DType::Bool => 10,
+        DType::Other { code, bits } => 0x80 | (code & 0x0f) << 3 | ((bits / 8).trailing_zeros() as u8 & 7),
+    }
+}
+
+/// The name of a dtype sent as [`dtype_code`], in torch's words.
+pub fn dtype_name(c: u8) -> String {
+    dtype_from_code(c).map_or_else(|| format!("dtype code {c}"), |d| d.name())
+}
+
+/// The dtype sent as [`dtype_code`] (an uncommon one as DLPack's code and
+/// size), if the code is one.
+pub fn dtype_from_code(c: u8) -> Option<DType> {
+    const KNOWN: [DType; 10] =
+        [DType::F32, DType::F64, DType::F16, DType::BF16, DType::U8, DType::I8, DType::I16, DType::I32, DType::I64, DType::Bool];
+    match c {
+        1..=10 => Some(KNOWN[c as usize - 1]),
+        c if c >= 0x80 => Some(DType::Other { code: (c >> 3) & 0x0f, bits: 8 << (c & 7) }),
+        _ => None,
+    }
+}
+
+impl What {
+    pub fn new(kind: OpKind, op: Option<ReduceOp>, dtype: Option<DType>, count: u32) -> What {
+        What { kind: kind as u8 + 1, op: op.map_or(0, |o| o as u8 + 1), dtype: dtype.map_or(0, dtype_code), count }
+    }
+
+    fn kind(self) -> Option<OpKind> {
+        self.kind.checked_sub(1).and_then(|k| OpKind::from_i32(k as i32))
+    }
+
+    /// True where the two describe the same collective (a count that one
+    /// side does not check matches any).
+    fn agrees(self, o: What) -> bool {
+        let counts = self.count == o.count || self.count == UNCHECKED_COUNT || o.count == UNCHECKED_COUNT;
+        self.kind == o.kind && self.op == o.op && self.dtype == o.dtype && counts
+    }
+
+    /// In torch's names: `all_reduce(SUM) of 8 x int32`.
+    pub fn text(self) -> String {
+        let Some(kind) = self.kind() else { return "set-up traffic".into() };
+        let mut s = kind.name().to_string();
+        if let Some(op) = self.op.checked_sub(1).and_then(|o| ReduceOp::from_i32(o as i32)) {
+            s += &format!("({})", op.name());
+        }
+        let dtype = dtype_from_code(self.dtype).map(|d| d.name());
+        match (self.count, dtype) {
+            (_, None) => {}
+            (c, Some(d)) if c < FOLDED_COUNT => s += &format!(" of {c} x {d}"),
+            (UNCHECKED_COUNT, Some(d)) => s += &format!(" of {d}"),
+            (_, Some(d)) => s += &format!(" of {d} (tensors of several or very large sizes)"),
+        }
+        s
     }
 }
 
@@ -65,6 +183,10 @@ impl Header {
         b[2..4].copy_from_slice(&self.roots.to_le_bytes());
         b[4..8].copy_from_slice(&self.seq.to_le_bytes());
         b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b[16] = self.what.kind;
+        b[17] = self.what.op;
+        b[18] = self.what.dtype;
+        b[20..24].copy_from_slice(&self.what.count.to_le_bytes());
         b
     }
 
@@ -77,6 +199,12 @@ impl Header {
             roots: u16::from_le_bytes([b[2], b[3]]),
             seq: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
             len: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            what: What {
+                kind: b[16],
+                op: b[17],
+                dtype: b[18],
+                count: u32::from_le_bytes(b[20..24].try_into().expect("4 bytes")),
+            },
         })
     }
 
@@ -97,6 +225,13 @@ impl Header {
                 roots_text(want.roots)
             ));
         }
+        if !self.what.agrees(want.what) {
+            return Err(format!(
+                "peer runs {} where this rank runs {}: the ranks passed different dtypes, sizes or reduce ops to this collective ({NEXT_STEP})",
+                self.what.text(),
+                want.what.text()
+            ));
+        }
         if self.len != len as u64 {
             return Err(format!(
                 "peer sent {} bytes where this rank expects {len}: the ranks passed different tensor sizes or dtypes",
@@ -108,7 +243,8 @@ impl Header {
 }
 
 /// Header of a point-to-point message (24 bytes):
-/// magic (u16) | kind (u16) | reserved (u32) | tag (i64) | length (u64).
+/// magic (u16) | kind (u16) | dtype (u8, [`dtype_code`]; 0 in control
+/// messages) | reserved (3 bytes) | tag (i64) | length (u64).
 pub const P2P_HEADER_LEN: usize = 24;
 const P2P_MAGIC: u16 = 0x52dd;
 
@@ -161,6 +297,7 @@ pub enum P2pKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct P2pHeader {
     pub kind: P2pKind,
+    pub dtype: u8,
     pub tag: i64,
     pub len: u64,
 }
@@ -178,6 +315,7 @@ impl P2pHeader {
             P2pKind::Pushed => 5,
         };
         b[2..4].copy_from_slice(&kind.to_le_bytes());
+        b[4] = self.dtype;
         b[8..16].copy_from_slice(&self.tag.to_le_bytes());
         b[16..24].copy_from_slice(&self.len.to_le_bytes());
         b
@@ -199,6 +337,7 @@ impl P2pHeader {
         };
         Ok(P2pHeader {
             kind,
+            dtype: b[4],
             tag: i64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
             len: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
         })
@@ -211,8 +350,9 @@ mod tests {
 
     #[test]
     fn round_trip_and_mismatch() {
-        let h = Header { roots: 3, seq: 77, len: 1 << 40 };
-        let want = Wire { seq: 77, roots: 3 };
+        let what = What::new(OpKind::AllReduce, Some(ReduceOp::Sum), Some(DType::F32), 8);
+        let h = Header { roots: 3, seq: 77, len: 1 << 40, what };
+        let want = Wire { seq: 77, roots: 3, what };
         assert_eq!(Header::decode(&h.encode()).unwrap(), h);
         assert!(h.expect(want, 1 << 40).is_ok());
         assert!(h.expect(Wire { seq: 76, ..want }, 1 << 40).unwrap_err().contains("seq 77"));
@@ -222,6 +362,38 @@ mod tests {
         let mut bad = h.encode();
         bad[0] = 0;
         assert!(Header::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn same_length_different_collective_fails() {
+        let f32x8 = What::new(OpKind::AllReduce, Some(ReduceOp::Sum), Some(DType::F32), 8);
+        let want = Wire { seq: 1, roots: 0, what: f32x8 };
+        let i32x8 = What { dtype: dtype_code(DType::I32), ..f32x8 };
+        let e = want.header(32).expect(Wire { what: i32x8, ..want }, 32).unwrap_err();
+        assert!(e.contains("peer runs all_reduce(SUM) of 8 x float32 where this rank runs all_reduce(SUM) of 8 x int32"), "{e}");
+        let f64x4 = What::new(OpKind::AllReduce, Some(ReduceOp::Sum), Some(DType::F64), 4);
+        assert!(Wire { what: f64x4, ..want }.header(32).expect(want, 32).unwrap_err().contains("4 x float64"));
+        let max = What::new(OpKind::AllReduce, Some(ReduceOp::Max), Some(DType::F32), 8);
+        assert!(Wire { what: max, ..want }.header(32).expect(want, 32).unwrap_err().contains("all_reduce(MAX)"));
+        let gather = What::new(OpKind::AllToAll, None, Some(DType::F32), UNCHECKED_COUNT);
+        let other = What { count: 3, ..gather };
+        assert!(Wire { what: gather, ..want }.header(32).expect(Wire { what: other, ..want }, 32).is_ok());
+        assert_eq!(gather.text(), "all_to_all of float32");
+    }
+
+    #[test]
+    fn dtype_codes_round_trip_and_counts_fold() {
+        use dlpack_rs::ffi::DLDataTypeCode as C;
+        for d in [DType::F32, DType::F64, DType::F16, DType::BF16, DType::U8, DType::I8, DType::I16, DType::I32, DType::I64, DType::Bool] {
+            assert_eq!(dtype_from_code(dtype_code(d)), Some(d));
+        }
+        let c64 = DType::Other { code: C::kDLComplex as u8, bits: 64 };
+        assert_eq!(dtype_from_code(dtype_code(c64)), Some(c64));
+        assert_ne!(dtype_code(c64), dtype_code(DType::Other { code: C::kDLComplex as u8, bits: 128 }));
+        assert_eq!(count_tag([7]), 7);
+        assert_ne!(count_tag([3, 4]), count_tag([4, 3]));
+        assert!(count_tag([3, 4]) >= FOLDED_COUNT && count_tag([1 << 33]) >= FOLDED_COUNT);
+        assert_ne!(count_tag([3, 4]), UNCHECKED_COUNT);
     }
 
     #[test]
@@ -241,10 +413,10 @@ mod tests {
     #[test]
     fn p2p_round_trip() {
         for kind in [P2pKind::Data, P2pKind::Rendezvous, P2pKind::Staged, P2pKind::Ack, P2pKind::PushRequest, P2pKind::Pushed] {
-            let h = P2pHeader { kind, tag: -5, len: 12345 };
+            let h = P2pHeader { kind, dtype: 9, tag: -5, len: 12345 };
             assert_eq!(P2pHeader::decode(&h.encode()).unwrap(), h);
         }
-        let mut bad = P2pHeader { kind: P2pKind::Ack, tag: 1, len: 2 }.encode();
+        let mut bad = P2pHeader { kind: P2pKind::Ack, dtype: 0, tag: 1, len: 2 }.encode();
         bad[2] = 9;
         assert!(P2pHeader::decode(&bad).is_err());
         assert!(P2pHeader::decode(&[0; P2P_HEADER_LEN]).is_err());

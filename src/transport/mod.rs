@@ -4,8 +4,9 @@
 //! set of transfers ([`Xfer`]) to completion at once, so an algorithm can
 //! send to one neighbour while it receives from another without threads.
 //! Every message carries a small header (`frame`) with the operation's
-//! sequence number, its roots and its length, so ranks that disagree about
-//! the collective, its root or its size get an error instead of garbage.
+//! sequence number, its roots, what it is (kind, reduce op, dtype, count)
+//! and its length, so ranks that disagree about the collective, its root,
+//! its dtype or its size get an error instead of garbage.
 //!
 //! Implementations: `tcp` (any hosts) and `loopback` (in-process, for tests).
 // `unsafe` lives only in `shm` (shared memory).
@@ -80,18 +81,27 @@ pub struct OpCtx {
     pub deadline: Instant,
     /// Its roots as carried in message headers (`frame::roots_tag`).
     pub roots: u16,
+    /// What it is (kind, reduce op, dtype, count), as carried in message
+    /// headers.
+    pub what: frame::What,
 }
 
 impl OpCtx {
     pub fn new(site: OpSite, timeout: Duration) -> OpCtx {
         let started = Instant::now();
-        OpCtx { site, started, deadline: started + timeout, roots: 0 }
+        OpCtx { site, started, deadline: started + timeout, roots: 0, what: frame::What::default() }
     }
 
     /// The operation's roots (`frame::roots_tag`), which every message of
     /// it carries: a peer that names other roots fails the receive.
     pub fn with_roots(self, roots: u16) -> OpCtx {
         OpCtx { roots, ..self }
+    }
+
+    /// What the operation is (`frame::What`), which every message of it
+    /// carries: a peer that describes it otherwise fails the receive.
+    pub fn with_what(self, what: frame::What) -> OpCtx {
+        OpCtx { what, ..self }
     }
 
     /// Sequence number as carried in message headers.
@@ -101,7 +111,7 @@ impl OpCtx {
 
     /// What message headers of this operation carry besides the length.
     pub fn wire(&self) -> frame::Wire {
-        frame::Wire { seq: self.wire_seq(), roots: self.roots }
+        frame::Wire { seq: self.wire_seq(), roots: self.roots, what: self.what }
     }
 }
 

@@ -172,3 +172,35 @@ def test_a_script_that_ends_without_destroy_finishes_its_queued_work_and_exits_c
         assert p.returncode == 0, (p.returncode, out, err[-2000:])
         assert "terminate called" not in err, err[-2000:]
         assert "completed 40" in out, (out, err[-2000:])
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_tcp_dtype_or_op_mismatch_never_yields_a_result(world):
+    """Over TCP (ranks on different hosts), a rank whose tensors have the
+    same byte length as its peers' but another dtype, or another reduce op,
+    fails; no rank ends a collective holding what a mixed call would give,
+    and the rank that saw the difference names both sides in torch's words."""
+    res = launch.run("w_faults:tcp_mismatch", world, env={"RUSTCCL_TRANSPORT": "tcp"}, pg_timeout=20, timeout=240)
+    names = [k for k in res[0] if k != "send_recv"]
+    assert len(names) == 10, names
+    for name in names:
+        seen = [res[r][name] for r in range(world)]
+        assert any(s["type"] is not None for s in seen), (name, seen)
+        for r, s in enumerate(seen):
+            if s["type"] is None:
+                # Only a rank whose own result did not depend on the odd
+                # rank may finish, and then with the agreeing ranks' result.
+                assert s["want"] is not None, (name, r, s)
+                assert s["want"] == "any" or s["got"] == s["want"], (name, r, s)
+            else:
+                assert s["runtime_error"] and "rustccl" in s["msg"], (name, r, s)
+        detail = " ".join(s["msg"] for s in seen)
+        if name == "all_reduce_op":
+            assert "all_reduce(MAX)" in detail and "all_reduce(SUM)" in detail, (name, detail)
+        elif name == "all_reduce_f64":
+            assert "4 x float64" in detail and "8 x float32" in detail, (name, detail)
+        else:
+            assert "int32" in detail and "float32" in detail and "RUSTCCL_CHECK=1" in detail, (name, detail)
+    recv = res[1]["send_recv"]
+    assert recv["runtime_error"] and "8 x int32" in recv["msg"] and "8 x float32" in recv["msg"], recv
+    assert recv["got"] == [0] * 8, recv

@@ -203,3 +203,104 @@ def send_then_exit(rank: int, world: int) -> dict:
         err = _timed(lambda: dist.recv(y, 0))
         got.append({"err": err, "equal": torch.equal(y, torch.arange(n, dtype=torch.float32) + i)})
     return {"gone": gone, "got": got}
+
+
+def _mismatch_cases(rank: int, world: int):
+    """(name, call) pairs: each call runs one collective in which the last
+    rank passes tensors of another dtype (same byte length) or reduce op,
+    and returns what this rank holds afterwards and what it should hold if
+    the call succeeded here (computed from the agreeing ranks' inputs):
+    None where it must fail, "any" where it only sends (its tensor then
+    holds nothing of the others')."""
+    odd = rank == world - 1
+    dt = torch.int32 if odd else torch.float32
+
+    def t(n, value):
+        return torch.full((n,), value, dtype=dt)
+
+    def all_reduce():
+        x = t(8, 1)
+        dist.all_reduce(x, group=g())
+        return x, None  # no rank may finish
+
+    def all_reduce_f64():
+        x = torch.ones(4, dtype=torch.float64) if odd else torch.ones(8)
+        dist.all_reduce(x, group=g())
+        return x, None
+
+    def all_reduce_op():
+        x = torch.ones(8)
+        dist.all_reduce(x, op=dist.ReduceOp.MAX if odd else dist.ReduceOp.SUM, group=g())
+        return x, None
+
+    def broadcast():
+        x = t(8, 7 if rank == 0 else 0)
+        dist.broadcast(x, 0, group=g())
+        return x, torch.full((8,), 7.0)
+
+    def reduce():
+        x = t(8, 1)
+        dist.reduce(x, 0, group=g())
+        return x, None if rank == 0 else "any"
+
+    def all_gather():
+        out = torch.zeros(8 * world, dtype=dt)
+        dist.all_gather_into_tensor(out, t(8, rank), group=g())
+        return out, None
+
+    def reduce_scatter():
+        out = torch.zeros(8, dtype=dt)
+        dist.reduce_scatter_tensor(out, t(8 * world, 1), group=g())
+        return out, None
+
+    def all_to_all():
+        out = torch.zeros(8 * world, dtype=dt)
+        dist.all_to_all_single(out, t(8 * world, rank), group=g())
+        return out, None
+
+    def gather():
+        out = [torch.zeros(8, dtype=dt) for _ in range(world)] if rank == 0 else None
+        dist.gather(t(8, rank), out, 0, group=g())
+        return (torch.cat(out) if out else torch.zeros(0)), (None if rank == 0 else "any")
+
+    def scatter():
+        x = torch.zeros(8, dtype=dt)
+        ins = [t(8, r) for r in range(world)] if rank == 0 else None
+        dist.scatter(x, ins, 0, group=g())
+        return x, torch.full((8,), float(rank))
+
+    groups = []
+
+    def g():
+        return groups[-1]
+
+    cases = [all_reduce, all_reduce_f64, all_reduce_op, broadcast, reduce, all_gather, reduce_scatter,
+             all_to_all, gather, scatter]
+    for case in cases:
+        groups.append(dist.new_group(list(range(world))))
+        yield case.__name__, case
+
+
+def tcp_mismatch(rank: int, world: int) -> dict:
+    """Every collective with the last rank's dtype (or reduce op) differing
+    from the others' at the same byte length, each in a group of its own
+    (a mismatch poisons the group it happens in); and a send / recv pair
+    of float32 against int32. What each rank saw comes back."""
+    out = {}
+    for name, case in _mismatch_cases(rank, world):
+        held = {}
+
+        def run():
+            got, want = case()
+            held["got"], held["want"] = got.tolist(), (want.tolist() if isinstance(want, torch.Tensor) else want)
+
+        r = _timed(run)
+        out[name] = dict(r, **held)
+    g = dist.new_group(list(range(world)))
+    if rank == 0:
+        out["send_recv"] = _timed(lambda: dist.send(torch.ones(8), 1, group=g))
+    elif rank == 1:
+        buf = torch.zeros(8, dtype=torch.int32)
+        out["send_recv"] = _timed(lambda: dist.recv(buf, 0, group=g))
+        out["send_recv"]["got"] = buf.tolist()
+    return out

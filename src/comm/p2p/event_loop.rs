@@ -246,6 +246,7 @@ impl EventLoop {
                 let mut to_stage = None;
                 if let Some(p) = self.peers[peer].as_mut() {
                     let len = buf.nbytes() as u64;
+                    let dtype = frame::dtype_code(buf.dtype());
                     let o = if rdv || seq.is_some() {
                         let id = p.next_id;
                         p.next_id += 1;
@@ -254,17 +255,17 @@ impl EventLoop {
                             // on the ack) right after this message: the
                             // send completes once both are done.
                             self.staged = Some((peer, id, !rdv));
-                            let hdr = P2pHeader { kind: P2pKind::Staged, tag, len }.encode();
+                            let hdr = P2pHeader { kind: P2pKind::Staged, dtype, tag, len }.encode();
                             let ctl = frame::rendezvous_body(seq, id);
                             to_stage = Some((seq, buf, work));
                             Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: None, work: None, rdv: None, staged: true, posted_at: now, deadline }
                         } else {
-                            let hdr = P2pHeader { kind: P2pKind::Rendezvous, tag, len }.encode();
+                            let hdr = P2pHeader { kind: P2pKind::Rendezvous, dtype, tag, len }.encode();
                             let ctl = frame::rendezvous_body(buf.bytes().as_ptr() as u64, id);
                             Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: Some(buf), work: Some(work), rdv: Some(id), staged: false, posted_at: now, deadline }
                         }
                     } else {
-                        let hdr = P2pHeader { kind: P2pKind::Data, tag, len }.encode();
+                        let hdr = P2pHeader { kind: P2pKind::Data, dtype, tag, len }.encode();
                         Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: None, buf: Some(buf), work: Some(work), rdv: None, staged: false, posted_at: now, deadline }
                     };
                     p.out.push_back(o);
@@ -290,8 +291,8 @@ impl EventLoop {
                 let now = Instant::now();
                 match found {
                     Some(i) => match self.unexpected.remove(i).expect("index from position") {
-                        (p, _, Unexpected::Data(data, how)) => {
-                            let r = deliver(&mut buf, &data, p, tag);
+                        (p, _, Unexpected::Data(data, dtype, how)) => {
+                            let r = deliver(&mut buf, &data, dtype, p, tag);
                             drop(buf);
                             work.arrived(p, how);
                             work.finish(r);
@@ -364,7 +365,7 @@ impl EventLoop {
                 Incoming::Body { done, sink, .. } => {
                     let target: &mut [u8] = match sink {
                         Sink::Posted(r) => r.buf.bytes_mut(),
-                        Sink::Buffer(v) | Sink::Discard(v) | Sink::Control { data: v, .. } => v,
+                        Sink::Buffer(v, _) | Sink::Discard(v) | Sink::Control { data: v, .. } => v,
                     };
                     if *done == target.len() {
                         Ok(0) // unreachable in practice: completed bodies are popped at once
@@ -402,14 +403,15 @@ impl EventLoop {
                 let len = h.len as usize;
                 let found = self.posted.iter().position(|r| r.tag == h.tag && r.peer.is_none_or(|q| q == p));
                 let sink = match h.kind {
-                    P2pKind::Rendezvous | P2pKind::Staged | P2pKind::PushRequest => Sink::Control { kind: h.kind, len: h.len, data: vec![0; frame::RENDEZVOUS_BODY_LEN] },
-                    P2pKind::Ack | P2pKind::Pushed if len <= frame::ACK_MAX => Sink::Control { kind: h.kind, len: h.len, data: vec![0; len] },
+                    P2pKind::Rendezvous | P2pKind::Staged | P2pKind::PushRequest => {
+                        Sink::Control { kind: h.kind, len: h.len, dtype: h.dtype, data: vec![0; frame::RENDEZVOUS_BODY_LEN] }
+                    }
+                    P2pKind::Ack | P2pKind::Pushed if len <= frame::ACK_MAX => Sink::Control { kind: h.kind, len: h.len, dtype: 0, data: vec![0; len] },
                     P2pKind::Ack | P2pKind::Pushed => return Err(format!("bad point-to-point {:?} ({len} bytes of text)", h.kind)),
                     P2pKind::Data => match found {
                     Some(i) => {
                         let r = self.posted.remove(i);
-                        if r.buf.nbytes() != len {
-                            let e = size_mismatch(r.work.op(), r.buf.nbytes(), len, p, h.tag);
+                        if let Some(e) = mismatch(r.work.op(), &r.buf, len, h.dtype, p, h.tag) {
                             drop(r.buf);
                             r.work.finish(Err(e));
                             Sink::Discard(vec![0; len])
@@ -417,7 +419,7 @@ impl EventLoop {
                             Sink::Posted(r)
                         }
                     }
-                        None => Sink::Buffer(vec![0; len]),
+                        None => Sink::Buffer(vec![0; len], h.dtype),
                     },
                 };
                 self.peers[p].as_mut().expect("live peer").inc = Incoming::Body { tag: h.tag, done: 0, sink };
@@ -436,7 +438,7 @@ impl EventLoop {
         let Incoming::Body { tag, done, sink } = &peer.inc else { return };
         let len = match sink {
             Sink::Posted(r) => r.buf.nbytes(),
-            Sink::Buffer(v) | Sink::Discard(v) | Sink::Control { data: v, .. } => v.len(),
+            Sink::Buffer(v, _) | Sink::Discard(v) | Sink::Control { data: v, .. } => v.len(),
         };
         if *done < len {
             return;
@@ -450,22 +452,24 @@ impl EventLoop {
                 r.work.arrived(p, self.route_of(p, false, false));
                 r.work.finish(Ok(()));
             }
-            Sink::Buffer(data) => {
+            Sink::Buffer(data, dtype) => {
                 let found = self.posted.iter().position(|r| r.tag == tag && r.peer.is_none_or(|q| q == p));
                 match found {
                     Some(i) => {
                         let mut r = self.posted.remove(i);
-                        let res = deliver(&mut r.buf, &data, p, tag);
+                        let res = deliver(&mut r.buf, &data, dtype, p, tag);
                         drop(r.buf);
                         r.work.arrived(p, self.route_of(p, false, false));
                         r.work.finish(res);
                     }
-                    None => self.unexpected.push_back((p, tag, Unexpected::Data(data, self.route_of(p, false, false)))),
+                    None => self.unexpected.push_back((p, tag, Unexpected::Data(data, dtype, self.route_of(p, false, false)))),
                 }
             }
             Sink::Discard(_) => {}
-            Sink::Control { kind: k @ (P2pKind::Rendezvous | P2pKind::Staged), len, data } => self.on_rendezvous(p, tag, len, &data, k == P2pKind::Staged),
-            Sink::Control { kind: P2pKind::PushRequest, len, data } => self.on_push_request(p, tag as u64, len, &data),
+            Sink::Control { kind: k @ (P2pKind::Rendezvous | P2pKind::Staged), len, dtype, data } => {
+                self.on_rendezvous(p, tag, len, dtype, &data, k == P2pKind::Staged)
+            }
+            Sink::Control { kind: P2pKind::PushRequest, len, data, .. } => self.on_push_request(p, tag as u64, len, &data),
             Sink::Control { kind: P2pKind::Pushed, data, .. } => self.on_pushed(p, tag as u64, data),
             Sink::Control { data, .. } => self.on_ack(p, tag as u64, data),
         }
@@ -583,16 +587,31 @@ impl EventLoop {
     }
 }
 
-pub(super) fn size_mismatch(op: &'static str, want: usize, got: usize, from: Rank, tag: i64) -> Error {
-    Error::invalid(
+/// The error of a receive into `buf` of a message of `got` bytes of dtype
+/// `dtype` (`frame::dtype_code`) from `from`, where they do not match.
+pub(super) fn mismatch(op: &'static str, buf: &HostTensor, got: usize, dtype: u8, from: Rank, tag: i64) -> Option<Error> {
+    let want = frame::dtype_code(buf.dtype());
+    if buf.nbytes() == got && want == dtype {
+        return None;
+    }
+    let sent = match frame::dtype_from_code(dtype).and_then(|d| got.checked_div(d.size())) {
+        Some(n) => format!("{n} x {} ({got} bytes)", frame::dtype_name(dtype)),
+        None => format!("{} ({got} bytes)", frame::dtype_name(dtype)),
+    };
+    Some(Error::invalid(
         op,
-        format!("the receive buffer has {want} bytes but rank {from} sent {got} bytes (tag {tag})"),
-    )
+        format!(
+            "the receive buffer is {} x {} ({} bytes) but rank {from} sent {sent} (tag {tag}): pass the same dtype and number of elements to the send and the recv",
+            buf.numel(),
+            buf.dtype().name(),
+            buf.nbytes()
+        ),
+    ))
 }
 
-fn deliver(buf: &mut HostTensor, data: &[u8], from: Rank, tag: i64) -> Result<()> {
-    if buf.nbytes() != data.len() {
-        return Err(size_mismatch("recv", buf.nbytes(), data.len(), from, tag));
+fn deliver(buf: &mut HostTensor, data: &[u8], dtype: u8, from: Rank, tag: i64) -> Result<()> {
+    if let Some(e) = mismatch("recv", buf, data.len(), dtype, from, tag) {
+        return Err(e);
     }
     buf.bytes_mut().copy_from_slice(data);
     Ok(())

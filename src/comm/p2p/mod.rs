@@ -61,7 +61,7 @@ use crate::bootstrap::Conn;
 use crate::collectives::Op;
 use crate::error::{Error, Result};
 use crate::tensor::HostTensor;
-use crate::transport::frame::{P2pKind, P2P_HEADER_LEN};
+use crate::transport::frame::{self, P2pKind, P2P_HEADER_LEN};
 use crate::transport::frame::P2pHeader;
 use crate::transport::shm::{RingRx, ShmLink, ShmLocal};
 use crate::types::Rank;
@@ -125,6 +125,8 @@ struct Rdv {
     id: u64,
     /// The bytes are in the sender's staging area, not at `addr`.
     staged: bool,
+    /// The sender's dtype (`frame::dtype_code`).
+    dtype: u8,
 }
 
 /// A receive of a split rendezvous message (`split.rs`): its first half
@@ -161,16 +163,18 @@ mod route {
 /// A message no receive matched yet: its bytes, and how they came
 /// ([`route`]; `None` over TCP), or a rendezvous header.
 enum Unexpected {
-    Data(Vec<u8>, Option<&'static str>),
+    /// Its bytes, its dtype (`frame::dtype_code`), its route.
+    Data(Vec<u8>, u8, Option<&'static str>),
     Rendezvous(Rdv),
 }
 
 enum Sink {
     Posted(Posted),
-    Buffer(Vec<u8>),
+    /// An unexpected message's bytes, and its dtype.
+    Buffer(Vec<u8>, u8),
     Discard(Vec<u8>),
-    /// The body of a control message; `len` is the header's length field.
-    Control { kind: P2pKind, len: u64, data: Vec<u8> },
+    /// The body of a control message; `len` and `dtype` are the header's.
+    Control { kind: P2pKind, len: u64, dtype: u8, data: Vec<u8> },
 }
 
 enum Incoming {
@@ -359,7 +363,8 @@ impl P2pEngine {
                 } else if matches!(*self.state.lock().unwrap_or_else(|p| p.into_inner()), State::Closed) {
                     return Err(Error::Closed { op: kind, how: "shut down" });
                 } else {
-                    let hdr = P2pHeader { kind: P2pKind::Data, tag: *tag, len: buf.nbytes() as u64 }.encode();
+                    let dtype = frame::dtype_code(buf.dtype());
+                    let hdr = P2pHeader { kind: P2pKind::Data, dtype, tag: *tag, len: buf.nbytes() as u64 }.encode();
                     if tx.write_now_or_queue(&hdr, buf.bytes()) {
                         // Finished with no lock held: its callbacks may
                         // submit again.

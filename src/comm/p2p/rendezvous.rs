@@ -16,12 +16,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::event_loop::{site, size_mismatch, EventLoop};
+use super::event_loop::{mismatch, site, EventLoop};
 use super::link::watch_alive;
 use super::{route, Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
 use crate::tensor::HostTensor;
-use crate::transport::frame::{rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
+use crate::transport::frame::{self, rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
 use crate::transport::shm::arena::Arena;
 use crate::transport::shm::{ShmLocal, Workers};
 use crate::types::Rank;
@@ -111,9 +111,9 @@ impl EventLoop {
     /// threshold) is copied out at once if none matches, as a message
     /// through the ring would be ([`stages_by_value`]).
     /// `staged`: the bytes wait in `p`'s staging area.
-    pub(super) fn on_rendezvous(&mut self, p: Rank, tag: i64, len: u64, data: &[u8], staged: bool) {
+    pub(super) fn on_rendezvous(&mut self, p: Rank, tag: i64, len: u64, dtype: u8, data: &[u8], staged: bool) {
         let (addr, id) = parse(data);
-        let rdv = Rdv { len: len as usize, addr, id, staged };
+        let rdv = Rdv { len: len as usize, addr, id, staged, dtype };
         match self.posted.iter().position(|r| r.tag == tag && r.peer.is_none_or(|q| q == p)) {
             Some(i) => {
                 let posted = self.posted.remove(i);
@@ -146,7 +146,7 @@ impl EventLoop {
         // No receive gives the ack a deadline: the group's timeout does
         // (the ack waits only while the sender's ring is full).
         self.queue_control(p, P2pKind::Ack, rdv.id, 0, Vec::new(), Instant::now() + self.timeout);
-        self.unexpected.push_back((p, tag, Unexpected::Data(data, Some(route::STAGED))));
+        self.unexpected.push_back((p, tag, Unexpected::Data(data, rdv.dtype, Some(route::STAGED))));
     }
 
     /// Copies staged message `rdv` of `p` (local index `i`) out of its
@@ -164,15 +164,22 @@ impl EventLoop {
     /// Reads rendezvous message `rdv` of `p` into the receive `r`,
     /// finishes the receive and queues the ack.
     pub(super) fn take(&mut self, p: Rank, rdv: Rdv, r: Posted) {
-        if r.buf.nbytes() == rdv.len {
+        if r.buf.nbytes() == rdv.len && frame::dtype_code(r.buf.dtype()) == rdv.dtype {
             if let Some(from) = self.split_from(p, &rdv) {
                 return self.take_split(p, rdv, r, from);
             }
         }
         let Posted { posted_at, tag, mut buf, work, deadline, .. } = r;
-        let (res, nack) = if buf.nbytes() != rdv.len {
-            let e = size_mismatch(work.op(), buf.nbytes(), rdv.len, p, tag);
-            let why = format!("rank {}'s matching receive has {} bytes but this send has {} bytes (tag {tag})", self.rank, buf.nbytes(), rdv.len);
+        let (res, nack) = if let Some(e) = mismatch(work.op(), &buf, rdv.len, rdv.dtype, p, tag) {
+            let why = format!(
+                "rank {}'s matching receive is {} x {} ({} bytes) but this send is {} ({} bytes) (tag {tag}): pass the same dtype and number of elements to the send and the recv",
+                self.rank,
+                buf.numel(),
+                buf.dtype().name(),
+                buf.nbytes(),
+                frame::dtype_name(rdv.dtype),
+                rdv.len
+            );
             (Err(e), Some(why))
         } else {
             let attach = self.attach.as_ref().and_then(|l| Some((l, l.attach.as_ref()?, l.local_index(p)?)));
@@ -274,7 +281,7 @@ impl EventLoop {
             body.truncate(ACK_MAX);
             body.len() as u64
         };
-        let hdr = P2pHeader { kind, tag: id as i64, len }.encode();
+        let hdr = P2pHeader { kind, dtype: 0, tag: id as i64, len }.encode();
         let now = Instant::now();
         peer.link.queue();
         peer.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(body), buf: None, work: None, rdv: None, staged: false, posted_at: now, deadline });

@@ -557,8 +557,8 @@ mod tests {
 
     #[test]
     fn header_checks_name_the_mismatch() {
-        let h = Header { roots: 0, seq: 3, len: 8 }.encode();
-        let want = crate::transport::frame::Wire { seq: 3, roots: 0 };
+        let h = Header { roots: 0, seq: 3, len: 8, what: Default::default() }.encode();
+        let want = crate::transport::frame::Wire { seq: 3, roots: 0, what: Default::default() };
         assert!(Header::decode(&h).and_then(|h| h.expect(want, 4)).unwrap_err().contains("different tensor sizes"));
     }
 }

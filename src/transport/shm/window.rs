@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use super::{BlockOp, ShmLocal, Workers};
 use crate::error::{Error, Result};
+use crate::transport::frame;
 use crate::types::{DType, Rank, ReduceOp};
 
 /// Blocks until every local rank's phase is at least `target` (with the
@@ -74,24 +75,21 @@ fn length_word(d: &Desc) -> u64 {
     d.len as u64 | (d.root.map_or(0, |r| r as u64 + 1) << LEN_BITS)
 }
 
-fn dtype_code(d: DType) -> u64 {
-    match d {
-        DType::F32 => 1,
-        DType::F64 => 2,
-        DType::F16 => 3,
-        DType::BF16 => 4,
-        DType::U8 => 5,
-        DType::I8 => 6,
-        DType::I16 => 7,
-        DType::I32 => 8,
-        DType::I64 => 9,
-        DType::Bool => 10,
-        DType::Other { code, bits } => 0x1000 | (code as u64) << 16 | bits as u64,
-    }
+fn descriptor(seq: u32, d: &Desc) -> u64 {
+    (seq as u64) << 32 | (frame::dtype_code(d.dtype) as u64) << 8 | d.op as u64
 }
 
-fn descriptor(seq: u32, d: &Desc) -> u64 {
-    (seq as u64) << 32 | dtype_code(d.dtype) << 8 | d.op as u64
+/// An announced operation in torch's words: `all_reduce(SUM) of 40 bytes
+/// of float32`, `broadcast of 40 bytes` (data movement is announced as
+/// bytes).
+fn desc_text(name: &str, word: u64, len: u64) -> String {
+    let (code, op) = ((word >> 8) as u8, ReduceOp::from_i32((word & 0xff) as i32));
+    match op {
+        Some(op) if matches!(name, "all_reduce" | "reduce" | "reduce_scatter") => {
+            format!("{name}({}) of {len} bytes of {}", op.name(), frame::dtype_name(code))
+        }
+        _ => format!("{name} of {len} bytes"),
+    }
 }
 
 /// A failed read of a peer's buffer, or write into one it posted
@@ -530,11 +528,10 @@ impl Window {
             }
             if got != want || their_len != d.len as u64 {
                 return Err(w.mismatch(self.local.ranks[i], format!(
-                    "peer runs {} on {their_len} bytes (type/op code {:#x}) where this rank has {} bytes ({:#x}): the ranks passed different tensors or ops",
-                    d.name,
-                    got & 0xffff_ffff,
-                    d.len,
-                    want & 0xffff_ffff
+                    "peer runs {} where this rank runs {}: the ranks passed different tensors, dtypes or reduce ops ({})",
+                    desc_text(d.name, got, their_len),
+                    desc_text(d.name, want, d.len as u64),
+                    frame::NEXT_STEP,
                 )));
             }
         }
