@@ -99,7 +99,7 @@ fn size_mismatch(comms: &[rustccl::Communicator]) {
         } else {
             let small = buf(DType::I64, &[0.0]);
             let e = recv(c, &small, Some(0), 0).wait(None).unwrap_err();
-            assert!(e.to_string().contains("rank 0 sent 24 bytes"), "{e}");
+            assert!(e.to_string().contains("is 1 x int64 (8 bytes) but rank 0 sent 3 x int64 (24 bytes)"), "{e}");
             let ok = buf(DType::I64, &[0.0]);
             recv(c, &ok, Some(0), 0).wait(None).unwrap();
             assert_eq!(read(DType::I64, &ok), vec![4.0]);
@@ -133,7 +133,8 @@ fn mismatched(comms: &[rustccl::Communicator]) {
     for e in errs {
         let s = e.to_string();
         assert!(matches!(e, Error::Protocol { .. }), "{s}");
-        assert!(s.contains("rustccl all_reduce (seq 0") && (s.contains("different tensor sizes") || s.contains("different tensors")), "{s}");
+        let named = s.contains("of 10 x float32") && s.contains("of 11 x float32") && s.contains("different dtypes, sizes");
+        assert!(s.contains("rustccl all_reduce (seq 0") && (named || s.contains("different tensors")), "{s}");
     }
 }
 

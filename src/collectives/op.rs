@@ -516,20 +516,27 @@ pub fn wire_what(ops: &[Op<HostTensor>]) -> What {
     };
     // The counts every rank shares; all_to_all, gather and scatter may
     // pass other counts on each rank, whose messages' lengths still agree.
-    let mut counts = Vec::new();
-    for o in ops {
+    let shared = |o: &Op<HostTensor>| -> Option<usize> {
         match o {
-            Op::AllReduce { bufs, .. } => counts.extend(bufs.iter().map(|b| b.numel())),
-            Op::Broadcast { buf, .. } | Op::Reduce { buf, .. } => counts.push(buf.numel()),
-            Op::AllGather { outputs, .. } => counts.push(outputs.total_numel()),
-            Op::ReduceScatter { inputs, .. } => counts.push(inputs.total_numel()),
-            Op::AllToAll { .. } | Op::Gather { .. } | Op::Scatter { .. } | Op::Send { .. } | Op::Recv { .. } => {
-                return What::new(first.kind(), reduce(first), first.first_tensor().map(|t| t.dtype()), frame::UNCHECKED_COUNT);
-            }
-            Op::Barrier => {}
+            Op::Broadcast { buf, .. } | Op::Reduce { buf, .. } => Some(buf.numel()),
+            Op::AllGather { outputs, .. } => Some(outputs.total_numel()),
+            Op::ReduceScatter { inputs, .. } => Some(inputs.total_numel()),
+            _ => None,
         }
-    }
-    What::new(first.kind(), reduce(first), first.first_tensor().map(|t| t.dtype()), frame::count_tag(counts))
+    };
+    let unchecked = ops.iter().any(|o| matches!(o, Op::AllToAll { .. } | Op::Gather { .. } | Op::Scatter { .. } | Op::Send { .. } | Op::Recv { .. }));
+    let count = if unchecked {
+        frame::UNCHECKED_COUNT
+    } else {
+        frame::count_tag(ops.iter().flat_map(|o| {
+            let bufs = match o {
+                Op::AllReduce { bufs, .. } => bufs.as_slice(),
+                _ => &[],
+            };
+            bufs.iter().map(|b| b.numel()).chain(shared(o))
+        }))
+    };
+    What::new(first.kind(), reduce(first), first.first_tensor().map(|t| t.dtype()), count)
 }
 
 /// Takes the host view of every tensor of a validated operation.
