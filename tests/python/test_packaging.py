@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import pathlib
 import os
 import re
 import subprocess
@@ -212,7 +213,13 @@ def test_info_of_this_process():
 
 def test_python_m_rustccl_info(tmp_path):
     env = dict(os.environ, RUSTCCL_SEGMENT_BYTES="65536")
-    r = subprocess.run([sys.executable, "-m", "rustccl.info"], capture_output=True, text=True, timeout=120, env=env)
+    short = subprocess.run([sys.executable, "-m", "rustccl.info"], capture_output=True, text=True, timeout=120, env=env)
+    assert short.returncode == 0, short.stderr
+    assert f"rustccl {rustccl.__version__}" in short.stdout and "RUSTCCL_SEGMENT_BYTES=65536 (default 524288)" in short.stdout
+    assert len(short.stdout.splitlines()) < 20, short.stdout
+    usage = subprocess.run([sys.executable, "-m", "rustccl.info", "--help"], capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 0 and "--json" in usage.stdout and "{" not in usage.stdout, usage.stdout
+    r = subprocess.run([sys.executable, "-m", "rustccl.info", "--json"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert "Warning" not in r.stderr, r.stderr
     report = json.loads(r.stdout)
@@ -332,3 +339,15 @@ def test_stub_types_numpy_use_under_mypy_strict(tmp_path):
     errors = [line for line in out.splitlines() if ": error:" in line]
     # only the two mistakes in wrong() are reported
     assert len(errors) == 2 and all(":16:" in e for e in errors), out + err
+
+
+def test_the_settings_page_is_generated_from_the_engine():
+    """docs/settings.md holds the table `python -m rustccl.info
+    --settings-md` prints, from the engine's one declaration of the
+    settings: regenerate it when a setting changes."""
+    from rustccl.info import settings_table
+
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
+    begin, end = "<!-- settings:begin (python -m rustccl.info --settings-md) -->\n", "\n<!-- settings:end -->"
+    assert begin in page and end in page
+    assert page.split(begin)[1].split(end)[0] == settings_table(), "docs/settings.md is stale: regenerate its table"

@@ -1,6 +1,7 @@
 """What rustccl sees in this process: attach it to bug reports.
 
-    python -m rustccl.info            # this host: versions, cores, CUDA devices and their links, settings
+    python -m rustccl.info            # a short summary: versions, cores, CUDA devices, settings changed
+    python -m rustccl.info --json     # everything as JSON: attach it to bug reports
     rustccl.info()                    # the same as a dict, plus every live rustccl group of the
                                       # process: the link to each peer (shm / tcp, address), the
                                       # group's CUDA device and one-shot all-reduce state
@@ -13,6 +14,7 @@ one), so a process that forks CUDA workers afterwards should not call it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -133,6 +135,49 @@ def info() -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    json.dump(info(), sys.stdout, indent=2)
-    sys.stdout.write("\n")
+def summary(report: dict[str, Any]) -> str:
+    """A few lines a person reads: versions, host, CUDA, the settings that
+    differ from their defaults."""
+    v, h, c = report["versions"], report["host"], report["cuda"]
+    lines = [
+        f"rustccl {v['rustccl']} (shim built against torch {v['built_against_torch']}), "
+        f"torch {v['torch']}, python {v['python']}, numpy {v['numpy']}",
+        f"host {h['hostname']} ({h['identity']}): {h['cores']} cores, {h['usable_cores']} usable, {h['platform']}",
+    ]
+    if c.get("available"):
+        names = ", ".join(f"cuda:{d['index']} {d.get('name', '')}".strip() for d in c.get("devices", []))
+        lines.append(f"CUDA driver {c.get('driver')}, NCCL {v.get('nccl')}: {names or 'no devices'}")
+    else:
+        lines.append(f"CUDA: not available ({c.get('error', 'no driver')})")
+    changed = {k: s for k, s in report["settings"].items() if s["value"] != s["default"]}
+    if changed:
+        lines.append("settings that differ from their defaults:")
+        lines += [f"  {k}={s['value']} (default {s['default']})" for k, s in sorted(changed.items())]
+    else:
+        lines.append("every RUSTCCL_* setting at its default")
+    lines.append(f"{len(report['groups'])} live rustccl group(s); --json prints everything")
+    return "\n".join(lines)
+
+
+def settings_table() -> str:
+    """The settings as a Markdown table (docs/settings.md is generated
+    from it, and a test checks that the two agree)."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, s in _rustccl.config().items():
+        doc = s["doc"].replace("|", "\\|")
+        rows.append(f"| `{name}` | {s['default'] or '(unset)'} | {doc} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m rustccl.info", description="What rustccl sees in this process.")
+    ap.add_argument("--json", action="store_true", help="print everything as JSON (for bug reports)")
+    ap.add_argument("--settings-md", action="store_true", help="print every setting as a Markdown table")
+    args = ap.parse_args(argv)
+    if args.settings_md:
+        print(settings_table())
+    elif args.json:
+        json.dump(info(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(summary(info()))

@@ -1,5 +1,6 @@
-"""``python -m rustccl.info``: prints ``rustccl.info()`` as JSON (the
-package, and torch when installed, are imported first, as in a job)."""
+"""``python -m rustccl.info``: a short summary of what rustccl sees, or
+everything as JSON with ``--json`` (the package, and torch when installed,
+are imported first, as in a job)."""
 
 from . import main
 
