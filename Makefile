@@ -11,18 +11,21 @@ PIP := $(PY) -m pip
 # The torch rustccl builds against and requires: pyproject.toml's pin.
 TORCH_VERSION := $(shell sed -n 's/.*"torch==\([^"]*\)".*/\1/p' pyproject.toml | head -n 1)
 NPROC ?= 2
+# Pinned, so that a new release cannot break the docs build or the checks.
+DOCS_DEPS := sphinx==9.0.4 myst-parser==5.2.0
+LINT_DEPS := ruff==0.14.9
 # No pip cache: the torch wheels would be kept twice (cache + venv, ~3 GB
 # more), and no incremental cargo cache for the one-off test build. CI's disk
 # ran out without both.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: setup build test test-rust test-python demo bench clean
+.PHONY: setup build test test-rust test-python demo bench clean lint
 
-$(VENV)/.deps-$(TORCH_VERSION): pyproject.toml
+$(VENV)/.deps-$(TORCH_VERSION): pyproject.toml Makefile
 	@command -v cargo >/dev/null || { echo "rustccl: cargo (Rust) is needed to build the engine: https://rustup.rs"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==$(TORCH_VERSION) numpy pytest "maturin>=1.12.1,<2" matplotlib mypy
+	$(PIP) install -q torch==$(TORCH_VERSION) numpy pytest "maturin>=1.12.1,<2" matplotlib mypy $(DOCS_DEPS) $(LINT_DEPS)
 	touch $@
 
 setup: $(VENV)/.deps-$(TORCH_VERSION)
@@ -40,6 +43,11 @@ test-python: build
 	$(PY) -m pytest -q tests/python
 
 test: test-rust test-python
+
+# The style checks .ci/run runs before the tests (seconds).
+lint: setup
+	cargo fmt --check
+	$(VENV)/bin/ruff check python tests benchmarks examples
 
 demo: build
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --nproc_per_node=$(NPROC) examples/train_ddp.py
