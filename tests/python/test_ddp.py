@@ -28,5 +28,5 @@ def test_demo_under_torchrun():
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     losses = [float(m) for m in re.findall(r"step\s+\d+\s+loss\s+([0-9.eE+-]+)", out.stdout)]
     assert len(losses) == 4, out.stdout
-    assert all(l == l and l > 0 for l in losses)  # finite, positive
+    assert all(x == x and x > 0 for x in losses)  # finite, positive
     assert "backend=rustccl" in out.stdout

@@ -155,7 +155,7 @@ def test_ranks_with_different_settings_are_warned():
         got, peer = res[r], 1 - r
         assert len(got["differ"]) == 1, got
         w = got["differ"][0]
-        assert w.startswith(f"rustccl group '") and f"rank {r}: its settings differ from rank {peer}'s: " in w, w
+        assert w.startswith("rustccl group '") and f"rank {r}: its settings differ from rank {peer}'s: " in w, w
         assert f"RUSTCCL_SMALL_BROADCAST_BYTES={(r + 1) * 1024} here, {(peer + 1) * 1024} on rank {peer}." in w, w
         assert "wait for each other until the timeout" in w, w
         assert got["local"] == [], got

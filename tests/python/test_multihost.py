@@ -48,7 +48,7 @@ def test_two_hosts_two_ranks_each(two_hosts):
             for q in procs:
                 q.kill()
             pytest.fail("the two-host job did not finish in 240 s:\n" + "\n".join(logs))
-    assert all(p.returncode == 0 for p in procs), "\n----\n".join(l[-3000:] for l in logs)
+    assert all(p.returncode == 0 for p in procs), "\n----\n".join(log[-3000:] for log in logs)
     for r in range(4):
         with open(os.path.join(out_dir, f"rank{r}.json")) as f:
             res = json.load(f)

@@ -9,7 +9,6 @@ import copy
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rustccl.hooks as H
