@@ -46,10 +46,7 @@ struct Torch {
 }
 
 fn query_torch(python: &str) -> Torch {
-    let out = Command::new(python)
-        .args(["-c", QUERY])
-        .output()
-        .unwrap_or_else(|e| panic!("rustccl build: cannot run {python}: {e}"));
+    let out = Command::new(python).args(["-c", QUERY]).output().unwrap_or_else(|e| panic!("rustccl build: cannot run {python}: {e}"));
     if !out.status.success() {
         panic!(
             "rustccl build: {python} could not import torch. rustccl is built against the torch of the \
@@ -77,11 +74,8 @@ fn query_torch(python: &str) -> Torch {
 
 /// The versions pyproject.toml pins torch to (`"torch==X"`).
 fn pinned_torch(pyproject: &str) -> Vec<String> {
-    let mut pins: Vec<String> = pyproject
-        .split('"')
-        .filter_map(|s| s.trim().strip_prefix("torch=="))
-        .map(|v| v.trim().to_string())
-        .collect();
+    let mut pins: Vec<String> =
+        pyproject.split('"').filter_map(|s| s.trim().strip_prefix("torch==")).map(|v| v.trim().to_string()).collect();
     pins.sort();
     pins.dedup();
     pins

@@ -137,10 +137,7 @@ impl Error {
     /// True for errors that leave the communicator's byte streams in an
     /// unknown state, so that later operations must not use them.
     pub fn poisons(&self) -> bool {
-        matches!(
-            self,
-            Error::Timeout { .. } | Error::PeerLost { .. } | Error::Protocol { .. } | Error::Device { .. } | Error::Internal(_)
-        )
+        matches!(self, Error::Timeout { .. } | Error::PeerLost { .. } | Error::Protocol { .. } | Error::Device { .. } | Error::Internal(_))
     }
 }
 
@@ -151,13 +148,7 @@ mod tests {
     #[test]
     fn messages_name_rustccl_op_and_peer() {
         let site = OpSite { op: "all_reduce", seq: 7, group: "0".into() };
-        let e = Error::PeerLost {
-            site,
-            rank: 1,
-            peer: 3,
-            addr: "10.0.0.2:4444".into(),
-            detail: "connection reset".into(),
-        };
+        let e = Error::PeerLost { site, rank: 1, peer: 3, addr: "10.0.0.2:4444".into(), detail: "connection reset".into() };
         let s = e.to_string();
         assert!(s.contains("rustccl all_reduce (seq 7"), "{s}");
         assert!(s.contains("rank 1 (this process) <-> rank 3 10.0.0.2:4444"), "{s}");

@@ -23,7 +23,10 @@ pub enum DType {
     Bool,
     /// Any other type (complex, float8, uint32, ...): moved as bytes by data
     /// movement collectives, refused by reductions. `bits` is the element size.
-    Other { code: u8, bits: u16 },
+    Other {
+        code: u8,
+        bits: u16,
+    },
 }
 
 impl DType {

@@ -65,10 +65,13 @@ fn blocking_calls_nobody_waits_for_run_on_the_worker() {
             assert!(t0.elapsed() < Duration::from_secs(20), "unwaited collectives did not run");
             std::thread::sleep(Duration::from_millis(1));
         }
-        let vals: Vec<f64> = subs.iter().map(|(b, w)| {
-            w.result().unwrap().unwrap();
-            read(DType::F32, b)[0]
-        }).collect();
+        let vals: Vec<f64> = subs
+            .iter()
+            .map(|(b, w)| {
+                w.result().unwrap().unwrap();
+                read(DType::F32, b)[0]
+            })
+            .collect();
         (vals, by_caller(c))
     });
     for (vals, counts) in got {

@@ -151,9 +151,8 @@ fn all_to_all_even_uneven_and_list() {
             // Rank src sends (src + 1) * (dst + 1) % 4 rows to dst (some empty).
             let rows = |src: usize, dst: usize| ((src + 1) * (dst + 1)) % 4;
             let cols = 3;
-            let block = |src: usize, dst: usize| -> Vec<f64> {
-                (0..rows(src, dst) * cols).map(|i| (src * 1000 + dst * 100 + i) as f64).collect()
-            };
+            let block =
+                |src: usize, dst: usize| -> Vec<f64> { (0..rows(src, dst) * cols).map(|i| (src * 1000 + dst * 100 + i) as f64).collect() };
             let input: Vec<f64> = (0..n).flat_map(|p| block(r, p)).collect();
             let expect: Vec<f64> = (0..n).flat_map(|p| block(p, r)).collect();
             let ib = buf(dt, &input);
@@ -210,11 +209,8 @@ fn gather_scatter_barrier_every_root() {
                         assert_eq!(read(dt, o), values(dt, ReduceOp::Sum, p, len), "gather n={n} root={root} from {p}");
                     }
 
-                    let ins: Vec<_> = if r == root {
-                        (0..n).map(|p| buf(dt, &values(dt, ReduceOp::Max, p, len))).collect()
-                    } else {
-                        vec![]
-                    };
+                    let ins: Vec<_> =
+                        if r == root { (0..n).map(|p| buf(dt, &values(dt, ReduceOp::Max, p, len))).collect() } else { vec![] };
                     let out = buf(dt, &vec![0.0; len]);
                     let mut s = spec(OpKind::Scatter);
                     s.root = root as i64;
@@ -283,7 +279,12 @@ fn many_in_flight_complete_in_order() {
 fn tcp_sweep_with_large_buffers() {
     // Real sockets: recursive doubling, multi-segment ring and chain paths,
     // buffers larger than the kernel's socket buffers.
-    let algo = rustccl::config::AlgoConfig { small_allreduce_bytes: 4096, small_broadcast_bytes: 4096, segment_bytes: 64 << 10, ..Default::default() };
+    let algo = rustccl::config::AlgoConfig {
+        small_allreduce_bytes: 4096,
+        small_broadcast_bytes: 4096,
+        segment_bytes: 64 << 10,
+        ..Default::default()
+    };
     for n in [2, 3, 4] {
         mesh_sweep(&tcp_comms(n, algo, std::time::Duration::from_secs(60)));
     }
@@ -293,7 +294,12 @@ fn tcp_sweep_with_large_buffers() {
 fn shm_sweep_with_large_buffers() {
     // Shared memory with 4 KiB rings and 256-byte pipeline pieces: ring
     // wrap-around, one-round and many-round direct all_reduce.
-    let algo = rustccl::config::AlgoConfig { small_allreduce_bytes: 4096, small_broadcast_bytes: 4096, segment_bytes: 64 << 10, ..Default::default() };
+    let algo = rustccl::config::AlgoConfig {
+        small_allreduce_bytes: 4096,
+        small_broadcast_bytes: 4096,
+        segment_bytes: 64 << 10,
+        ..Default::default()
+    };
     for n in [2, 3, 4] {
         let comms = shm_comms(n, algo, std::time::Duration::from_secs(60));
         assert_eq!(comms[0].transport_kind(), "shm");

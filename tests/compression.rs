@@ -89,12 +89,19 @@ fn compressed_all_reduce_matches_reference_on_every_rank() {
                 let exact = common::reference(DType::F32, op, &contribs);
                 let m = if avg { layout.len() as f64 } else { 1.0 };
                 for (r, g) in got.iter().enumerate() {
-                    assert!(g.iter().zip(&got[0]).all(|(a, b)| a.to_bits() == b.to_bits()), "{layout:?} {codec:?} n={n}: rank {r} differs from rank 0");
+                    assert!(
+                        g.iter().zip(&got[0]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{layout:?} {codec:?} n={n}: rank {r} differs from rank 0"
+                    );
                 }
                 for i in 0..n {
                     assert_eq!(got[0][i], want[i], "{layout:?} {codec:?} n={n} i={i}: engine vs reference");
                     let err = (got[0][i] as f64 - exact[i]).abs();
-                    assert!(err <= bound[i] / m + exact[i].abs() * 1e-6, "{layout:?} {codec:?} n={n} i={i}: error {err} > bound {}", bound[i] / m);
+                    assert!(
+                        err <= bound[i] / m + exact[i].abs() * 1e-6,
+                        "{layout:?} {codec:?} n={n} i={i}: error {err} > bound {}",
+                        bound[i] / m
+                    );
                 }
             }
             let st = cs[0].stats().snapshot()["all_reduce"].clone();
@@ -108,7 +115,13 @@ fn other_dtypes_ops_and_single_host_stay_exact() {
     let layout = [0, 0, 1, 1];
     let cs = comms(&layout);
     cs.iter().for_each(|c| c.set_compression(Some(Setting { codec: Codec::Int8, feedback: true })));
-    for (dtype, op) in [(DType::F32, ReduceOp::Max), (DType::F32, ReduceOp::Min), (DType::I32, ReduceOp::Sum), (DType::I64, ReduceOp::Avg), (DType::F32, ReduceOp::Product)] {
+    for (dtype, op) in [
+        (DType::F32, ReduceOp::Max),
+        (DType::F32, ReduceOp::Min),
+        (DType::I32, ReduceOp::Sum),
+        (DType::I64, ReduceOp::Avg),
+        (DType::F32, ReduceOp::Product),
+    ] {
         let contribs: Vec<Vec<f64>> = (0..4).map(|r| values(dtype, op, r, 3001)).collect();
         let want = common::reference(dtype, op, &contribs);
         on_ranks(&cs, |r, c| {
@@ -148,7 +161,8 @@ fn half_and_double_inputs_compress() {
     cs.iter().for_each(|c| c.set_compression(Some(Setting { codec: Codec::Int8, feedback: false })));
     for dtype in [DType::F64, DType::BF16, DType::F16] {
         // Quarter-integers up to 12.5: inputs and partial sums exact in bf16 too.
-        let contribs: Vec<Vec<f64>> = (0..4).map(|r| (0..2000).map(|i| (((r * 131 + i * 37) % 101) as f64 - 50.0) * 0.25).collect()).collect();
+        let contribs: Vec<Vec<f64>> =
+            (0..4).map(|r| (0..2000).map(|i| (((r * 131 + i * 37) % 101) as f64 - 50.0) * 0.25).collect()).collect();
         let exact = common::reference(DType::F64, ReduceOp::Sum, &contribs);
         let (want, bound) = reference(Codec::Int8, &layout, &contribs, false);
         let got = on_ranks(&cs, |r, c| {

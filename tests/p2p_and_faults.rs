@@ -109,7 +109,9 @@ fn size_mismatch(comms: &[rustccl::Communicator]) {
 
 #[test]
 fn mismatched_sizes_fail_and_poison_the_group() {
-    for comms in [tcp_comms(2, AlgoConfig::default(), Duration::from_secs(10)), shm_comms(2, AlgoConfig::default(), Duration::from_secs(10))] {
+    for comms in
+        [tcp_comms(2, AlgoConfig::default(), Duration::from_secs(10)), shm_comms(2, AlgoConfig::default(), Duration::from_secs(10))]
+    {
         mismatched(&comms);
     }
 }
@@ -302,7 +304,10 @@ fn shared_memory_setup_that_breaks_off_is_not_taken_for_unavailable() {
 /// over TCP they are the caller's again.
 #[test]
 fn an_aborted_operation_keeps_its_tensors_where_peers_share_the_host() {
-    for (comms, kept) in [(tcp_comms(2, AlgoConfig::default(), Duration::from_secs(30)), false), (shm_comms(2, AlgoConfig::default(), Duration::from_secs(30)), true)] {
+    for (comms, kept) in [
+        (tcp_comms(2, AlgoConfig::default(), Duration::from_secs(30)), false),
+        (shm_comms(2, AlgoConfig::default(), Duration::from_secs(30)), true),
+    ] {
         let b = buf(DType::F32, &vec![1.0; 1 << 16]);
         let mut s = spec(OpKind::AllReduce);
         s.inputs = vec![t(&b)];
@@ -367,7 +372,9 @@ fn peers_of_a_rank_past_the_blocked_masks_that_gave_up_fail_at_once() {
     let n = 31;
     let fault = FaultSpec::parse("drop:rank=30:seq=1").unwrap();
     let shm = ShmConfig { threads: 1, quick_threads: 0, ..common::TINY_SHM };
-    let comms = hosts_comms_with(&vec![0; n], AlgoConfig::default(), Duration::from_secs(30), TransportMode::Shm, shm, |_, o| o.fault = Some(fault.clone()));
+    let comms = hosts_comms_with(&vec![0; n], AlgoConfig::default(), Duration::from_secs(30), TransportMode::Shm, shm, |_, o| {
+        o.fault = Some(fault.clone())
+    });
     let t0 = Instant::now();
     let errs = on_ranks(&comms, |_, c| {
         ones_all_reduce(c, 16).unwrap(); // seq 0
@@ -393,10 +400,13 @@ fn peers_of_a_rank_past_the_blocked_masks_that_gave_up_fail_at_once() {
 /// `a_missing_rank_times_out_naming_it`.)
 #[test]
 fn tcp_peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
-    for (hosts, mode, dropper) in [(vec![0, 0, 1], TransportMode::Auto, 1), (vec![0, 0, 1], TransportMode::Auto, 2), (vec![0, 1, 2], TransportMode::Tcp, 1)] {
+    for (hosts, mode, dropper) in
+        [(vec![0, 0, 1], TransportMode::Auto, 1), (vec![0, 0, 1], TransportMode::Auto, 2), (vec![0, 1, 2], TransportMode::Tcp, 1)]
+    {
         let fault = FaultSpec::parse(&format!("drop:rank={dropper}:seq=1")).unwrap();
         let shm = ShmConfig { threads: 1, quick_threads: 0, ..common::TINY_SHM };
-        let comms = hosts_comms_with(&hosts, AlgoConfig::default(), Duration::from_secs(30), mode, shm, |_, o| o.fault = Some(fault.clone()));
+        let comms =
+            hosts_comms_with(&hosts, AlgoConfig::default(), Duration::from_secs(30), mode, shm, |_, o| o.fault = Some(fault.clone()));
         let t0 = Instant::now();
         let errs = seq1_and_later_errors(&comms);
         let took = t0.elapsed();

@@ -57,10 +57,16 @@ fn pattern(seed: usize, n: usize) -> Vec<f64> {
 
 #[test]
 fn the_rendezvous_config_really_uses_shared_memory_links() {
-    for (mode, stage, split) in [(Mode::Rendezvous, 0, u64::MAX), (Mode::Staged, STAGE as u64, u64::MAX), (Mode::Split, 0, ATTACH_MIN as u64)] {
+    for (mode, stage, split) in
+        [(Mode::Rendezvous, 0, u64::MAX), (Mode::Staged, STAGE as u64, u64::MAX), (Mode::Split, 0, ATTACH_MIN as u64)]
+    {
         let c = comms(mode, 2);
         assert_eq!(c[0].link_kinds(), &["", "shm"]);
-        assert_eq!(threshold(&c[0], "shm_attach_min_bytes"), Some(ATTACH_MIN as u64), "cross-memory attach must be on for these tests to mean anything");
+        assert_eq!(
+            threshold(&c[0], "shm_attach_min_bytes"),
+            Some(ATTACH_MIN as u64),
+            "cross-memory attach must be on for these tests to mean anything"
+        );
         assert_eq!(threshold(&c[0], "shm_staged_send_max_bytes"), Some(stage), "{mode:?}");
         assert_eq!(threshold(&c[0], "shm_split_send_min_bytes"), Some(split), "{mode:?}");
     }
@@ -196,7 +202,11 @@ fn a_receive_smaller_than_the_message_fails_and_the_pair_keeps_working() {
                         let e = res.unwrap_err();
                         assert!(matches!(e, Error::Protocol { peer: 1, .. }), "{e}");
                         let s = e.to_string();
-                        assert!(s.starts_with("rustccl send") && s.contains("matching receive is 4000 x float32 (16000 bytes) but this send is float32 (32000 bytes)"), "{s}");
+                        assert!(
+                            s.starts_with("rustccl send")
+                                && s.contains("matching receive is 4000 x float32 (16000 bytes) but this send is float32 (32000 bytes)"),
+                            "{s}"
+                        );
                     }
                     // eager, or staged: the bytes left, the send is done
                     Mode::Staged | Mode::Tcp => res.unwrap(),
@@ -205,7 +215,11 @@ fn a_receive_smaller_than_the_message_fails_and_the_pair_keeps_working() {
             } else {
                 let e = recv(c, &buf(DType::F32, &[0.0; 4000]), Some(0), 4).wait(None).unwrap_err();
                 assert!(matches!(e, Error::InvalidArgument { .. }), "{mode:?}: {e}");
-                assert!(e.to_string().contains("receive buffer is 4000 x float32 (16000 bytes) but rank 0 sent 8000 x float32 (32000 bytes) (tag 4)"), "{e}");
+                assert!(
+                    e.to_string()
+                        .contains("receive buffer is 4000 x float32 (16000 bytes) but rank 0 sent 8000 x float32 (32000 bytes) (tag 4)"),
+                    "{e}"
+                );
                 let b = buf(DType::F32, &[0.0; 8000]);
                 recv(c, &b, Some(0), 4).wait(None).unwrap();
                 assert_eq!(read(DType::F32, &b), pattern(1, 8000), "{mode:?}");
@@ -317,7 +331,10 @@ fn a_send_by_value_is_staged_while_the_area_is_free() {
                 posted.wait();
                 w.wait(None).unwrap();
                 assert!(small, "the small send waited for its receive");
-                assert_eq!(large_early, !small_staged, "staged_min {staged_min}: the large send completed before its receive: {large_early}");
+                assert_eq!(
+                    large_early, !small_staged,
+                    "staged_min {staged_min}: the large send completed before its receive: {large_early}"
+                );
             } else {
                 posted.wait();
                 for (seed, n) in sizes.iter().enumerate() {

@@ -66,7 +66,8 @@ fn shrink_excludes_a_silent_rank_and_renumbers() {
             let child = c.shrink(&[1], false, Duration::from_secs(20)).unwrap();
             Some((child.rank(), child.size(), sum_of_ranks(&child, r)))
         });
-        assert_eq!(got, vec![Some((0, 3, 8.0)), None, Some((1, 3, 8.0)), Some((2, 3, 8.0))]); // ranks 0, 2, 3 add 1 + 3 + 4
+        assert_eq!(got, vec![Some((0, 3, 8.0)), None, Some((1, 3, 8.0)), Some((2, 3, 8.0))]);
+        // ranks 0, 2, 3 add 1 + 3 + 4
     }
 }
 

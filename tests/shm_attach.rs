@@ -39,11 +39,19 @@ fn every_collective_reads_the_peers_directly() {
         let comms = attach_comms(n, attach_min);
         on_ranks(&comms, |r, c| {
             for len in lens(n) {
-                for (dt, op) in [(DType::F32, ReduceOp::Sum), (DType::BF16, ReduceOp::Max), (DType::I64, ReduceOp::Sum), (DType::F64, ReduceOp::Avg)] {
+                for (dt, op) in
+                    [(DType::F32, ReduceOp::Sum), (DType::BF16, ReduceOp::Max), (DType::I64, ReduceOp::Sum), (DType::F64, ReduceOp::Avg)]
+                {
                     let b = buf(dt, &values(dt, op, r, len));
                     all_reduce(c, &b, op);
                     let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, op, p, len)).collect();
-                    assert_close(dt, op, &read(dt, &b), &reference(dt, op, &contribs), &format!("all_reduce {dt:?} {op:?} n={n} len={len}"));
+                    assert_close(
+                        dt,
+                        op,
+                        &read(dt, &b),
+                        &reference(dt, op, &contribs),
+                        &format!("all_reduce {dt:?} {op:?} n={n} len={len}"),
+                    );
 
                     check_reduce_scatter_flat(c, r, n, dt, op, len, &format!("reduce_scatter {dt:?} {op:?} n={n} len={len}"));
                 }
@@ -68,7 +76,11 @@ fn every_collective_reads_the_peers_directly() {
                         assert_eq!(read(DType::U8, o), values(DType::U8, ReduceOp::Sum, p, len), "gather n={n} root={root} from {p}");
                     }
 
-                    let ins: Vec<_> = if r == root { (0..n).map(|p| buf(DType::U8, &values(DType::U8, ReduceOp::Max, p, len))).collect() } else { vec![] };
+                    let ins: Vec<_> = if r == root {
+                        (0..n).map(|p| buf(DType::U8, &values(DType::U8, ReduceOp::Max, p, len))).collect()
+                    } else {
+                        vec![]
+                    };
                     let out = buf(DType::U8, &vec![0.0; len]);
                     scatter(c, &ins, &out, root);
                     assert_eq!(read(DType::U8, &out), values(DType::U8, ReduceOp::Max, r, len), "scatter n={n} root={root}");
@@ -86,7 +98,8 @@ fn every_collective_reads_the_peers_directly() {
                 // all_to_all with uneven (and empty) blocks: rank src sends
                 // dst (src + dst) % 3 * len elements.
                 let count = |src: usize, dst: usize| (src + dst) % 3 * len;
-                let block = |src: usize, dst: usize| -> Vec<f64> { (0..count(src, dst)).map(|i| ((src * 7 + dst * 3 + i) % 251) as f64).collect() };
+                let block =
+                    |src: usize, dst: usize| -> Vec<f64> { (0..count(src, dst)).map(|i| ((src * 7 + dst * 3 + i) % 251) as f64).collect() };
                 let ib = buf(DType::F32, &(0..n).flat_map(|p| block(r, p)).collect::<Vec<_>>());
                 let expect: Vec<f64> = (0..n).flat_map(|p| block(p, r)).collect();
                 let ob = buf(DType::F32, &vec![-1.0; expect.len()]);
@@ -177,7 +190,10 @@ fn a_size_mismatch_fails_on_the_rank_that_sees_it_and_the_group_goes_on() {
     let errs = all_to_all_one_short(&attach_comms(3, 0), 100);
     assert!(errs[0].is_none() && errs[1].is_none(), "{errs:?}");
     let e = errs[2].as_deref().expect("rank 2 sees the mismatch");
-    assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("from rank 0, which sends 400") && e.contains("expects 404 bytes"), "{e}");
+    assert!(
+        e.contains("rustccl") && e.contains("all_to_all") && e.contains("from rank 0, which sends 400") && e.contains("expects 404 bytes"),
+        "{e}"
+    );
 }
 
 /// A rank that cannot reduce its part of an all_reduce or reduce (here
@@ -240,9 +256,7 @@ fn a_part_its_rank_could_not_reduce_fails_every_rank_that_takes_it() {
 /// another algorithm).
 #[test]
 fn ranks_with_different_settings_agree() {
-    let with = |mins: [usize; 3]| {
-        comms_with(|r| ShmConfig { threads: 2, attach_min: mins[r], ..common::TINY_SHM })
-    };
+    let with = |mins: [usize; 3]| comms_with(|r| ShmConfig { threads: 2, attach_min: mins[r], ..common::TINY_SHM });
     let th = |c: &Communicator| threshold(c, "shm_attach_min_bytes");
     for (mins, want) in [([0, 4096, 64], Some(4096u64)), ([0, usize::MAX, 0], Some(u64::MAX))] {
         let comms = with(mins);
@@ -283,7 +297,8 @@ fn slow_reads_leave_only_blocks_single_reader_transfers_and_all_to_all_to_attach
             for (p, o) in outs.iter().enumerate() {
                 assert_eq!(read(DType::F32, o), values(DType::F32, ReduceOp::Sum, p, len), "gather {len} from {p}");
             }
-            let ins: Vec<_> = if r == 2 { (0..3).map(|p| buf(DType::F32, &values(DType::F32, ReduceOp::Max, p, len))).collect() } else { vec![] };
+            let ins: Vec<_> =
+                if r == 2 { (0..3).map(|p| buf(DType::F32, &values(DType::F32, ReduceOp::Max, p, len))).collect() } else { vec![] };
             let out = buf(DType::F32, &vec![0.0; len]);
             scatter(c, &ins, &out, 2);
             assert_eq!(read(DType::F32, &out), values(DType::F32, ReduceOp::Max, r, len), "scatter {len}");
@@ -338,7 +353,8 @@ fn slow_reads_on_many_ranks_read_scatter_blocks_from_16_kib_and_gather_blocks_fr
         // 64 KiB (not over), 17 Ki over it
         for len in [4usize << 10, 5 << 10, 16 << 10, 17 << 10] {
             let got = on_ranks(&comms, |r, c| {
-                let ins: Vec<_> = if r == 3 { (0..n).map(|p| buf(DType::F32, &values(DType::F32, ReduceOp::Max, p, len))).collect() } else { vec![] };
+                let ins: Vec<_> =
+                    if r == 3 { (0..n).map(|p| buf(DType::F32, &values(DType::F32, ReduceOp::Max, p, len))).collect() } else { vec![] };
                 let out = buf(DType::F32, &vec![-1.0; len]);
                 scatter(c, &ins, &out, 3);
                 assert_eq!(read(DType::F32, &out), values(DType::F32, ReduceOp::Max, r, len), "n={n} scatter {len}");
@@ -370,8 +386,10 @@ fn slow_reads_with_two_ranks_run_all_to_all_on_attach() {
     let count = |r: usize, p: usize, round: usize| (r + 2 * p + round) % 3 * 300;
     on_ranks(&comms, |r, c| {
         for round in 0..3usize {
-            let ins: Vec<f64> = (0..2).flat_map(|p| (0..count(r, p, round)).map(move |i| (r * 10_000 + p * 1000 + i + round) as f64)).collect();
-            let want: Vec<f64> = (0..2).flat_map(|p| (0..count(p, r, round)).map(move |i| (p * 10_000 + r * 1000 + i + round) as f64)).collect();
+            let ins: Vec<f64> =
+                (0..2).flat_map(|p| (0..count(r, p, round)).map(move |i| (r * 10_000 + p * 1000 + i + round) as f64)).collect();
+            let want: Vec<f64> =
+                (0..2).flat_map(|p| (0..count(p, r, round)).map(move |i| (p * 10_000 + r * 1000 + i + round) as f64)).collect();
             let (ib, ob) = (buf(DType::F32, &ins), buf(DType::F32, &vec![-1.0; want.len()]));
             let mut s = spec(OpKind::AllToAll);
             s.inputs = vec![t(&ib)];
@@ -508,9 +526,7 @@ fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
 /// 768-byte slots (3 of them a sender), in one call.
 #[test]
 fn all_to_all_blocks_around_the_block_read_threshold_arrive_with_settings_that_differ() {
-    let with = |blocks: [usize; 3]| {
-        comms_with(|r| ShmConfig { threads: 3, attach_min: 1 << 20, block_min: blocks[r], ..common::TINY_SHM })
-    };
+    let with = |blocks: [usize; 3]| comms_with(|r| ShmConfig { threads: 3, attach_min: 1 << 20, block_min: blocks[r], ..common::TINY_SHM });
     let th = |c: &Communicator| threshold(c, "shm_block_read_min_bytes");
     for (blocks, want) in [([0, 0, 0], 2u64 << 20), ([500, 0, 0], 500), ([0, 0, 500], 500), ([0, 200, 500], 500)] {
         let comms = with(blocks);

@@ -21,7 +21,8 @@ use rustccl::{Communicator, DType, OpKind, ReduceOp};
 #[test]
 fn a_broadcast_between_two_ranks_is_split_between_them() {
     for pushing in [[true, true], [true, false], [false, true]] {
-        let comms = n_comms_with(2, |r| ShmConfig { threads: 2, attach_min: 0, broadcast_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
+        let comms =
+            n_comms_with(2, |r| ShmConfig { threads: 2, attach_min: 0, broadcast_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
         on_ranks(&comms, |r, c| {
             for len in [0usize, 1, 15, 16, 17, 33, 1000, 70_001] {
                 for root in 0..2usize {
@@ -86,7 +87,10 @@ fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
 fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
     for pushing in [[true, false, true], [false, true, false]] {
         let comms = comms_with(|r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
-        assert!(comms.iter().enumerate().all(|(r, c)| c.thresholds().iter().any(|(k, v)| *k == "shm_gather_push" && *v == pushing[r] as u64)));
+        assert!(comms
+            .iter()
+            .enumerate()
+            .all(|(r, c)| c.thresholds().iter().any(|(k, v)| *k == "shm_gather_push" && *v == pushing[r] as u64)));
         on_ranks(&comms, |r, c| {
             for len in [30usize, 1000, 70_000] {
                 for root in 0..3usize {
@@ -98,10 +102,23 @@ fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
                     s.outputs = outs.iter().map(t).collect();
                     c.submit(vec![s], None, None).unwrap().wait(None).unwrap();
                     for (p, o) in outs.iter().enumerate() {
-                        assert_eq!(read(DType::F32, o), vec![(10 * p + root) as f64; len], "pushing={pushing:?} root={root} len={len} from {p}");
+                        assert_eq!(
+                            read(DType::F32, o),
+                            vec![(10 * p + root) as f64; len],
+                            "pushing={pushing:?} root={root} len={len} from {p}"
+                        );
                     }
                     for (dt, op) in [(DType::F32, ReduceOp::Max), (DType::F64, ReduceOp::Avg)] {
-                        check_reduce(c, r, 3, dt, op, root, len + 1, &format!("reduce {dt:?} {op:?} pushing={pushing:?} root={root} len={len}"));
+                        check_reduce(
+                            c,
+                            r,
+                            3,
+                            dt,
+                            op,
+                            root,
+                            len + 1,
+                            &format!("reduce {dt:?} {op:?} pushing={pushing:?} root={root} len={len}"),
+                        );
                     }
                 }
             }
@@ -120,8 +137,17 @@ fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
     let caps = [[0, 0, 0], [usize::MAX, 4096, 64]];
     let shares = [[0, 0, 0], [16, 3, 31]];
     let settings = caps.into_iter().flat_map(|c| shares.map(|s| (c, s)));
-    for (pushing, (cap, share)) in [[true, true, true], [true, false, false], [false, true, true]].into_iter().flat_map(|p| settings.clone().map(move |cs| (p, cs))) {
-        let comms = n_comms_with(3, |r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], scatter_split_max: cap[r], scatter_root_share: share[r], ..common::TINY_SHM });
+    for (pushing, (cap, share)) in
+        [[true, true, true], [true, false, false], [false, true, true]].into_iter().flat_map(|p| settings.clone().map(move |cs| (p, cs)))
+    {
+        let comms = n_comms_with(3, |r| ShmConfig {
+            threads: 2,
+            attach_min: 0,
+            gather_push: pushing[r],
+            scatter_split_max: cap[r],
+            scatter_root_share: share[r],
+            ..common::TINY_SHM
+        });
         on_ranks(&comms, |r, c| {
             for len in [1usize, 16, 17, 33, 1000, 70_001] {
                 for root in 0..3usize {
@@ -130,7 +156,11 @@ fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
                         let ins: Vec<_> = if r == root { (0..3).map(|p| buf(DType::F32, &block(p))).collect() } else { vec![] };
                         let out = buf(DType::F32, &vec![-1.0; len]);
                         scatter(c, &ins, &out, root);
-                        assert_eq!(read(DType::F32, &out), block(r), "pushing={pushing:?} cap={cap:?} share={share:?} len={len} root={root} k={k} rank {r}");
+                        assert_eq!(
+                            read(DType::F32, &out),
+                            block(r),
+                            "pushing={pushing:?} cap={cap:?} share={share:?} len={len} root={root} k={k} rank {r}"
+                        );
                     }
                 }
             }
@@ -178,7 +208,14 @@ fn scatter_with_a_read_only_half(comms: &[Communicator], block: impl Fn(usize) -
 fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
     let block = |p: usize| -> Vec<f64> { (0..HALF_FAILED_LEN).map(|i| ((i * 5 + p * 11) % 251) as f64).collect() };
     for threads in [3, 1] {
-        let comms = n_comms_with(3, |_| ShmConfig { threads, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, scatter_root_share: 2, ..common::TINY_SHM });
+        let comms = n_comms_with(3, |_| ShmConfig {
+            threads,
+            attach_min: 0,
+            gather_push: true,
+            scatter_split_max: usize::MAX,
+            scatter_root_share: 2,
+            ..common::TINY_SHM
+        });
         let got = scatter_with_a_read_only_half(&comms, block);
         let what = format!("threads={threads}: {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
         let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
@@ -198,7 +235,15 @@ fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
 #[test]
 fn a_scatter_root_with_no_room_to_name_whom_it_missed_fails_every_split_receiver() {
     let block = |p: usize| -> Vec<f64> { (0..HALF_FAILED_LEN).map(|i| ((i * 7 + p * 13) % 251) as f64).collect() };
-    let comms = n_comms_with(3, |_| ShmConfig { threads: 3, small_bytes: 64, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, scatter_root_share: 2, ..common::TINY_SHM });
+    let comms = n_comms_with(3, |_| ShmConfig {
+        threads: 3,
+        small_bytes: 64,
+        attach_min: 0,
+        gather_push: true,
+        scatter_split_max: usize::MAX,
+        scatter_root_share: 2,
+        ..common::TINY_SHM
+    });
     let got = scatter_with_a_read_only_half(&comms, block);
     let what = format!("{:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
     let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
@@ -222,8 +267,16 @@ fn a_pushed_gather_block_is_split_between_its_sender_and_the_root() {
         assert!(comms.iter().all(|c| threshold(c, "shm_gather_root_share") == Some(host)), "n={n} threads={threads}");
     }
     let shares = [[0, 0, 0], [2, 1, 31], [3, 16, 0]];
-    for (n, pushing, share) in [2, 3].into_iter().flat_map(|n| [[true, true, true], [false, true, true]].into_iter().flat_map(move |p| shares.map(|s| (n, p, s)))) {
-        let comms = n_comms_with(n, |r| ShmConfig { threads: 1, attach_min: 0, gather_push: pushing[r], gather_root_share: share[r], ..common::TINY_SHM });
+    for (n, pushing, share) in
+        [2, 3].into_iter().flat_map(|n| [[true, true, true], [false, true, true]].into_iter().flat_map(move |p| shares.map(|s| (n, p, s))))
+    {
+        let comms = n_comms_with(n, |r| ShmConfig {
+            threads: 1,
+            attach_min: 0,
+            gather_push: pushing[r],
+            gather_root_share: share[r],
+            ..common::TINY_SHM
+        });
         on_ranks(&comms, |r, c| {
             for len in [1usize, 16, 17, 33, 1000, 70_001] {
                 for root in 0..n {
@@ -233,7 +286,11 @@ fn a_pushed_gather_block_is_split_between_its_sender_and_the_root() {
                         let outs: Vec<_> = if r == root { (0..n).map(|_| buf(DType::F32, &vec![-1.0; len])).collect() } else { vec![] };
                         gather(c, &input, &outs, root);
                         for (p, o) in outs.iter().enumerate() {
-                            assert_eq!(read(DType::F32, o), block(p), "n={n} pushing={pushing:?} share={share:?} len={len} root={root} k={k} from {p}");
+                            assert_eq!(
+                                read(DType::F32, o),
+                                block(p),
+                                "n={n} pushing={pushing:?} share={share:?} len={len} root={root} k={k} from {p}"
+                            );
                         }
                     }
                 }

@@ -23,7 +23,14 @@ const CHUNK: usize = 16 << 10;
 /// attach on (blocks up to the host's block-read threshold, 2 MiB here,
 /// go through the slots while they fit), 3 worker threads a rank.
 fn streamed(n: usize, block_wait_us: usize) -> Vec<Communicator> {
-    n_comms_with(n, |_| ShmConfig { threads: 3, attach_min: 1 << 20, small_bytes: 256, segment_bytes: 160 << 10, block_wait_us, ..common::TINY_SHM })
+    n_comms_with(n, |_| ShmConfig {
+        threads: 3,
+        attach_min: 1 << 20,
+        small_bytes: 256,
+        segment_bytes: 160 << 10,
+        block_wait_us,
+        ..common::TINY_SHM
+    })
 }
 
 /// Block lengths in i32 elements around chunk boundaries: empty, one
@@ -144,6 +151,9 @@ fn a_size_mismatch_of_a_streamed_block_fails_only_its_receiver() {
     });
     assert!(errs[0].is_none() && errs[1].is_none(), "{errs:?}");
     let e = errs[2].as_deref().expect("rank 2 sees the mismatch");
-    assert!(e.contains("rustccl") && e.contains("all_to_all") && e.contains("which sends 49172") && e.contains("expects 49176 bytes"), "{e}");
+    assert!(
+        e.contains("rustccl") && e.contains("all_to_all") && e.contains("which sends 49172") && e.contains("expects 49176 bytes"),
+        "{e}"
+    );
     all_to_all_rounds(&comms, 2);
 }

@@ -110,7 +110,19 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
 #[test]
 fn collectives_whose_phases_the_quick_team_leads_match_the_reference() {
     for attach_min in [usize::MAX, 0] {
-        let shm = ShmConfig { threads: 3, quick_threads: 2, quick_bytes: 64, quick_all_to_all_bytes: 64, quick_min_piece: 64, min_piece: 64, spin_us: 0, quick_leads: Some(true), attach_min, broadcast_min: attach_min, ..common::TINY_SHM };
+        let shm = ShmConfig {
+            threads: 3,
+            quick_threads: 2,
+            quick_bytes: 64,
+            quick_all_to_all_bytes: 64,
+            quick_min_piece: 64,
+            min_piece: 64,
+            spin_us: 0,
+            quick_leads: Some(true),
+            attach_min,
+            broadcast_min: attach_min,
+            ..common::TINY_SHM
+        };
         for n in [2, 4] {
             let comms = mesh_comms(n, tiny_algo(), std::time::Duration::from_secs(60), TransportMode::Shm, shm);
             assert_eq!(threshold(&comms[0], "shm_quick_leads"), Some(1));
@@ -122,7 +134,13 @@ fn collectives_whose_phases_the_quick_team_leads_match_the_reference() {
                         let b = buf(dt, &values(dt, ReduceOp::Sum, r, len));
                         all_reduce(c, &b, ReduceOp::Sum);
                         let contribs: Vec<Vec<f64>> = (0..n).map(|p| values(dt, ReduceOp::Sum, p, len)).collect();
-                        assert_close(dt, ReduceOp::Sum, &read(dt, &b), &reference(dt, ReduceOp::Sum, &contribs), &format!("all_reduce {what}"));
+                        assert_close(
+                            dt,
+                            ReduceOp::Sum,
+                            &read(dt, &b),
+                            &reference(dt, ReduceOp::Sum, &contribs),
+                            &format!("all_reduce {what}"),
+                        );
                         check_reduce_scatter_flat(c, r, n, dt, ReduceOp::Sum, len, &format!("reduce_scatter {what}"));
                         check_reduce(c, r, n, dt, ReduceOp::Max, round % n, len, &format!("reduce {what}"));
                         let root = (round + 1) % n;

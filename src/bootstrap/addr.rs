@@ -15,10 +15,7 @@ pub fn listen_ip(ifname: Option<&str>, hint: Option<&str>) -> Result<IpAddr, Str
         let addrs = if_addrs::get_if_addrs().map_err(|e| format!("cannot list interfaces: {e}"))?;
         let mut mine: Vec<IpAddr> = addrs.iter().filter(|a| a.name == name).map(|a| a.ip()).collect();
         mine.sort_by_key(|ip| ip.is_ipv6()); // prefer IPv4
-        return mine
-            .first()
-            .copied()
-            .ok_or_else(|| format!("RUSTCCL_SOCKET_IFNAME={name}: no such interface with an address"));
+        return mine.first().copied().ok_or_else(|| format!("RUSTCCL_SOCKET_IFNAME={name}: no such interface with an address"));
     }
     if let Some(host) = hint.filter(|h| !h.is_empty()) {
         if let Some(ip) = resolve(host) {
@@ -50,9 +47,7 @@ fn route_to(ip: IpAddr) -> Option<IpAddr> {
 }
 
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into())
 }
 
 /// Identifies "the same host" for shared memory: the same kernel (boot id)
@@ -63,9 +58,7 @@ pub fn host_identity() -> String {
         return id.clone();
     }
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let netns = std::fs::read_link("/proc/self/ns/net")
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
     format!("{}/{}/{}", hostname(), boot.trim(), netns)
 }
 

@@ -9,8 +9,8 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::{PeerInfo, CHANNELS};
-use crate::config::LogLevel;
 use crate::config::log_at;
+use crate::config::LogLevel;
 use crate::types::Rank;
 
 const HELLO_LEN: usize = 32;
@@ -29,10 +29,7 @@ pub struct Handshake {
 pub type Accepted = Vec<(Rank, u8, TcpStream)>;
 
 fn remaining(deadline: Instant) -> Result<Duration, String> {
-    deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| "Timed out connecting to peers".to_string())
+    deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()).ok_or_else(|| "Timed out connecting to peers".to_string())
 }
 
 /// Constant-time comparison, so the secret cannot be probed byte by byte.
@@ -83,9 +80,8 @@ impl Handshake {
                 Ok(x) => x,
                 Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
                     remaining(self.deadline).map_err(|e| {
-                        let missing: Vec<Rank> = (self.rank + 1..self.size)
-                            .filter(|p| got.iter().filter(|g| g.0 == *p).count() < CHANNELS)
-                            .collect();
+                        let missing: Vec<Rank> =
+                            (self.rank + 1..self.size).filter(|p| got.iter().filter(|g| g.0 == *p).count() < CHANNELS).collect();
                         format!("{e}: no connection from rank(s) {missing:?}")
                     })?;
                     std::thread::sleep(Duration::from_millis(1));
@@ -95,9 +91,7 @@ impl Handshake {
             };
             let result = (|| -> Result<(Rank, u8), String> {
                 stream.set_nonblocking(false).map_err(|e| e.to_string())?;
-                stream
-                    .set_read_timeout(Some(remaining(self.deadline)?.min(Duration::from_secs(10))))
-                    .map_err(|e| e.to_string())?;
+                stream.set_read_timeout(Some(remaining(self.deadline)?.min(Duration::from_secs(10)))).map_err(|e| e.to_string())?;
                 let mut h = [0u8; HELLO_LEN];
                 stream.read_exact(&mut h).map_err(|e| format!("reading hello: {e}"))?;
                 let (from, channel) = self.check_hello(&h)?;
@@ -114,11 +108,7 @@ impl Handshake {
             match result {
                 Ok((from, channel)) => got.push((from, channel, stream)),
                 Err(why) => {
-                    log_at!(
-                        LogLevel::Warn,
-                        "rank {}: refused connection from {from_addr}: {why}",
-                        self.rank
-                    );
+                    log_at!(LogLevel::Warn, "rank {}: refused connection from {from_addr}: {why}", self.rank);
                 }
             }
         }
@@ -151,9 +141,7 @@ impl Handshake {
             }
         };
         stream.set_nodelay(true).map_err(|e| what(&e))?;
-        stream
-            .set_read_timeout(Some(remaining(self.deadline).map_err(|e| what(&e))?))
-            .map_err(|e| what(&e))?;
+        stream.set_read_timeout(Some(remaining(self.deadline).map_err(|e| what(&e))?)).map_err(|e| what(&e))?;
         stream.write_all(&self.hello(channel, peer.rank)).map_err(|e| what(&e))?;
         let mut ok = [0u8; 8];
         stream.read_exact(&mut ok).map_err(|e| what(&format!("no answer to hello ({e}); is the peer in the same job?")))?;

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 pub use store::{MemStore, Store};
 
-use crate::error::{Error, Result};
 use crate::config::log_at;
 use crate::config::LogLevel;
+use crate::error::{Error, Result};
 use crate::types::Rank;
 
 /// Connections are of two kinds, kept apart so that point-to-point traffic
@@ -128,8 +128,7 @@ pub struct Listening {
 
 /// Step 3's first half: listen on one local address.
 pub fn listen(rank: Rank, opts: &BootstrapOpts) -> Result<Listening> {
-    let listener = TcpListener::bind((opts.listen_ip, 0))
-        .map_err(|e| berr(rank, format!("cannot listen on {}: {e}", opts.listen_ip)))?;
+    let listener = TcpListener::bind((opts.listen_ip, 0)).map_err(|e| berr(rank, format!("cannot listen on {}: {e}", opts.listen_ip)))?;
     let local = listener.local_addr().map_err(|e| berr(rank, e.to_string()))?;
     let me = PeerInfo { rank, addr: local, host: opts.host.clone(), pid: std::process::id(), settings: opts.settings.replace('|', "/") };
     Ok(Listening { listener, me })

@@ -51,10 +51,7 @@ impl Store for MemStore {
 
     fn add(&self, key: &str, delta: i64) -> Result<i64, String> {
         let mut map = self.map.lock().map_err(|_| "store poisoned")?;
-        let cur = map
-            .get(key)
-            .map(|v| String::from_utf8_lossy(v).parse::<i64>().unwrap_or(0))
-            .unwrap_or(0);
+        let cur = map.get(key).map(|v| String::from_utf8_lossy(v).parse::<i64>().unwrap_or(0)).unwrap_or(0);
         let new = cur + delta;
         map.insert(key.to_string(), new.to_string().into_bytes());
         self.cv.notify_all();

@@ -35,7 +35,11 @@ pub extern "C" fn rustccl_arena_enable() -> i64 {
             }
         }
     });
-    if code == 0 { min } else { -1 }
+    if code == 0 {
+        min
+    } else {
+        -1
+    }
 }
 
 /// `n` bytes from the arena, or null (below its smallest allocation, full,

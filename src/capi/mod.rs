@@ -14,11 +14,11 @@ use std::time::Duration;
 use dlpack_rs::ffi::DLManagedTensor;
 
 use crate::collectives::OpSpec;
+use crate::comm::Communicator;
 use crate::error::{Code, Error};
 use crate::tensor::Tensor;
 use crate::types::OpKind;
 use crate::work::Work;
-use crate::comm::Communicator;
 
 mod arena;
 
@@ -75,11 +75,7 @@ fn guarded(what: &str, f: impl FnOnce() -> i32) -> i32 {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(code) => code,
         Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+            let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
             set_last_error(&format!("rustccl internal error: {what} panicked: {msg}"));
             Code::Internal as i32
         }

@@ -15,12 +15,8 @@ pub fn gather(t: &mut dyn Transport, input: &[u8], outputs: Option<&mut [&mut [u
     let r = t.rank();
     match outputs {
         Some(outs) if r == root => {
-            let mut x: Vec<Xfer> = outs
-                .iter_mut()
-                .enumerate()
-                .filter(|(p, _)| *p != r)
-                .map(|(peer, o)| Xfer::Recv { peer, data: o })
-                .collect();
+            let mut x: Vec<Xfer> =
+                outs.iter_mut().enumerate().filter(|(p, _)| *p != r).map(|(peer, o)| Xfer::Recv { peer, data: o }).collect();
             t.exchange(&mut x)
         }
         _ => t.send(root, input),
@@ -33,12 +29,7 @@ pub fn scatter(t: &mut dyn Transport, inputs: Option<&[&[u8]]>, output: &mut [u8
     let r = t.rank();
     match inputs {
         Some(ins) if r == root => {
-            let mut x: Vec<Xfer> = ins
-                .iter()
-                .enumerate()
-                .filter(|(p, _)| *p != r)
-                .map(|(peer, i)| Xfer::Send { peer, data: i })
-                .collect();
+            let mut x: Vec<Xfer> = ins.iter().enumerate().filter(|(p, _)| *p != r).map(|(peer, i)| Xfer::Send { peer, data: i }).collect();
             t.exchange(&mut x)
         }
         _ => t.recv(root, output),

@@ -41,8 +41,8 @@ pub mod shm_pipelined;
 pub mod shm_reduce_scatter;
 pub mod tree;
 
-pub use op::{into_host, wire_what, Op, OpSpec, Parts};
 pub use compressed::Compression;
+pub use op::{into_host, wire_what, Op, OpSpec, Parts};
 pub use reduce::Scratch;
 
 use crate::config::AlgoConfig;
@@ -122,7 +122,14 @@ pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8]
 /// few cache lines). Larger: the all-reduce without its all-gather, which
 /// leaves the non-roots' buffers untouched (4 ranks, 2 MiB: the ring reduce
 /// took 1312 us and the all-reduce on a copy 950 us, 1.2x gloo).
-fn reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut HostTensor, op: ReduceOp, root: usize, scratch: &mut Scratch) -> Result<AlgoName> {
+fn reduce_shm(
+    win: &Window,
+    w: &mut dyn PhaseWait,
+    buf: &mut HostTensor,
+    op: ReduceOp,
+    root: usize,
+    scratch: &mut Scratch,
+) -> Result<AlgoName> {
     let dtype = buf.dtype();
     let (n, me) = (win.ranks().len(), win.me());
     if win.reduce_attach_min().is_some_and(|m| buf.nbytes() >= m) {
@@ -296,7 +303,9 @@ fn copy_own(win: Option<&Window>, dst: &mut HostTensor, off: usize, src: &HostTe
     let d = dst.bytes().as_ptr() as usize + off;
     let s = src.bytes().as_ptr() as usize + so;
     match win {
-        Some(win) if !overlaps((d, d + len), (s, s + len)) => win.workers().copy(&mut dst.bytes_mut()[off..off + len], &src.bytes()[so..so + len]),
+        Some(win) if !overlaps((d, d + len), (s, s + len)) => {
+            win.workers().copy(&mut dst.bytes_mut()[off..off + len], &src.bytes()[so..so + len])
+        }
         _ => copy_region(dst, off, src, so, len),
     }
 }
@@ -314,7 +323,13 @@ fn attach_host(t: &mut dyn Transport, op: BlockOp, block: Option<usize>) -> Opti
 
 /// Runs one collective (not send / recv) over `t`. `comp` (all_reduce
 /// only) carries the engine's compression request and memory.
-pub fn run(t: &mut dyn Transport, op: &mut Op<HostTensor>, cfg: &AlgoConfig, scratch: &mut Scratch, comp: Option<&mut Compression>) -> Result<AlgoName> {
+pub fn run(
+    t: &mut dyn Transport,
+    op: &mut Op<HostTensor>,
+    cfg: &AlgoConfig,
+    scratch: &mut Scratch,
+    comp: Option<&mut Compression>,
+) -> Result<AlgoName> {
     let (n, r) = (t.size(), t.rank());
     match op {
         Op::AllReduce { bufs, op } => all_reduce_many(t, bufs, *op, cfg, scratch, comp),

@@ -49,26 +49,65 @@ impl OpSpec {
 pub enum Parts<T> {
     List(Vec<T>),
     /// `lens[p]` elements for rank p, laid end to end.
-    Flat { t: T, lens: Vec<usize> },
+    Flat {
+        t: T,
+        lens: Vec<usize>,
+    },
 }
 
 /// A validated operation over tensors of type `T` (metadata-only
 /// [`Tensor`], or [`HostTensor`] once the host path took it).
 pub enum Op<T> {
-    AllReduce { bufs: Vec<T>, op: ReduceOp },
-    Broadcast { buf: T, root: Rank },
-    Reduce { buf: T, op: ReduceOp, root: Rank },
-    AllGather { input: T, outputs: Parts<T> },
-    ReduceScatter { inputs: Parts<T>, output: T, op: ReduceOp },
-    AllToAll { inputs: Parts<T>, outputs: Parts<T> },
+    AllReduce {
+        bufs: Vec<T>,
+        op: ReduceOp,
+    },
+    Broadcast {
+        buf: T,
+        root: Rank,
+    },
+    Reduce {
+        buf: T,
+        op: ReduceOp,
+        root: Rank,
+    },
+    AllGather {
+        input: T,
+        outputs: Parts<T>,
+    },
+    ReduceScatter {
+        inputs: Parts<T>,
+        output: T,
+        op: ReduceOp,
+    },
+    AllToAll {
+        inputs: Parts<T>,
+        outputs: Parts<T>,
+    },
     /// `outputs` only at the root.
-    Gather { input: T, outputs: Option<Parts<T>>, root: Rank },
+    Gather {
+        input: T,
+        outputs: Option<Parts<T>>,
+        root: Rank,
+    },
     /// `inputs` only at the root.
-    Scatter { inputs: Option<Parts<T>>, output: T, root: Rank },
+    Scatter {
+        inputs: Option<Parts<T>>,
+        output: T,
+        root: Rank,
+    },
     Barrier,
-    Send { buf: T, peer: Rank, tag: i64 },
+    Send {
+        buf: T,
+        peer: Rank,
+        tag: i64,
+    },
     /// `peer: None` receives from any source.
-    Recv { buf: T, peer: Option<Rank>, tag: i64 },
+    Recv {
+        buf: T,
+        peer: Option<Rank>,
+        tag: i64,
+    },
 }
 
 impl<T> Parts<T> {
@@ -179,16 +218,8 @@ impl<T> Op<T> {
             Op::AllGather { input, outputs } => Op::AllGather { input: f(input)?, outputs: outputs.map(f)? },
             Op::ReduceScatter { inputs, output, op } => Op::ReduceScatter { inputs: inputs.map(f)?, output: f(output)?, op },
             Op::AllToAll { inputs, outputs } => Op::AllToAll { inputs: inputs.map(f)?, outputs: outputs.map(f)? },
-            Op::Gather { input, outputs, root } => Op::Gather {
-                input: f(input)?,
-                outputs: outputs.map(|o| o.map(f)).transpose()?,
-                root,
-            },
-            Op::Scatter { inputs, output, root } => Op::Scatter {
-                inputs: inputs.map(|i| i.map(f)).transpose()?,
-                output: f(output)?,
-                root,
-            },
+            Op::Gather { input, outputs, root } => Op::Gather { input: f(input)?, outputs: outputs.map(|o| o.map(f)).transpose()?, root },
+            Op::Scatter { inputs, output, root } => Op::Scatter { inputs: inputs.map(|i| i.map(f)).transpose()?, output: f(output)?, root },
             Op::Barrier => Op::Barrier,
             Op::Send { buf, peer, tag } => Op::Send { buf: f(buf)?, peer, tag },
             Op::Recv { buf, peer, tag } => Op::Recv { buf: f(buf)?, peer, tag },
@@ -524,7 +555,8 @@ pub fn wire_what(ops: &[Op<HostTensor>]) -> What {
             _ => None,
         }
     };
-    let unchecked = ops.iter().any(|o| matches!(o, Op::AllToAll { .. } | Op::Gather { .. } | Op::Scatter { .. } | Op::Send { .. } | Op::Recv { .. }));
+    let unchecked =
+        ops.iter().any(|o| matches!(o, Op::AllToAll { .. } | Op::Gather { .. } | Op::Scatter { .. } | Op::Send { .. } | Op::Recv { .. }));
     let count = if unchecked {
         frame::UNCHECKED_COUNT
     } else {

@@ -15,13 +15,7 @@ use crate::error::Result;
 use crate::transport::Transport;
 use crate::types::{DType, ReduceOp};
 
-pub fn all_reduce(
-    t: &mut dyn Transport,
-    buf: &mut [u8],
-    dtype: DType,
-    op: ReduceOp,
-    scratch: &mut Scratch,
-) -> Result<()> {
+pub fn all_reduce(t: &mut dyn Transport, buf: &mut [u8], dtype: DType, op: ReduceOp, scratch: &mut Scratch) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
     if n == 1 {
         return Ok(());

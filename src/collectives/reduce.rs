@@ -283,9 +283,7 @@ pub fn finish_avg(dtype: DType, buf: &mut [u8], n: usize) -> Result<()> {
         DType::I16 => div_int!(i16),
         DType::I32 => div_int!(i32),
         DType::I64 => div_int!(i64),
-        DType::Bool | DType::Other { .. } => {
-            return Err(Error::Internal(format!("AVG of {dtype} reached the kernel")))
-        }
+        DType::Bool | DType::Other { .. } => return Err(Error::Internal(format!("AVG of {dtype} reached the kernel"))),
     }
     Ok(())
 }

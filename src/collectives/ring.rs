@@ -93,14 +93,7 @@ pub fn all_gather_inplace(
 }
 
 /// Ring all-reduce of `buf` in place.
-pub fn all_reduce(
-    t: &mut dyn Transport,
-    buf: &mut [u8],
-    dtype: DType,
-    op: ReduceOp,
-    seg: usize,
-    scratch: &mut Scratch,
-) -> Result<()> {
+pub fn all_reduce(t: &mut dyn Transport, buf: &mut [u8], dtype: DType, op: ReduceOp, seg: usize, scratch: &mut Scratch) -> Result<()> {
     let n = t.size();
     let e = dtype.size();
     let chunks = super::plan::even_chunks(buf.len() / e, n);

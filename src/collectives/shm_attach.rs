@@ -32,7 +32,9 @@
 //! a rank failed a part that others would read).
 #![forbid(unsafe_code)]
 
-use super::shm_blocks::{self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header};
+use super::shm_blocks::{
+    self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header,
+};
 use crate::error::Result;
 use crate::transport::shm::{split_at, split_point, Area, AttachError, BlockOp, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
@@ -56,7 +58,14 @@ impl Step {
     /// a sender's copies into its input slots, which its receivers take
     /// chunk by chunk as they land (`shm_blocks::deliver`), start before
     /// the slowest peer arrives.
-    pub fn begin_then<T>(win: &Window, w: &mut dyn PhaseWait, desc: &Desc, spans: &[&[u8]], fill: impl FnOnce() -> T, then: impl FnOnce(&T, u64)) -> Result<(Step, T)> {
+    pub fn begin_then<T>(
+        win: &Window,
+        w: &mut dyn PhaseWait,
+        desc: &Desc,
+        spans: &[&[u8]],
+        fill: impl FnOnce() -> T,
+        then: impl FnOnce(&T, u64),
+    ) -> Result<(Step, T)> {
         let p = win.phase();
         w.wait_phase(p)?;
         win.announce(w, desc);
@@ -149,7 +158,8 @@ pub fn broadcast(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], root: usiz
     }
     // The root writes our second half until it publishes p+2.
     w.wait_phase(step.p + 2)?;
-    let r = r.and_then(|()| first_failed(win, w, slot, std::iter::once(root), "write the second half of its broadcast into this rank's buffer"));
+    let r = r
+        .and_then(|()| first_failed(win, w, slot, std::iter::once(root), "write the second half of its broadcast into this rank's buffer"));
     win.publish(step.p + 2);
     r
 }
@@ -232,7 +242,9 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     let at = packed_blocks(win, BlockOp::Gather, &blocks);
     let wk = win.workers();
     let offered = || offer(win, slot, &blocks, flags);
-    let (step, mine) = Step::begin_then(win, w, &desc("gather", 0, Some(root)), &posted, offered, |&mine, seq| deliver(win, wk, seq, puts(wk, &blocks, &at, mine)))?;
+    let (step, mine) = Step::begin_then(win, w, &desc("gather", 0, Some(root)), &posted, offered, |&mine, seq| {
+        deliver(win, wk, seq, puts(wk, &blocks, &at, mine))
+    })?;
     drop(posted);
     let headers = Header::read_all(win, slot, mine);
     let pushes = me != root && headers[root].flags & POSTED_FOR_PUSHES != 0 && by_tensor(win, input.len());
@@ -267,7 +279,11 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
 /// The bytes of a block of `len` its sender pushes where the root reads
 /// the last 1 / `share` itself ([`Window::gather_root_share`]; under 2: none).
 fn pushed_part(len: usize, share: usize) -> usize {
-    if share >= 2 { split_at(len, share) } else { len }
+    if share >= 2 {
+        split_at(len, share)
+    } else {
+        len
+    }
 }
 
 /// Whether a gather block of `len` bytes goes through no slot: the root
@@ -286,7 +302,17 @@ fn pushed(win: &Window, h: &Header, posts: bool) -> bool {
 /// own input (`own`) in the same phase; then the last 1 / `share` of
 /// each pushed block (under 2: none), read from its sender's input.
 #[allow(clippy::too_many_arguments)]
-fn gather_take(win: &Window, w: &mut dyn PhaseWait, seq: u64, slot: Area, headers: &[Header], outs: &mut [&mut [u8]], own: Option<&[u8]>, posts: bool, share: usize) -> Result<()> {
+fn gather_take(
+    win: &Window,
+    w: &mut dyn PhaseWait,
+    seq: u64,
+    slot: Area,
+    headers: &[Header],
+    outs: &mut [&mut [u8]],
+    own: Option<&[u8]>,
+    posts: bool,
+    share: usize,
+) -> Result<()> {
     let me = win.me();
     let mut blocks = Vec::new();
     let mut tails = Vec::new();

@@ -94,7 +94,8 @@ pub fn all_reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DT
     let (n, me, e) = (win.ranks().len(), win.me(), dtype.size());
     let chunks = even_chunks(buf.len() / e, n);
     let slot = Window::small_slot(win.phase());
-    let step = Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len(), root: None }, &[&*buf], || set_slot_word(win, slot, 0))?;
+    let step =
+        Step::begin(win, w, &Desc { name: "all_reduce", dtype, op, len: buf.len(), root: None }, &[&*buf], || set_slot_word(win, slot, 0))?;
     // Peers read our chunk c (their own) until they publish p+2; we
     // change only chunk `me` before that.
     let mine = bytes(&chunks[me], e);
@@ -164,16 +165,18 @@ pub fn reduce(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType,
         // The root reads our part (or our slot's word) until it publishes p+3.
         return step.end(win, w, 2, me != root, r);
     }
-    let failed = first_failed(win, w, slot, (0..n).filter(|&c| c != me), if posts { "reduce its part of the reduce or write it into this rank's buffer" } else { "reduce its part of the reduce" });
+    let failed = first_failed(
+        win,
+        w,
+        slot,
+        (0..n).filter(|&c| c != me),
+        if posts { "reduce its part of the reduce or write it into this rank's buffer" } else { "reduce its part of the reduce" },
+    );
     if posts || failed.is_err() {
         return step.end(win, w, 2, false, failed);
     }
-    let pulls: Vec<_> = split_chunks_mut(buf, &chunks, e)
-        .into_iter()
-        .enumerate()
-        .filter(|(c, _)| *c != me)
-        .map(|(c, part)| (c, 1, 0, part))
-        .collect();
+    let pulls: Vec<_> =
+        split_chunks_mut(buf, &chunks, e).into_iter().enumerate().filter(|(c, _)| *c != me).map(|(c, part)| (c, 1, 0, part)).collect();
     let solo = win.solo_workers(pulls.iter().map(|p| p.3.len()).sum());
     let r = pull_all(win, w, solo, pulls);
     step.end(win, w, 2, false, r)
@@ -185,8 +188,9 @@ pub fn reduce_scatter(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], out: &
     let me = win.me();
     let total = ins.iter().map(|i| i.len()).sum();
     let step = Step::begin(win, w, &Desc { name: "reduce_scatter", dtype, op, len: total, root: None }, ins, || ())?;
-    let r = (0..win.ranks().len()).filter(|&c| c != me).try_for_each(|c| win.check_posted("reduce_scatter", c, me, out.len())).and_then(|()| {
-        reduce_part(win, w, out, Some(ins[me]), At { entry: me, offset: 0 }, dtype, op, |_, _| Ok(()))
-    });
+    let r = (0..win.ranks().len())
+        .filter(|&c| c != me)
+        .try_for_each(|c| win.check_posted("reduce_scatter", c, me, out.len()))
+        .and_then(|()| reduce_part(win, w, out, Some(ins[me]), At { entry: me, offset: 0 }, dtype, op, |_, _| Ok(())));
     step.end(win, w, 1, true, r)
 }

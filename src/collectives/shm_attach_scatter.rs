@@ -12,9 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::shm_attach::{desc, first_failed, set_slot_word, set_slot_word_at, slot_word, slot_word_at, Step, FAILED, POSTED_FOR_PUSHES};
-use super::shm_blocks::{self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header};
+use super::shm_blocks::{
+    self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header,
+};
 use crate::error::Result;
-use crate::transport::shm::{split_at, Area, BlockOp, AttachError, PhaseWait, Window, Workers};
+use crate::transport::shm::{split_at, Area, AttachError, BlockOp, PhaseWait, Window, Workers};
 
 /// A scatter root's bits for the receivers whose blocks it splits
 /// ([`split_bit`]), above its share's (`shm_blocks::share_flags`).
@@ -120,7 +122,11 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
 /// `c`'s block (none beyond the word's 56 bits for receivers: those read
 /// their whole block).
 fn split_bit(c: usize) -> u64 {
-    if c < 56 { 1 << (8 + c) } else { 0 }
+    if c < 56 {
+        1 << (8 + c)
+    } else {
+        0
+    }
 }
 
 /// A scatter root's writes of the last 1 / `share` of the block of every
@@ -128,7 +134,14 @@ fn split_bit(c: usize) -> u64 {
 /// that posted another size gets nothing (it fails itself). Every piece is
 /// tried; returns the [`split_bit`]s of the receivers some piece of whose
 /// share could not be written, and the first failure.
-fn push_shares(win: &Window, w: &dyn PhaseWait, wk: &Workers, blocks: &[(usize, &[u8])], share: usize, split: impl Fn(usize) -> bool) -> (u64, Result<()>) {
+fn push_shares(
+    win: &Window,
+    w: &dyn PhaseWait,
+    wk: &Workers,
+    blocks: &[(usize, &[u8])],
+    share: usize,
+    split: impl Fn(usize) -> bool,
+) -> (u64, Result<()>) {
     let mut items = Vec::new();
     for &(c, d) in blocks.iter().filter(|(c, _)| split(*c)) {
         if win.check_posted("scatter", c, 0, d.len()).is_err() {

@@ -59,8 +59,7 @@ pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, wk: &Workers, mut pulls:
     for (peer, entry, off, dst) in pulls {
         items.extend(wk.pieces_mut(dst).map(|(o, piece)| (peer, entry, off + o, piece)));
     }
-    wk.for_each(items, bytes, |(peer, entry, off, piece)| win.pull(peer, entry, off, piece))
-        .map_err(|e: AttachError| win.failed(w, e))
+    wk.for_each(items, bytes, |(peer, entry, off, piece)| win.pull(peer, entry, off, piece)).map_err(|e: AttachError| win.failed(w, e))
 }
 
 /// Sorts `items` by their peer (`peer_of`), starting after this rank:
@@ -275,7 +274,11 @@ pub(super) fn puts<'a>(wk: &Workers, blocks: &[(usize, &'a [u8])], at: &[Option<
     let mut items = Vec::new();
     for &(c, d) in blocks.iter().filter(|_| !in_slot) {
         let Some(pk) = at[c] else { continue };
-        items.extend(wk.ranges_aligned(d.len(), CHUNK).into_iter().map(|r| Piece::Put { at: pk.at + r.start, flag: pk.flag + r.start / CHUNK, src: &d[r] }));
+        items.extend(wk.ranges_aligned(d.len(), CHUNK).into_iter().map(|r| Piece::Put {
+            at: pk.at + r.start,
+            flag: pk.flag + r.start / CHUNK,
+            src: &d[r],
+        }));
     }
     items
 }
@@ -297,7 +300,17 @@ pub(super) fn deliver(win: &Window, wk: &Workers, seq: u64, ours: Vec<Piece>) {
 /// first, for every block: a mismatch moves nothing of theirs and names
 /// the peer (our copies still go: the peers wait for our puts).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn take(win: &Window, w: &mut dyn PhaseWait, wk: &Workers, op: BlockOp, slot: Area, headers: &[Header], seq: u64, ours: Vec<Piece>, blocks: Vec<(usize, usize, &mut [u8])>) -> Result<()> {
+pub(super) fn take(
+    win: &Window,
+    w: &mut dyn PhaseWait,
+    wk: &Workers,
+    op: BlockOp,
+    slot: Area,
+    headers: &[Header],
+    seq: u64,
+    ours: Vec<Piece>,
+    blocks: Vec<(usize, usize, &mut [u8])>,
+) -> Result<()> {
     let me = win.me();
     let mut from = Vec::with_capacity(blocks.len());
     for (peer, entry, dst) in blocks {
@@ -305,7 +318,8 @@ pub(super) fn take(win: &Window, w: &mut dyn PhaseWait, wk: &Workers, op: BlockO
         let src = if h.in_slot {
             win.check_size(op.name(), peer, dst.len(), h.lens[me]).map(|()| From::Small(h.offset(me)))
         } else {
-            win.check_posted(op.name(), peer, entry, dst.len()).map(|()| packed(win, op, &h.lens)[me].map_or(From::Tensor(entry), From::Inputs))
+            win.check_posted(op.name(), peer, entry, dst.len())
+                .map(|()| packed(win, op, &h.lens)[me].map_or(From::Tensor(entry), From::Inputs))
         };
         match src {
             Ok(src) => from.push((peer, src, dst)),
@@ -350,7 +364,12 @@ pub(super) fn take(win: &Window, w: &mut dyn PhaseWait, wk: &Workers, op: BlockO
 fn gets<'b, 'd: 'b>(wk: &'b Workers, streamed: &'b mut [(usize, Packed, &'d mut [u8])]) -> impl Iterator<Item = Piece<'b>> + use<'b, 'd> {
     streamed.iter_mut().flat_map(move |(peer, pk, dst)| {
         let (peer, pk) = (*peer, *pk);
-        wk.pieces_aligned_mut(dst, CHUNK).map(move |(off, piece)| Piece::Get { peer, at: pk.at + off, flag: pk.flag + off / CHUNK, dst: piece })
+        wk.pieces_aligned_mut(dst, CHUNK).map(move |(off, piece)| Piece::Get {
+            peer,
+            at: pk.at + off,
+            flag: pk.flag + off / CHUNK,
+            dst: piece,
+        })
     })
 }
 

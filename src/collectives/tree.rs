@@ -46,14 +46,7 @@ pub fn broadcast(t: &mut dyn Transport, buf: &mut [u8], root: usize) -> Result<(
 
 /// Reduces everyone's `buf` into the root's `buf`; other ranks' buffers
 /// are left unchanged.
-pub fn reduce(
-    t: &mut dyn Transport,
-    buf: &mut [u8],
-    dtype: DType,
-    op: ReduceOp,
-    root: usize,
-    scratch: &mut Scratch,
-) -> Result<()> {
+pub fn reduce(t: &mut dyn Transport, buf: &mut [u8], dtype: DType, op: ReduceOp, root: usize, scratch: &mut Scratch) -> Result<()> {
     let (n, r) = (t.size(), t.rank());
     let vr = sub_mod(r, root, n);
     let (acc_store, tmp) = scratch.get2(if vr == 0 { 0 } else { buf.len() }, buf.len());

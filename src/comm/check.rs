@@ -17,7 +17,9 @@ fn describe(ops: &[Op<Tensor>]) -> String {
     let one = |o: &Op<Tensor>| -> String {
         let dt = o.tensors().first().map(|t| t.dtype().name()).unwrap_or_default();
         match o {
-            Op::AllReduce { bufs, op } => format!("all_reduce({}) of {:?} {dt}", op.name(), bufs.iter().map(|b| b.numel()).collect::<Vec<_>>()),
+            Op::AllReduce { bufs, op } => {
+                format!("all_reduce({}) of {:?} {dt}", op.name(), bufs.iter().map(|b| b.numel()).collect::<Vec<_>>())
+            }
             Op::Broadcast { buf, root } => format!("broadcast of {} {dt} from {root}", buf.numel()),
             Op::Reduce { buf, op, root } => format!("reduce({}) of {} {dt} to {root}", op.name(), buf.numel()),
             Op::AllGather { input, .. } => format!("all_gather of {} {dt}", input.numel()),
@@ -32,7 +34,6 @@ fn describe(ops: &[Op<Tensor>]) -> String {
     ops.iter().map(one).collect::<Vec<_>>().join(" + ")
 }
 
-
 impl Communicator {
     /// RUSTCCL_CHECK: every rank's description of the collective, compared
     /// over the CPU links; a mismatch fails here on every rank, before
@@ -46,24 +47,24 @@ impl Communicator {
         let input = SharedBuf::new(DType::U8, &mine[..]);
         let all = SharedBuf::zeros(DType::U8, REC * self.size);
         let lent = |b: &Arc<SharedBuf>| b.tensor().ok_or_else(|| Error::Internal("fresh buffer lent".into()));
-        let op = Op::AllGather {
-            input: lent(&input)?,
-            outputs: crate::collectives::Parts::Flat { t: lent(&all)?, lens: vec![REC; self.size] },
-        };
+        let op =
+            Op::AllGather { input: lent(&input)?, outputs: crate::collectives::Parts::Flat { t: lent(&all)?, lens: vec![REC; self.size] } };
         self.host.submit_blocking(vec![into_host(op)?], REC, timeout)?.wait(None)?;
         let bytes = all.bytes().ok_or_else(|| Error::Internal("buffer still lent".into()))?;
         let text = |r: usize| String::from_utf8_lossy(&bytes[r * REC..(r + 1) * REC]).trim_end_matches('\0').to_string();
         let name = ops[0].kind().name();
         if let Some(bad) = (0..self.size).find(|&r| text(r) != desc) {
-            return Err(Error::invalid(name, format!(
+            return Err(Error::invalid(
+                name,
+                format!(
                 "RUSTCCL_CHECK: ranks disagree about collective {} of group '{}': rank {} (this process) calls {desc}, rank {bad} calls {}",
                 self.host.seq(),
                 self.opts.group,
                 self.rank,
                 text(bad)
-            )));
+            ),
+            ));
         }
         Ok(())
     }
-
 }

@@ -35,9 +35,9 @@ use std::time::{Duration, Instant};
 
 use crate::collectives::codec::Request;
 use crate::collectives::{self, AlgoName, Compression, Op, Scratch};
+use crate::config::log_at;
 use crate::config::{AlgoConfig, FaultAction, FaultSpec, LogLevel};
 use crate::error::{Error, OpSite, Result};
-use crate::config::log_at;
 use crate::tensor::HostTensor;
 use crate::transport::{frame, Interrupter, OpCtx, Transport};
 use crate::work::{Progress, Work};
@@ -337,7 +337,11 @@ impl Shared {
                     Runner::Worker => q.head_is_due(),
                     Runner::Caller(upto) => q.jobs.front().is_some_and(|j| j.work.seq() <= upto),
                 };
-                if take { q.jobs.pop_front() } else { None }
+                if take {
+                    q.jobs.pop_front()
+                } else {
+                    None
+                }
             };
             let Some(job) = job else { return };
             exec.run(job, matches!(who, Runner::Caller(_)));

@@ -4,13 +4,13 @@
 // `unsafe` lives only in `nccl` (and the cuda helpers it uses).
 #![deny(unsafe_code)]
 
-pub mod compression;
 mod check;
+pub mod compression;
 pub mod flight;
 pub mod host;
+pub mod monitor;
 pub mod nccl;
 mod options;
-pub mod monitor;
 pub mod p2p;
 pub mod regroup;
 pub mod stats;
@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use crate::bootstrap::{self, BootstrapOpts, PeerInfo, Store, CHANNEL_COLLECTIVE, CHANNEL_P2P};
 use crate::collectives::{into_host, Op, OpSpec};
+use crate::config::log_at;
 use crate::config::{Config, LogLevel};
 use crate::error::{Error, Result};
-use crate::config::log_at;
 use crate::tensor::{SharedBuf, Tensor};
 
 impl nccl::IdExchange for Communicator {
@@ -147,13 +147,7 @@ const CONTROL_TAG: i64 = i64::MIN + (1 << 40);
 
 impl Communicator {
     /// Rendezvous through `store`, connect to every peer, start the engines.
-    pub fn bootstrap(
-        store: &dyn Store,
-        rank: Rank,
-        size: usize,
-        opts: CommOptions,
-        listen_ip: std::net::IpAddr,
-    ) -> Result<Communicator> {
+    pub fn bootstrap(store: &dyn Store, rank: Rank, size: usize, opts: CommOptions, listen_ip: std::net::IpAddr) -> Result<Communicator> {
         let host = opts.host_id.clone().unwrap_or_else(bootstrap::addr::host_identity);
         let settings = Config::get().shared_settings(opts.group_config());
         let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip, host, settings };
@@ -214,11 +208,7 @@ impl Communicator {
     }
 
     /// Shared memory with the ranks of this host (per `RUSTCCL_TRANSPORT`).
-    fn connect_shm(
-        ep: &bootstrap::Endpoints,
-        coll: &mut [Option<bootstrap::Conn>],
-        opts: &CommOptions,
-    ) -> Result<Option<shm::ShmSetup>> {
+    fn connect_shm(ep: &bootstrap::Endpoints, coll: &mut [Option<bootstrap::Conn>], opts: &CommOptions) -> Result<Option<shm::ShmSetup>> {
         let (rank, size) = (ep.rank, ep.size);
         let me = &ep.peers[rank].host;
         let local: Vec<Rank> = ep.peers.iter().filter(|p| &p.host == me).map(|p| p.rank).collect();
@@ -233,7 +223,10 @@ impl Communicator {
         match shm::connect(rank, &local, &ep.token, opts.shm, coll, deadline) {
             Ok(setup) => {
                 if opts.transport == TransportMode::Shm && setup.links.len() + 1 < local.len() {
-                    return Err(Error::Bootstrap { rank, detail: "RUSTCCL_TRANSPORT=shm, but some local ranks could not map each other's shared memory".into() });
+                    return Err(Error::Bootstrap {
+                        rank,
+                        detail: "RUSTCCL_TRANSPORT=shm, but some local ranks could not map each other's shared memory".into(),
+                    });
                 }
                 Ok(Some(setup))
             }
@@ -535,7 +528,15 @@ impl Communicator {
         self.nccl_if_started().map(|n| n.one_shot_state())
     }
 
-    fn submit_cuda(&self, ops: Vec<Op<Tensor>>, device: i32, stream: u64, sync: bool, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
+    fn submit_cuda(
+        &self,
+        ops: Vec<Op<Tensor>>,
+        device: i32,
+        stream: u64,
+        sync: bool,
+        timeout: Duration,
+        callback: Option<Callback>,
+    ) -> Result<Work> {
         let name = ops[0].kind().name();
         let engine = self.nccl(name)?;
         if ops.iter().any(nccl::plan::needs_host) {
@@ -563,5 +564,4 @@ impl Communicator {
         }
         Ok(w)
     }
-
 }

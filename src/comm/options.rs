@@ -106,7 +106,10 @@ mod tests {
         assert_eq!(settings_warning("g", 1, &same), None);
         let differ = [peer(0, "A=1,B=2"), peer(1, "A=1,B=3"), peer(2, "A=5,B=2")];
         let w = settings_warning("g", 0, &differ).unwrap();
-        assert!(w.starts_with("rustccl group 'g' rank 0: its settings differ from rank 1's (and 1 other rank's): B=2 here, 3 on rank 1."), "{w}");
+        assert!(
+            w.starts_with("rustccl group 'g' rank 0: its settings differ from rank 1's (and 1 other rank's): B=2 here, 3 on rank 1."),
+            "{w}"
+        );
         assert!(w.contains("same RUSTCCL_* environment and pg_options"), "{w}");
         let w = settings_warning("g", 1, &differ).unwrap();
         assert!(w.contains("from rank 0's (and 1 other rank's)") && w.contains("B=3 here, 2 on rank 0"), "{w}");

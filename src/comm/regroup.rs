@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use super::{nccl, CommOptions, Communicator};
 use crate::bootstrap::{self, BootstrapOpts, PeerInfo};
+use crate::config::log_at;
 use crate::config::LogLevel;
 use crate::error::{Error, Result};
-use crate::config::log_at;
 use crate::tensor::SharedBuf;
 use crate::types::{DType, Rank};
 
@@ -126,7 +126,13 @@ impl Communicator {
             }
         }
         let child = self.connect_child(OP, members, &records, l, &bopts)?;
-        log_at!(LogLevel::Info, "group '{}' rank {}: split into '{group}' as rank {new_rank} of {}", self.opts.group, self.rank, members.len());
+        log_at!(
+            LogLevel::Info,
+            "group '{}' rank {}: split into '{group}' as rank {new_rank} of {}",
+            self.opts.group,
+            self.rank,
+            members.len()
+        );
         Ok(Some(child))
     }
 
@@ -139,7 +145,10 @@ impl Communicator {
             return Err(Error::invalid(OP, format!("rank {bad} is not in this group of {} ranks", self.size)));
         }
         if excluded.contains(&self.rank) {
-            return Err(Error::invalid(OP, format!("rank {} (this process) is in the exclusion list {excluded:?}; only survivors call shrink", self.rank)));
+            return Err(Error::invalid(
+                OP,
+                format!("rank {} (this process) is in the exclusion list {excluded:?}; only survivors call shrink", self.rank),
+            ));
         }
         if excluded.is_empty() || excluded.windows(2).any(|w| w[0] >= w[1]) {
             return Err(Error::invalid(OP, format!("the excluded ranks must be sorted, distinct and not empty, got {excluded:?}")));
@@ -165,14 +174,21 @@ impl Communicator {
         for &r in &survivors {
             if records[r].as_ref().is_some_and(|rec| rec.key != excluded) {
                 let theirs = records[r].as_ref().map(|rec| rec.key.clone()).unwrap_or_default();
-                return Err(self.regroup_err(OP, format!(
-                    "the survivors disagree: this rank excludes {excluded:?}, rank {r} excludes {theirs:?}"
-                )));
+                return Err(
+                    self.regroup_err(OP, format!("the survivors disagree: this rank excludes {excluded:?}, rank {r} excludes {theirs:?}"))
+                );
             }
         }
-        let records = records.into_iter().map(|r| r.unwrap_or(Record { key: Vec::new(), secret: [0; 32], cuda: -1, info: None })).collect::<Vec<_>>();
+        let records =
+            records.into_iter().map(|r| r.unwrap_or(Record { key: Vec::new(), secret: [0; 32], cuda: -1, info: None })).collect::<Vec<_>>();
         let child = self.connect_child(OP, &survivors, &records, l, &bopts)?;
-        log_at!(LogLevel::Info, "group '{}' rank {}: shrunk to {} ranks (excluded {excluded:?}), now rank {new_rank}", self.opts.group, self.rank, survivors.len());
+        log_at!(
+            LogLevel::Info,
+            "group '{}' rank {}: shrunk to {} ranks (excluded {excluded:?}), now rank {new_rank}",
+            self.opts.group,
+            self.rank,
+            survivors.len()
+        );
         Ok(child)
     }
 

@@ -164,7 +164,6 @@ pub fn all() -> Vec<Arc<super::Communicator>> {
     registry().lock().unwrap_or_else(|p| p.into_inner()).values().filter_map(Weak::upgrade).collect()
 }
 
-
 /// The thresholds of `algo`, plus the shared-memory ones of `local`.
 pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Vec<(&'static str, u64)> {
     let mut v = vec![
@@ -242,7 +241,13 @@ pub fn thread_moves() -> u64 {
 pub fn shared_tensors() -> Option<Vec<(&'static str, u64)>> {
     let a = Arena::get()?;
     let s = a.stats();
-    Some(vec![("min_bytes", a.min_bytes as u64), ("in_use_bytes", s.in_use), ("peak_bytes", s.peak), ("cached_bytes", s.cached), ("full", s.full)])
+    Some(vec![
+        ("min_bytes", a.min_bytes as u64),
+        ("in_use_bytes", s.in_use),
+        ("peak_bytes", s.peak),
+        ("cached_bytes", s.cached),
+        ("full", s.full),
+    ])
 }
 
 #[cfg(test)]

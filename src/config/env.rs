@@ -202,7 +202,9 @@ mod tests {
 
     #[test]
     fn auto_flags_read_once_as_flags() {
-        for (value, want) in [(" auto ", None), ("1", Some(true)), ("true", Some(true)), ("0", Some(false)), ("", Some(false)), (" 1", Some(false))] {
+        for (value, want) in
+            [(" auto ", None), ("1", Some(true)), ("true", Some(true)), ("0", Some(false)), ("", Some(false)), (" 1", Some(false))]
+        {
             let o = over(&[("RUSTCCL_TEST_AUTO_FLAG", value)]);
             assert_eq!(Vars::over(&o).auto_flag("RUSTCCL_TEST_AUTO_FLAG"), want, "{value:?}");
         }

@@ -69,10 +69,13 @@ const MAY_DIFFER: &[&str] = &[
 /// lacks the name).
 pub fn setting_differences(ours: &str, theirs: &str) -> Vec<(String, String, String)> {
     let pairs = |line: &str| -> Vec<(String, String)> {
-        line.split(',').filter(|p| !p.is_empty()).map(|p| {
-            let (n, v) = p.split_once('=').unwrap_or((p, ""));
-            (n.to_string(), v.to_string())
-        }).collect()
+        line.split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (n, v) = p.split_once('=').unwrap_or((p, ""));
+                (n.to_string(), v.to_string())
+            })
+            .collect()
     };
     let (a, b) = (pairs(ours), pairs(theirs));
     let value = |l: &[(String, String)], n: &str| l.iter().find(|(k, _)| k == n).map_or(String::new(), |(_, v)| v.clone());
@@ -173,7 +176,10 @@ mod tests {
         assert!(setting_differences(&base, &base).is_empty());
         // a setting a rank may hold alone is not compared
         assert_eq!(c.shared_settings(with("RUSTCCL_SHM_SPIN_US", "7").unwrap()), base);
-        assert_eq!(setting_differences("A=1,B=2", "B=3"), vec![("A".into(), "1".into(), String::new()), ("B".into(), "2".into(), "3".into())]);
+        assert_eq!(
+            setting_differences("A=1,B=2", "B=3"),
+            vec![("A".into(), "1".into(), String::new()), ("B".into(), "2".into(), "3".into())]
+        );
     }
 
     #[test]

@@ -35,12 +35,7 @@ pub struct AlgoConfig {
 
 impl Default for AlgoConfig {
     fn default() -> Self {
-        AlgoConfig {
-            small_allreduce_bytes: 64 << 10,
-            small_broadcast_bytes: 256 << 10,
-            segment_bytes: 512 << 10,
-            caller_runs_us: 10_000,
-        }
+        AlgoConfig { small_allreduce_bytes: 64 << 10, small_broadcast_bytes: 256 << 10, segment_bytes: 512 << 10, caller_runs_us: 10_000 }
     }
 }
 
@@ -307,8 +302,8 @@ pub struct Config {
     rejected: Vec<String>,
 }
 
-pub use env::{env_flag, parse_size};
 use env::Vars;
+pub use env::{env_flag, parse_size};
 pub use group::{group_scoped, setting_differences, GroupConfig};
 pub use settings::{Setting, SETTINGS};
 
@@ -415,13 +410,21 @@ impl Config {
                 quick_leads: v.auto_flag("RUSTCCL_SHM_QUICK_LEADS"),
                 spin_us: v.count_or("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST, &[("auto", SPIN_FROM_HOST)]),
                 wait_spin_us: v.count_or("RUSTCCL_SHM_WAIT_SPIN_US", WAIT_SPIN_FROM_HOST, &[("auto", WAIT_SPIN_FROM_HOST)]),
-                broadcast_min: v.size_or("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", BROADCAST_FROM_HOST, &[("off", usize::MAX), ("auto", BROADCAST_FROM_HOST)]),
+                broadcast_min: v.size_or(
+                    "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",
+                    BROADCAST_FROM_HOST,
+                    &[("off", usize::MAX), ("auto", BROADCAST_FROM_HOST)],
+                ),
                 staged_min: v.size("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", STAGED_SEND_MIN),
                 staged_max: v.size_or("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST, &[("auto", STAGE_FROM_HOST)]),
                 stage_shared: v.flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
                 keep_apart: v.on("RUSTCCL_SHM_KEEP_APART"),
                 gather_push: v.on("RUSTCCL_SHM_GATHER_PUSH"),
-                split_send_min: v.size_or("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", SPLIT_FROM_HOST, &[("off", usize::MAX), ("auto", SPLIT_FROM_HOST)]),
+                split_send_min: v.size_or(
+                    "RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES",
+                    SPLIT_FROM_HOST,
+                    &[("off", usize::MAX), ("auto", SPLIT_FROM_HOST)],
+                ),
                 scatter_split_max: v.size_or("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0, &[("any", usize::MAX)]),
                 scatter_root_share: v.count("RUSTCCL_SHM_SCATTER_ROOT_SHARE", 0),
                 gather_root_share: v.count("RUSTCCL_SHM_GATHER_ROOT_SHARE", 0),
@@ -485,46 +488,70 @@ impl Config {
             ("RUSTCCL_SHM_RING_BYTES", self.shm.ring_bytes.to_string()),
             ("RUSTCCL_SHM_SMALL_BYTES", self.shm.small_bytes.to_string()),
             ("RUSTCCL_SHM_SEGMENT_BYTES", self.shm.segment_bytes.to_string()),
-            ("RUSTCCL_SHM_SLOT_MIN_BYTES", if self.shm.slot_min == SLOT_FROM_HOST { "auto".to_string() } else { self.shm.slot_min.to_string() }),
+            (
+                "RUSTCCL_SHM_SLOT_MIN_BYTES",
+                if self.shm.slot_min == SLOT_FROM_HOST { "auto".to_string() } else { self.shm.slot_min.to_string() },
+            ),
             ("RUSTCCL_SHM_THREADS", self.shm.threads.to_string()),
-            ("RUSTCCL_SHM_ATTACH_MIN_BYTES", match self.shm.attach_min {
-                usize::MAX => "off".into(),
-                ATTACH_FROM_HOST => "auto".into(),
-                v => v.to_string(),
-            }),
+            (
+                "RUSTCCL_SHM_ATTACH_MIN_BYTES",
+                match self.shm.attach_min {
+                    usize::MAX => "off".into(),
+                    ATTACH_FROM_HOST => "auto".into(),
+                    v => v.to_string(),
+                },
+            ),
             ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.to_string()),
             ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.to_string()),
             ("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", self.shm.block_min.to_string()),
             ("RUSTCCL_SHM_ROOT_THREADS", self.shm.root_threads.to_string()),
-            ("RUSTCCL_SHM_QUICK_THREADS", if self.shm.quick_threads == QUICK_FROM_HOST { "auto".to_string() } else { self.shm.quick_threads.to_string() }),
+            (
+                "RUSTCCL_SHM_QUICK_THREADS",
+                if self.shm.quick_threads == QUICK_FROM_HOST { "auto".to_string() } else { self.shm.quick_threads.to_string() },
+            ),
             ("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", self.shm.quick_bytes.to_string()),
             ("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", self.shm.quick_all_to_all_bytes.to_string()),
             ("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", self.shm.quick_min_piece.to_string()),
             ("RUSTCCL_SHM_QUICK_LEADS", self.shm.quick_leads.map_or("auto".to_string(), |on| (on as u8).to_string())),
             ("RUSTCCL_SHM_SPIN_US", if self.shm.spin_us == SPIN_FROM_HOST { "auto".to_string() } else { self.shm.spin_us.to_string() }),
-            ("RUSTCCL_SHM_WAIT_SPIN_US", if self.shm.wait_spin_us == WAIT_SPIN_FROM_HOST { "auto".to_string() } else { self.shm.wait_spin_us.to_string() }),
-            ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", match self.shm.broadcast_min {
-                usize::MAX => "off".into(),
-                BROADCAST_FROM_HOST => "auto".into(),
-                v => v.to_string(),
-            }),
+            (
+                "RUSTCCL_SHM_WAIT_SPIN_US",
+                if self.shm.wait_spin_us == WAIT_SPIN_FROM_HOST { "auto".to_string() } else { self.shm.wait_spin_us.to_string() },
+            ),
+            (
+                "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",
+                match self.shm.broadcast_min {
+                    usize::MAX => "off".into(),
+                    BROADCAST_FROM_HOST => "auto".into(),
+                    v => v.to_string(),
+                },
+            ),
             ("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", self.shm.staged_min.to_string()),
-            ("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", match self.shm.staged_max {
-                STAGE_FROM_HOST => "auto".into(),
-                v => v.to_string(),
-            }),
+            (
+                "RUSTCCL_SHM_STAGED_SEND_MAX_BYTES",
+                match self.shm.staged_max {
+                    STAGE_FROM_HOST => "auto".into(),
+                    v => v.to_string(),
+                },
+            ),
             ("RUSTCCL_SHM_STAGE_SHARED_SENDS", (self.shm.stage_shared as u8).to_string()),
             ("RUSTCCL_SHM_KEEP_APART", (self.shm.keep_apart as u8).to_string()),
             ("RUSTCCL_SHM_GATHER_PUSH", (self.shm.gather_push as u8).to_string()),
-            ("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", match self.shm.split_send_min {
-                usize::MAX => "off".into(),
-                SPLIT_FROM_HOST => "auto".into(),
-                v => v.to_string(),
-            }),
-            ("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", match self.shm.scatter_split_max {
-                usize::MAX => "any".into(),
-                v => v.to_string(),
-            }),
+            (
+                "RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES",
+                match self.shm.split_send_min {
+                    usize::MAX => "off".into(),
+                    SPLIT_FROM_HOST => "auto".into(),
+                    v => v.to_string(),
+                },
+            ),
+            (
+                "RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES",
+                match self.shm.scatter_split_max {
+                    usize::MAX => "any".into(),
+                    v => v.to_string(),
+                },
+            ),
             ("RUSTCCL_SHM_SCATTER_ROOT_SHARE", self.shm.scatter_root_share.to_string()),
             ("RUSTCCL_SHM_GATHER_ROOT_SHARE", self.shm.gather_root_share.to_string()),
             ("RUSTCCL_SHM_BLOCK_WAIT_US", self.shm.block_wait_us.to_string()),

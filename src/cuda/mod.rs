@@ -137,9 +137,7 @@ unsafe impl Sync for Event {}
 
 impl Event {
     pub fn new() -> CudaResult<Event> {
-        drv::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map(Event)
-            .map_err(|e| err("cuEventCreate", e))
+        drv::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map(Event).map_err(|e| err("cuEventCreate", e))
     }
 
     /// An event that can be timed against another ([`Event::since`]).
@@ -269,9 +267,11 @@ pub fn peer_link(dev: i32, peer: i32) -> CudaResult<(bool, bool)> {
     unsafe { sys::cuDeviceCanAccessPeer(&mut ok, d, p) }.result().map_err(|e| err("cuDeviceCanAccessPeer", e))?;
     let mut atomics = 0;
     // SAFETY: as above.
-    unsafe { sys::cuDeviceGetP2PAttribute(&mut atomics, sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, d, p) }
-        .result()
-        .map_err(|e| err("cuDeviceGetP2PAttribute", e))?;
+    unsafe {
+        sys::cuDeviceGetP2PAttribute(&mut atomics, sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, d, p)
+    }
+    .result()
+    .map_err(|e| err("cuDeviceGetP2PAttribute", e))?;
     Ok((ok != 0, atomics != 0))
 }
 
@@ -307,7 +307,9 @@ pub fn device_by_pci_bus_id(id: &str) -> CudaResult<Option<i32>> {
 pub fn compute_capability(device: i32) -> CudaResult<(i32, i32)> {
     load()?;
     let d = device_handle(device)?;
-    use sys::CUdevice_attribute::{CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as MAJ, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as MIN};
+    use sys::CUdevice_attribute::{
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as MAJ, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as MIN,
+    };
     // SAFETY: valid device handle and attributes.
     let major = unsafe { drv::device::get_attribute(d, MAJ) }.map_err(|e| err("cuDeviceGetAttribute", e))?;
     // SAFETY: as above.

@@ -59,9 +59,12 @@ fn beside_loaded_runtime() -> Option<PathBuf> {
 /// Loads `lib` and the builtins beside it with RTLD_GLOBAL, for good.
 fn preload(lib: &Path) -> Result<(), String> {
     let dir = lib.parent().unwrap_or(Path::new("."));
-    let builtins = std::fs::read_dir(dir).ok().into_iter().flatten().filter_map(|e| e.ok().map(|e| e.path())).find(|p| {
-        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins.so"))
-    });
+    let builtins = std::fs::read_dir(dir)
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins.so")));
     for p in builtins.iter().chain(std::iter::once(&lib.to_path_buf())) {
         // SAFETY: loading NVIDIA's libraries runs their initialisers, which
         // have no preconditions; the handle is leaked so they stay loaded.

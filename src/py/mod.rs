@@ -38,11 +38,7 @@ struct PyStore(Py<PyAny>);
 impl Store for PyStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<(), String> {
         Python::attach(|py| {
-            self.0
-                .bind(py)
-                .call_method1("set", (key, PyBytes::new(py, value)))
-                .map(|_| ())
-                .map_err(|e| format!("store.set({key:?}): {e}"))
+            self.0.bind(py).call_method1("set", (key, PyBytes::new(py, value))).map(|_| ()).map_err(|e| format!("store.set({key:?}): {e}"))
         })
     }
 
@@ -129,12 +125,10 @@ impl PyCommunicator {
                 CommOptions::new(group, timeout)
             }
         };
-        let listen = addr::listen_ip(cfg.socket_ifname.as_deref(), host_hint.as_deref())
-            .map_err(|e| to_py(Error::Bootstrap { rank, detail: e }))?;
+        let listen =
+            addr::listen_ip(cfg.socket_ifname.as_deref(), host_hint.as_deref()).map_err(|e| to_py(Error::Bootstrap { rank, detail: e }))?;
         let store = PyStore(store);
-        let comm = py
-            .detach(|| crate::comm::Communicator::bootstrap(&store, rank, size, opts, listen))
-            .map_err(to_py)?;
+        let comm = py.detach(|| crate::comm::Communicator::bootstrap(&store, rank, size, opts, listen)).map_err(to_py)?;
         let inner = Arc::new(comm);
         crate::comm::stats::register(&inner);
         Ok(PyCommunicator { inner })
@@ -324,7 +318,8 @@ fn config(py: Python<'_>, group: Option<&str>) -> PyResult<Py<PyDict>> {
     let effective = match group {
         None => cfg.effective(),
         Some(g) => {
-            let c = crate::comm::stats::lookup(g).ok_or_else(|| PyValueError::new_err(format!("rustccl.config: no live rustccl process group named {g:?}")))?;
+            let c = crate::comm::stats::lookup(g)
+                .ok_or_else(|| PyValueError::new_err(format!("rustccl.config: no live rustccl process group named {g:?}")))?;
             cfg.effective_for(c.group_config())
         }
     };

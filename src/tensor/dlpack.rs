@@ -72,22 +72,11 @@ unsafe impl Send for Tensor {}
 /// whose `strides` is null or has `ndim` entries.
 unsafe fn describe(t: &DLTensor) -> Result<(DType, Device, Vec<i64>, bool, usize), String> {
     let ndim = t.ndim.max(0) as usize;
-    let shape: Vec<i64> = if ndim == 0 || t.shape.is_null() {
-        Vec::new()
-    } else {
-        std::slice::from_raw_parts(t.shape, ndim).to_vec()
-    };
-    let strides: Option<Vec<i64>> = if t.strides.is_null() || ndim == 0 {
-        None
-    } else {
-        Some(std::slice::from_raw_parts(t.strides, ndim).to_vec())
-    };
-    let dtype = DType::from_dlpack(t.dtype.code, t.dtype.bits, t.dtype.lanes).ok_or_else(|| {
-        format!(
-            "unsupported DLPack dtype (code {}, bits {}, lanes {})",
-            t.dtype.code, t.dtype.bits, t.dtype.lanes
-        )
-    })?;
+    let shape: Vec<i64> = if ndim == 0 || t.shape.is_null() { Vec::new() } else { std::slice::from_raw_parts(t.shape, ndim).to_vec() };
+    let strides: Option<Vec<i64>> =
+        if t.strides.is_null() || ndim == 0 { None } else { Some(std::slice::from_raw_parts(t.strides, ndim).to_vec()) };
+    let dtype = DType::from_dlpack(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+        .ok_or_else(|| format!("unsupported DLPack dtype (code {}, bits {}, lanes {})", t.dtype.code, t.dtype.bits, t.dtype.lanes))?;
     let device = match t.device.device_type {
         DLDeviceType::kDLCPU => Device::Cpu,
         DLDeviceType::kDLCUDA => Device::Cuda(t.device.device_id),
@@ -136,10 +125,7 @@ impl Tensor {
 
     /// Imports any Python object with `__dlpack__` (numpy arrays at least).
     #[cfg(feature = "python")]
-    pub fn from_py(
-        py: pyo3::Python<'_>,
-        obj: &pyo3::Bound<'_, pyo3::PyAny>,
-    ) -> pyo3::PyResult<Result<Tensor, String>> {
+    pub fn from_py(py: pyo3::Python<'_>, obj: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<Result<Tensor, String>> {
         let pt = dlpack_rs::pyo3_glue::PyTensor::from_pyany(py, obj)?;
         let ptr = pt.data_ptr() as *mut u8;
         let offset = pt.byte_offset() as usize;
@@ -156,15 +142,7 @@ impl Tensor {
         let shape = pt.shape().to_vec();
         let contiguous = is_row_major(&shape, pt.strides());
         let numel = pt.numel();
-        Ok(Ok(Tensor {
-            data: ptr.wrapping_add(offset),
-            numel,
-            dtype,
-            device,
-            shape,
-            contiguous,
-            owner: Owner::Py(pt),
-        }))
+        Ok(Ok(Tensor { data: ptr.wrapping_add(offset), numel, dtype, device, shape, contiguous, owner: Owner::Py(pt) }))
     }
 
     /// A fresh, zeroed, 8-byte aligned CPU tensor of `numel` elements.
@@ -172,15 +150,7 @@ impl Tensor {
         let nbytes = numel * dtype.size();
         let mut v = vec![0u64; nbytes.div_ceil(8)];
         let data = v.as_mut_ptr() as *mut u8;
-        Tensor {
-            data,
-            numel,
-            dtype,
-            device: Device::Cpu,
-            shape: vec![numel as i64],
-            contiguous: true,
-            owner: Owner::Vec(v),
-        }
+        Tensor { data, numel, dtype, device: Device::Cpu, shape: vec![numel as i64], contiguous: true, owner: Owner::Vec(v) }
     }
 
     /// A CPU tensor holding a copy of `values`.
@@ -265,12 +235,7 @@ impl SharedBuf {
     /// `numel` zeroed elements of `dtype`.
     pub fn zeros(dtype: DType, numel: usize) -> Arc<SharedBuf> {
         let nbytes = numel * dtype.size();
-        Arc::new(SharedBuf {
-            words: UnsafeCell::new(vec![0u64; nbytes.div_ceil(8)]),
-            nbytes,
-            dtype,
-            lent: AtomicBool::new(false),
-        })
+        Arc::new(SharedBuf { words: UnsafeCell::new(vec![0u64; nbytes.div_ceil(8)]), nbytes, dtype, lent: AtomicBool::new(false) })
     }
 
     /// Lends the memory to a tensor; `None` while it is lent already.

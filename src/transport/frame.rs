@@ -199,12 +199,7 @@ impl Header {
             roots: u16::from_le_bytes([b[2], b[3]]),
             seq: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
             len: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
-            what: What {
-                kind: b[16],
-                op: b[17],
-                dtype: b[18],
-                count: u32::from_le_bytes(b[20..24].try_into().expect("4 bytes")),
-            },
+            what: What { kind: b[16], op: b[17], dtype: b[18], count: u32::from_le_bytes(b[20..24].try_into().expect("4 bytes")) },
         })
     }
 

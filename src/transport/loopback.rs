@@ -38,9 +38,8 @@ pub struct LoopbackTransport {
 
 /// A fully connected set of `n` loopback transports, one per rank.
 pub fn mesh(n: usize) -> Vec<LoopbackTransport> {
-    let pipes: Vec<Vec<Option<Arc<Pipe>>>> = (0..n)
-        .map(|i| (0..n).map(|j| (i != j).then(|| Arc::new(Pipe::default()))).collect())
-        .collect();
+    let pipes: Vec<Vec<Option<Arc<Pipe>>>> =
+        (0..n).map(|i| (0..n).map(|j| (i != j).then(|| Arc::new(Pipe::default()))).collect()).collect();
     let ctx = OpCtx::new(OpSite { op: "none", seq: 0, group: "loopback".into() }, Duration::from_secs(60));
     (0..n)
         .map(|r| LoopbackTransport {
@@ -67,13 +66,7 @@ impl Drop for LoopbackTransport {
 
 impl LoopbackTransport {
     fn lost(&self, peer: Rank, detail: &str) -> Error {
-        Error::PeerLost {
-            site: self.ctx.site.clone(),
-            rank: self.rank,
-            peer,
-            addr: self.peer_addr(peer),
-            detail: detail.into(),
-        }
+        Error::PeerLost { site: self.ctx.site.clone(), rank: self.rank, peer, addr: self.peer_addr(peer), detail: detail.into() }
     }
 
     fn pipe(boxes: &[Option<Arc<Pipe>>], peer: Rank) -> Result<Arc<Pipe>> {

@@ -203,12 +203,7 @@ pub fn check_peers(t: &dyn Transport, xfers: &[Xfer<'_>]) -> Result<()> {
     for x in xfers {
         let p = x.peer();
         if p >= t.size() || p == t.rank() {
-            return Err(Error::Internal(format!(
-                "{}: transfer with rank {p} from rank {} of {}",
-                t.ctx().site,
-                t.rank(),
-                t.size()
-            )));
+            return Err(Error::Internal(format!("{}: transfer with rank {p} from rank {} of {}", t.ctx().site, t.rank(), t.size())));
         }
     }
     Ok(())

@@ -95,7 +95,16 @@ impl Work {
         Work(Arc::new(Inner {
             op,
             seq,
-            state: Mutex::new(State { result: None, mark: None, callbacks: Vec::new(), source: None, route: None, started: None, finished: None, waiters: 0 }),
+            state: Mutex::new(State {
+                result: None,
+                mark: None,
+                callbacks: Vec::new(),
+                source: None,
+                route: None,
+                started: None,
+                finished: None,
+                waiters: 0,
+            }),
             cv: Condvar::new(),
             progress: OnceLock::new(),
         }))
@@ -107,7 +116,16 @@ impl Work {
         Work(Arc::new(Inner {
             op,
             seq,
-            state: Mutex::new(State { result: None, mark: Some(mark), callbacks: Vec::new(), source: None, route: None, started: Some(started), finished: None, waiters: 0 }),
+            state: Mutex::new(State {
+                result: None,
+                mark: Some(mark),
+                callbacks: Vec::new(),
+                source: None,
+                route: None,
+                started: Some(started),
+                finished: None,
+                waiters: 0,
+            }),
             cv: Condvar::new(),
             progress: OnceLock::new(),
         }))

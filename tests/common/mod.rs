@@ -14,28 +14,11 @@ use rustccl::tensor::{SharedBuf, Tensor};
 use rustccl::transport::loopback;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
-pub const ALL_DTYPES: [DType; 9] = [
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::U8,
-    DType::I8,
-    DType::I32,
-    DType::I64,
-    DType::Bool,
-];
+pub const ALL_DTYPES: [DType; 9] =
+    [DType::F32, DType::F64, DType::F16, DType::BF16, DType::U8, DType::I8, DType::I32, DType::I64, DType::Bool];
 
-pub const ALL_OPS: [ReduceOp; 8] = [
-    ReduceOp::Sum,
-    ReduceOp::Avg,
-    ReduceOp::Product,
-    ReduceOp::Min,
-    ReduceOp::Max,
-    ReduceOp::BAnd,
-    ReduceOp::BOr,
-    ReduceOp::BXor,
-];
+pub const ALL_OPS: [ReduceOp; 8] =
+    [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor];
 
 /// Small algorithm thresholds so that tiny inputs take every path:
 /// recursive doubling up to 256 bytes, ring above, 64-byte segments.
@@ -50,10 +33,7 @@ pub fn opts(timeout: Duration, algo: AlgoConfig) -> CommOptions {
 }
 
 pub fn loopback_comms(n: usize, algo: AlgoConfig) -> Vec<Communicator> {
-    loopback::mesh(n)
-        .into_iter()
-        .map(|t| Communicator::with_transport(Box::new(t), opts(Duration::from_secs(30), algo)).unwrap())
-        .collect()
+    loopback::mesh(n).into_iter().map(|t| Communicator::with_transport(Box::new(t), opts(Duration::from_secs(30), algo)).unwrap()).collect()
 }
 
 /// Tiny shared-memory areas (test-sized inputs wrap the rings and take many
@@ -92,7 +72,13 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
 
 /// Real sockets between ranks (threads of this process), TCP only.
 pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
-    mesh_comms(n, algo, timeout, TransportMode::Tcp, ShmConfig { ring_bytes: 1 << 20, small_bytes: 256 << 10, segment_bytes: 256 << 10, ..TINY_SHM })
+    mesh_comms(
+        n,
+        algo,
+        timeout,
+        TransportMode::Tcp,
+        ShmConfig { ring_bytes: 1 << 20, small_bytes: 256 << 10, segment_bytes: 256 << 10, ..TINY_SHM },
+    )
 }
 
 /// Shared memory between ranks (threads of this process), with tiny areas
@@ -120,7 +106,14 @@ pub fn hosts_comms(hosts: &[usize], algo: AlgoConfig, timeout: Duration, transpo
 }
 
 /// [`hosts_comms`] with rank r's options changed by `tweak(r, options)`.
-pub fn hosts_comms_with(hosts: &[usize], algo: AlgoConfig, timeout: Duration, transport: TransportMode, shm: ShmConfig, tweak: impl Fn(usize, &mut CommOptions) + Sync) -> Vec<Communicator> {
+pub fn hosts_comms_with(
+    hosts: &[usize],
+    algo: AlgoConfig,
+    timeout: Duration,
+    transport: TransportMode,
+    shm: ShmConfig,
+    tweak: impl Fn(usize, &mut CommOptions) + Sync,
+) -> Vec<Communicator> {
     let n = hosts.len();
     let tweak = &tweak;
     let store = Arc::new(MemStore::new());
@@ -134,8 +127,7 @@ pub fn hosts_comms_with(hosts: &[usize], algo: AlgoConfig, timeout: Duration, tr
                     o.shm = shm;
                     o.host_id = Some(format!("host{}", hosts[r]));
                     tweak(r, &mut o);
-                    Communicator::bootstrap(store.as_ref(), r, n, o, "127.0.0.1".parse().unwrap())
-                    .unwrap()
+                    Communicator::bootstrap(store.as_ref(), r, n, o, "127.0.0.1".parse().unwrap()).unwrap()
                 })
             })
             .collect();

@@ -42,9 +42,10 @@ impl NcclEngine {
     pub(super) fn bind(&self, op: &'static str, device: i32) -> Result<()> {
         match *self.bound.get_or_init(|| device) {
             d if d == device => Ok(()),
-            d => Err(Error::invalid(op, format!(
-                "tensor on cuda:{device}, but this process group uses cuda:{d} (one CUDA device per rank and group)"
-            ))),
+            d => Err(Error::invalid(
+                op,
+                format!("tensor on cuda:{device}, but this process group uses cuda:{d} (one CUDA device per rank and group)"),
+            )),
         }
     }
 

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use super::IdExchange;
 use crate::collectives::Op;
+use crate::config::log_at;
 use crate::config::LogLevel;
 use crate::cuda::{self, Context, DeviceAlloc, Function, HostFlag, IpcMapping, Module};
 use crate::error::Result;
-use crate::config::log_at;
 use crate::tensor::Tensor;
 use crate::types::{DType, Rank, ReduceOp};
 
@@ -184,7 +184,13 @@ pub fn choose(op: &Op<Tensor>, world: usize, lim: &Limits) -> Option<Choice> {
         Op::AllReduce { bufs, op } => {
             let [b] = bufs.as_slice() else { return None };
             let n = b.nbytes();
-            let kind = if n <= lim.one_shot { Kind::OneShot } else if n <= lim.all_reduce { Kind::TwoShot } else { return None };
+            let kind = if n <= lim.one_shot {
+                Kind::OneShot
+            } else if n <= lim.all_reduce {
+                Kind::TwoShot
+            } else {
+                return None;
+            };
             Choice { kind, dt: b.dtype(), op: *op }
         }
         Op::AllGather { input, outputs: Parts::Flat { t, lens } } => {
@@ -194,7 +200,8 @@ pub fn choose(op: &Op<Tensor>, world: usize, lim: &Limits) -> Option<Choice> {
             Choice { kind: Kind::AllGather, dt: DType::U8, op: ReduceOp::Sum }
         }
         Op::ReduceScatter { inputs: Parts::Flat { t, lens }, output, op } => {
-            if !even(lens, output.numel()) || t.numel() != world * output.numel() || t.nbytes() > lim.gather || t.dtype() != output.dtype() {
+            if !even(lens, output.numel()) || t.numel() != world * output.numel() || t.nbytes() > lim.gather || t.dtype() != output.dtype()
+            {
                 return None;
             }
             Choice { kind: Kind::ReduceScatter, dt: output.dtype(), op: *op }
@@ -359,7 +366,18 @@ impl CustomAr {
         }
         log_at!(LogLevel::Info, "rank {rank}: peer-memory collectives over NVLink on cuda:{device}, buffers of {cap} B");
         let Local { ctx, kernels, region, abort, error, .. } = local;
-        Ok(Some(CustomAr { kernels, abort, error, _peers: peers, region, _ctx: ctx, bufs, rank: rank as u32, world: world as u32, cap: cap as u64 }))
+        Ok(Some(CustomAr {
+            kernels,
+            abort,
+            error,
+            _peers: peers,
+            region,
+            _ctx: ctx,
+            bufs,
+            rank: rank as u32,
+            world: world as u32,
+            cap: cap as u64,
+        }))
     }
 
     /// Enqueues `op` (which [`choose`] gave `c` for) on `stream`.

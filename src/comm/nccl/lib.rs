@@ -130,7 +130,11 @@ impl NcclLib {
         } else {
             // SAFETY: as above; `comm` is a live communicator.
             let p = unsafe { (self.get_last_error)(comm) };
-            if p.is_null() { String::new() } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() }
+            if p.is_null() {
+                String::new()
+            } else {
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
         };
         Err(if last.is_empty() { format!("{what}: {name}") } else { format!("{what}: {name} ({last})") })
     }

@@ -36,17 +36,17 @@ use std::time::{Duration, Instant};
 
 use cudarc::nccl::sys::ncclComm_t;
 
-pub use self::ids::IdExchange;
 use self::comms::{DeviceComm, Key};
+pub use self::ids::IdExchange;
 use self::lib::NcclLib;
-use self::watchdog::{fail_all, watchdog};
 use self::plan::{Addr, Plan};
+use self::watchdog::{fail_all, watchdog};
 use crate::collectives::Op;
 use crate::comm::stats::Stats;
+use crate::config::log_at;
 use crate::config::LogLevel;
 use crate::cuda::{self, DeviceBuffer, Event};
 use crate::error::{Error, OpSite, Result};
-use crate::config::log_at;
 use crate::tensor::Tensor;
 use crate::types::Rank;
 use crate::work::{DeviceMark, Work};
@@ -287,7 +287,12 @@ impl NcclEngine {
         self.bind(name, device)?;
         let dc = self.pick(&ops, device, ids)?;
         let seq = self.seq.load(Ordering::Relaxed);
-        let derr = |detail: String| Error::Device { site: OpSite { op: name, seq, group: self.sh.group.clone() }, rank: self.sh.rank, device, detail };
+        let derr = |detail: String| Error::Device {
+            site: OpSite { op: name, seq, group: self.sh.group.clone() },
+            rank: self.sh.rank,
+            device,
+            detail,
+        };
         dc.ctx.bind().map_err(|e| derr(e.0))?;
         let capturing = cuda::is_capturing(caller_stream).map_err(|e| derr(e.0))?;
         let body = match self.peer(&dc, &ops, device, capturing, ids)? {
@@ -296,7 +301,10 @@ impl NcclEngine {
                 let map = |p: Rank| dc.ranks.get(p).copied().flatten().unwrap_or(usize::MAX);
                 let plan = plan::plan(&ops, self.sh.rank, &map)?;
                 if capturing && !plan.temps.is_empty() {
-                    return Err(Error::unsupported(name, "this call needs scratch memory, which rustccl does not allocate under CUDA graph capture"));
+                    return Err(Error::unsupported(
+                        name,
+                        "this call needs scratch memory, which rustccl does not allocate under CUDA graph capture",
+                    ));
                 }
                 Body::Nccl(plan)
             }

@@ -225,10 +225,10 @@ impl Planner {
             Op::AllToAll { inputs, outputs } => {
                 let (ins, outs) = (part_addrs(inputs), part_addrs(outputs));
                 if ins[self.rank].1 != outs[self.rank].1 {
-                    return Err(Error::invalid(name, format!(
-                        "rank {} sends itself {} bytes but expects {} from itself",
-                        self.rank, ins[self.rank].1, outs[self.rank].1
-                    )));
+                    return Err(Error::invalid(
+                        name,
+                        format!("rank {} sends itself {} bytes but expects {} from itself", self.rank, ins[self.rank].1, outs[self.rank].1),
+                    ));
                 }
                 // Every part, ours included, as a send / receive pair of one
                 // NCCL group: NCCL copies the self part concurrently with the
@@ -260,7 +260,10 @@ impl Planner {
             Op::Send { buf, peer: p, .. } => self.send(bytes(buf), buf.dtype().size(), peer(*p)),
             Op::Recv { buf, peer: p, .. } => {
                 let Some(p) = p else {
-                    return Err(Error::unsupported(name, "receiving from any source is not supported for CUDA tensors (NCCL has no wildcard receive)"));
+                    return Err(Error::unsupported(
+                        name,
+                        "receiving from any source is not supported for CUDA tensors (NCCL has no wildcard receive)",
+                    ));
                 };
                 self.recv(bytes(buf), buf.dtype().size(), peer(*p));
             }

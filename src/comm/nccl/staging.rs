@@ -40,8 +40,8 @@ pub fn to_host(ops: Vec<Op<Tensor>>, device: i32, stream: u64) -> Result<(Vec<Op
     for o in ops {
         host_ops.push(o.map(|t| {
             let buf = SharedBuf::zeros(t.dtype(), t.numel());
-            let mut h = HostTensor::new(buf.tensor().ok_or_else(|| Error::Internal("fresh buffer lent".into()))?)
-                .map_err(Error::Internal)?;
+            let mut h =
+                HostTensor::new(buf.tensor().ok_or_else(|| Error::Internal("fresh buffer lent".into()))?).map_err(Error::Internal)?;
             // SAFETY: `t` is a validated CUDA tensor of this device with
             // `nbytes` bytes, alive in `pairs`; its stream was synchronised.
             unsafe { cuda::copy_to_host(h.bytes_mut(), t.addr() as u64) }.map_err(derr(op))?;

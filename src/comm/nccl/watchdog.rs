@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use super::{lock, Pending, Shared};
 use crate::comm::stats::Sample;
+use crate::config::log_at;
 use crate::config::LogLevel;
 use crate::cuda;
 use crate::error::{Error, OpSite};
-use crate::config::log_at;
 
 /// Fails every pending work with `e`; with `abort`, aborts every NCCL
 /// communicator first (so kernels stuck waiting for peers return).

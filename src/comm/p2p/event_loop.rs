@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use super::link::Waiter;
 use super::{Incoming, Outgoing, Peer, Posted, Req, Sink, Split, Unexpected};
+use crate::config::log_at;
 use crate::config::LogLevel;
 use crate::error::{Error, OpSite, Result};
-use crate::config::log_at;
 use crate::tensor::HostTensor;
 use crate::transport::frame::{self, P2pHeader, P2pKind, P2P_HEADER_LEN};
 use crate::transport::shm::ShmLocal;
@@ -122,7 +122,14 @@ impl Progress for Driver {
 }
 
 impl EventLoop {
-    pub(super) fn new(rank: Rank, group: String, peers: Vec<Option<Peer>>, rx: mpsc::Receiver<Req>, attach: Option<Arc<ShmLocal>>, timeout: Duration) -> EventLoop {
+    pub(super) fn new(
+        rank: Rank,
+        group: String,
+        peers: Vec<Option<Peer>>,
+        rx: mpsc::Receiver<Req>,
+        attach: Option<Arc<ShmLocal>>,
+        timeout: Duration,
+    ) -> EventLoop {
         let n = peers.len();
         let shm = peers.iter().map(|p| p.as_ref().is_some_and(|p| p.link.is_shm())).collect();
         EventLoop {
@@ -258,15 +265,48 @@ impl EventLoop {
                             let hdr = P2pHeader { kind: P2pKind::Staged, dtype, tag, len }.encode();
                             let ctl = frame::rendezvous_body(seq, id);
                             to_stage = Some((seq, buf, work));
-                            Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: None, work: None, rdv: None, staged: true, posted_at: now, deadline }
+                            Outgoing {
+                                hdr,
+                                hdr_done: 0,
+                                body_done: 0,
+                                ctl: Some(ctl),
+                                buf: None,
+                                work: None,
+                                rdv: None,
+                                staged: true,
+                                posted_at: now,
+                                deadline,
+                            }
                         } else {
                             let hdr = P2pHeader { kind: P2pKind::Rendezvous, dtype, tag, len }.encode();
                             let ctl = frame::rendezvous_body(buf.bytes().as_ptr() as u64, id);
-                            Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(ctl), buf: Some(buf), work: Some(work), rdv: Some(id), staged: false, posted_at: now, deadline }
+                            Outgoing {
+                                hdr,
+                                hdr_done: 0,
+                                body_done: 0,
+                                ctl: Some(ctl),
+                                buf: Some(buf),
+                                work: Some(work),
+                                rdv: Some(id),
+                                staged: false,
+                                posted_at: now,
+                                deadline,
+                            }
                         }
                     } else {
                         let hdr = P2pHeader { kind: P2pKind::Data, dtype, tag, len }.encode();
-                        Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: None, buf: Some(buf), work: Some(work), rdv: None, staged: false, posted_at: now, deadline }
+                        Outgoing {
+                            hdr,
+                            hdr_done: 0,
+                            body_done: 0,
+                            ctl: None,
+                            buf: Some(buf),
+                            work: Some(work),
+                            rdv: None,
+                            staged: false,
+                            posted_at: now,
+                            deadline,
+                        }
                     };
                     p.out.push_back(o);
                 }
@@ -406,19 +446,21 @@ impl EventLoop {
                     P2pKind::Rendezvous | P2pKind::Staged | P2pKind::PushRequest => {
                         Sink::Control { kind: h.kind, len: h.len, dtype: h.dtype, data: vec![0; frame::RENDEZVOUS_BODY_LEN] }
                     }
-                    P2pKind::Ack | P2pKind::Pushed if len <= frame::ACK_MAX => Sink::Control { kind: h.kind, len: h.len, dtype: 0, data: vec![0; len] },
+                    P2pKind::Ack | P2pKind::Pushed if len <= frame::ACK_MAX => {
+                        Sink::Control { kind: h.kind, len: h.len, dtype: 0, data: vec![0; len] }
+                    }
                     P2pKind::Ack | P2pKind::Pushed => return Err(format!("bad point-to-point {:?} ({len} bytes of text)", h.kind)),
                     P2pKind::Data => match found {
-                    Some(i) => {
-                        let r = self.posted.remove(i);
-                        if let Some(e) = mismatch(r.work.op(), &r.buf, len, h.dtype, p, h.tag) {
-                            drop(r.buf);
-                            r.work.finish(Err(e));
-                            Sink::Discard(vec![0; len])
-                        } else {
-                            Sink::Posted(r)
+                        Some(i) => {
+                            let r = self.posted.remove(i);
+                            if let Some(e) = mismatch(r.work.op(), &r.buf, len, h.dtype, p, h.tag) {
+                                drop(r.buf);
+                                r.work.finish(Err(e));
+                                Sink::Discard(vec![0; len])
+                            } else {
+                                Sink::Posted(r)
+                            }
                         }
-                    }
                         None => Sink::Buffer(vec![0; len], h.dtype),
                     },
                 };
@@ -502,8 +544,7 @@ impl EventLoop {
             r.work.finish(Err(e));
         }
         self.drop_splits_of(p, &why);
-        let (dead, keep): (Vec<Posted>, Vec<Posted>) =
-            std::mem::take(&mut self.posted).into_iter().partition(|r| r.peer == Some(p));
+        let (dead, keep): (Vec<Posted>, Vec<Posted>) = std::mem::take(&mut self.posted).into_iter().partition(|r| r.peer == Some(p));
         self.posted = keep;
         for r in dead {
             let e = self.lost(p, &r.work, &why);
@@ -521,8 +562,7 @@ impl EventLoop {
             self.expire_sends(now);
             return;
         }
-        let (late, keep): (Vec<Posted>, Vec<Posted>) =
-            std::mem::take(&mut self.posted).into_iter().partition(|r| r.deadline <= now);
+        let (late, keep): (Vec<Posted>, Vec<Posted>) = std::mem::take(&mut self.posted).into_iter().partition(|r| r.deadline <= now);
         self.posted = keep;
         for r in late {
             let waiting = match r.peer {
@@ -544,10 +584,7 @@ impl EventLoop {
     /// Sends whose peer stopped reading, and rendezvous sends never acked.
     fn expire_sends(&mut self, now: Instant) {
         for p in 0..self.peers.len() {
-            let stuck = self.peers[p]
-                .as_ref()
-                .and_then(|x| x.out.front())
-                .is_some_and(|o| o.deadline <= now);
+            let stuck = self.peers[p].as_ref().and_then(|x| x.out.front()).is_some_and(|o| o.deadline <= now);
             if stuck {
                 self.kill(p, "send Timed out (the peer is not reading)".into());
             }

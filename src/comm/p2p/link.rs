@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Events, Poll, Token, Waker};
 
-use crate::config::LogLevel;
 use crate::config::log_at;
+use crate::config::LogLevel;
 use crate::transport::shm::{Channel, RingRx, RingTx, ShmLocal};
 
 pub const WAKE: Token = Token(usize::MAX);

@@ -61,8 +61,8 @@ use crate::bootstrap::Conn;
 use crate::collectives::Op;
 use crate::error::{Error, Result};
 use crate::tensor::HostTensor;
-use crate::transport::frame::{self, P2pKind, P2P_HEADER_LEN};
 use crate::transport::frame::P2pHeader;
+use crate::transport::frame::{self, P2pKind, P2P_HEADER_LEN};
 use crate::transport::shm::{RingRx, ShmLink, ShmLocal};
 use crate::types::Rank;
 use crate::work::{Progress, Work};
@@ -174,7 +174,12 @@ enum Sink {
     Buffer(Vec<u8>, u8),
     Discard(Vec<u8>),
     /// The body of a control message; `len` and `dtype` are the header's.
-    Control { kind: P2pKind, len: u64, dtype: u8, data: Vec<u8> },
+    Control {
+        kind: P2pKind,
+        len: u64,
+        dtype: u8,
+        data: Vec<u8>,
+    },
 }
 
 enum Incoming {
@@ -307,9 +312,7 @@ impl P2pEngine {
                     };
                     // A shared-memory peer's connection only ever becomes readable (closed).
                     let interest = if link.is_shm() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
-                    poll.registry()
-                        .register(link.stream(), mio::Token(p), interest)
-                        .map_err(internal("register"))?;
+                    poll.registry().register(link.stream(), mio::Token(p), interest).map_err(internal("register"))?;
                     let inc = Incoming::Header { hdr: [0; P2P_HEADER_LEN], done: 0 };
                     Some(Peer { link, addr, dead: None, out: VecDeque::new(), inc, awaiting: Vec::new(), next_id: 0 })
                 }
@@ -420,4 +423,3 @@ impl Drop for P2pEngine {
         }
     }
 }
-

@@ -29,7 +29,12 @@ use crate::work::Work;
 
 /// Reads `dst.len()` bytes at `addr` of a peer into `dst` with `read`
 /// (`Attach::read`), in pieces over `workers`' threads.
-pub(super) fn pull(workers: &Workers, read: &(dyn Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync), addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
+pub(super) fn pull(
+    workers: &Workers,
+    read: &(dyn Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync),
+    addr: u64,
+    dst: &mut [u8],
+) -> std::io::Result<()> {
     workers.for_pieces_mut(dst, |off, piece| read(addr + off as u64, piece))
 }
 
@@ -185,7 +190,9 @@ impl EventLoop {
             let attach = self.attach.as_ref().and_then(|l| Some((l, l.attach.as_ref()?, l.local_index(p)?)));
             let read = match attach {
                 Some((local, _, i)) if rdv.staged => self.read_staged(local, p, i, buf.bytes_mut(), &rdv, deadline),
-                Some((local, a, i)) => pull(&local.workers, &|at, d| a.read(i, at, d), rdv.addr, buf.bytes_mut()).map_err(|e| e.to_string()),
+                Some((local, a, i)) => {
+                    pull(&local.workers, &|at, d| a.read(i, at, d), rdv.addr, buf.bytes_mut()).map_err(|e| e.to_string())
+                }
                 None => Err(format!("rank {p} is not a rank of this host with cross-memory attach")),
             };
             match read {
@@ -284,7 +291,18 @@ impl EventLoop {
         let hdr = P2pHeader { kind, dtype: 0, tag: id as i64, len }.encode();
         let now = Instant::now();
         peer.link.queue();
-        peer.out.push_back(Outgoing { hdr, hdr_done: 0, body_done: 0, ctl: Some(body), buf: None, work: None, rdv: None, staged: false, posted_at: now, deadline });
+        peer.out.push_back(Outgoing {
+            hdr,
+            hdr_done: 0,
+            body_done: 0,
+            ctl: Some(body),
+            buf: None,
+            work: None,
+            rdv: None,
+            staged: false,
+            posted_at: now,
+            deadline,
+        });
         self.pump_out(p);
     }
 

@@ -54,7 +54,9 @@ impl EventLoop {
         let body = rendezvous_body(dst, from as u64);
         self.queue_control(p, P2pKind::PushRequest, rdv.id, (rdv.len - from) as u64, body, Instant::now() + span);
         let read = match (local.attach.as_ref(), local.local_index(p)) {
-            (Some(a), Some(i)) => pull(&local.workers, &|at, d| a.read(i, at, d), rdv.addr, &mut buf.bytes_mut()[..from]).map_err(|e| e.to_string()),
+            (Some(a), Some(i)) => {
+                pull(&local.workers, &|at, d| a.read(i, at, d), rdv.addr, &mut buf.bytes_mut()[..from]).map_err(|e| e.to_string())
+            }
             _ => Err(format!("rank {p} is not a rank of this host with cross-memory attach")),
         };
         let read = read.map_err(|e| self.read_failed(p, &rdv, tag, &work, e));
@@ -162,7 +164,12 @@ impl EventLoop {
     pub(super) fn expire_splits(&mut self, now: Instant) {
         for s in self.splits.iter_mut().filter(|s| s.deadline <= now) {
             if let Some(w) = s.work.take() {
-                let e = Error::Timeout { site: site(&w, &self.group), rank: self.rank, waiting: vec![s.peer], elapsed: now.saturating_duration_since(s.posted_at) };
+                let e = Error::Timeout {
+                    site: site(&w, &self.group),
+                    rank: self.rank,
+                    waiting: vec![s.peer],
+                    elapsed: now.saturating_duration_since(s.posted_at),
+                };
                 w.finish(Err(e));
             }
         }

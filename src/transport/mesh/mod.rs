@@ -69,13 +69,7 @@ pub struct Mesh {
 impl Mesh {
     /// TCP links for every peer in `tcp` that has no shared-memory link.
     /// `hosts`: every rank grouped by host.
-    pub fn new(
-        rank: Rank,
-        size: usize,
-        tcp: Vec<Option<Conn>>,
-        shm: Option<ShmSetup>,
-        hosts: Vec<Vec<Rank>>,
-    ) -> io::Result<Mesh> {
+    pub fn new(rank: Rank, size: usize, tcp: Vec<Option<Conn>>, shm: Option<ShmSetup>, hosts: Vec<Vec<Rank>>) -> io::Result<Mesh> {
         let poll = Poll::new()?;
         let mut links: Vec<Option<Link>> = (0..size).map(|_| None).collect();
         let mut addrs = vec![String::new(); size];
@@ -181,7 +175,9 @@ impl Mesh {
         const WHY: &str = "the peer exited, or gave the group up after an error of its own: its log names the cause";
         let detail = match e.kind() {
             io::ErrorKind::UnexpectedEof => format!("connection closed by peer while {what} ({WHY})"),
-            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted => format!("{what} failed: {e} ({WHY})"),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted => {
+                format!("{what} failed: {e} ({WHY})")
+            }
             _ => format!("{what} failed: {e}"),
         };
         self.lost(peer, detail)
@@ -448,7 +444,8 @@ impl Transport for Mesh {
     fn give_up(&mut self, seq: u64, close_tcp: bool) {
         if let Some(l) = &self.local {
             let seq = seq as u32;
-            let failed = matches!(Blocked::decode(l.mine().blocked().load(Ordering::Acquire)), Some(Blocked::Failed { seq: s }) if s == seq);
+            let failed =
+                matches!(Blocked::decode(l.mine().blocked().load(Ordering::Acquire)), Some(Blocked::Failed { seq: s }) if s == seq);
             l.mine().blocked().store(Blocked::Gone { seq, failed }.encode(), Ordering::Release);
             self.gone = true;
         }

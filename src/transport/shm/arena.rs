@@ -116,7 +116,14 @@ impl Arena {
         // SAFETY: maps the whole file shared; the mapping is checked below
         // and unmapped only by `Drop` (an arena that lost the race).
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_NORESERVE, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                fd,
+                0,
+            )
         };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -248,7 +255,16 @@ impl PeerArena {
         }
         // SAFETY: maps the whole file read-only and shared; it is never
         // truncated (the owner sizes it once), so every byte stays readable.
-        let map = unsafe { libc::mmap(std::ptr::null_mut(), info.len as usize, libc::PROT_READ, libc::MAP_SHARED | libc::MAP_NORESERVE, file.as_raw_fd(), 0) };
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                info.len as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
         if map == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::arena::{ArenaInfo, PeerArena};
-use crate::config::{log_at, LogLevel};
 use super::{remote, Segment};
+use crate::config::{log_at, LogLevel};
 
 /// Cross-memory attach agreed by every local rank (`remote.rs`).
 pub struct Attach {
@@ -210,7 +210,8 @@ impl Attach {
     /// applies to all; the block threshold left to the host follows from
     /// the agreed ones.
     pub(super) fn agreed(pids: Vec<i32>, segs: &[Arc<Segment>], canary: Box<u64>, me: usize) -> Attach {
-        let largest = |f: fn(&Segment) -> &AtomicU64| segs.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
+        let largest =
+            |f: fn(&Segment) -> &AtomicU64| segs.iter().map(|s| f(s).load(Ordering::Relaxed) as usize).max().unwrap_or(usize::MAX);
         let (min_bytes, single_min) = (largest(Segment::attach_min), largest(Segment::single_min));
         let block_set = largest(Segment::block_min);
         let block_min = match block_set {

@@ -97,7 +97,14 @@ mod tests {
     fn blocked_words_round_trip_and_find_ranks_waiting_for_each_other() {
         let phase = Blocked::phase(7, 12);
         let message = Blocked::Message { seq: 7, on: Blocked::mask([0]).unwrap() };
-        for b in [phase, message, Blocked::Failed { seq: u32::MAX }, Blocked::Gone { seq: u32::MAX, failed: true }, Blocked::Gone { seq: 0, failed: false }, Blocked::phase(1, u64::MAX)] {
+        for b in [
+            phase,
+            message,
+            Blocked::Failed { seq: u32::MAX },
+            Blocked::Gone { seq: u32::MAX, failed: true },
+            Blocked::Gone { seq: 0, failed: false },
+            Blocked::phase(1, u64::MAX),
+        ] {
             assert_eq!(Blocked::decode(b.encode()), Some(b));
         }
         assert_eq!(Blocked::decode(0), None);

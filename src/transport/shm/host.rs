@@ -313,7 +313,10 @@ mod tests {
 
     #[test]
     fn the_quick_team_leads_with_up_to_four_local_ranks_unless_set() {
-        assert_eq!((quick_leads_for(None, 2), quick_leads_for(None, 4), quick_leads_for(None, 5), quick_leads_for(None, 16)), (true, true, false, false));
+        assert_eq!(
+            (quick_leads_for(None, 2), quick_leads_for(None, 4), quick_leads_for(None, 5), quick_leads_for(None, 16)),
+            (true, true, false, false)
+        );
         assert_eq!((quick_leads_for(Some(true), 16), quick_leads_for(Some(false), 2)), (true, false));
     }
 

@@ -20,18 +20,18 @@
 #![allow(unsafe_code)]
 
 pub mod arena;
+mod attach;
 mod blocked;
-pub mod remote;
 mod host;
 mod place;
 mod reads;
+pub mod remote;
 pub mod segment;
-mod attach;
 mod stage;
 mod team;
+mod wait_window;
 pub mod window;
 pub mod workers;
-mod wait_window;
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -40,21 +40,21 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+pub use attach::{split_at, split_point, Attach, BlockOp, BLOCK_SLOT_RANKS, SINGLE_READER_MIN};
 pub use blocked::{Blocked, BLOCKED_RANKS};
 pub use segment::{Channel, Layout, Segment};
-pub use window::{Area, Desc, PhaseWait, AttachError, Window};
-pub use attach::{split_at, split_point, Attach, BlockOp, BLOCK_SLOT_RANKS, SINGLE_READER_MIN};
 pub use stage::StillComing;
-pub use workers::Workers;
 pub use wait_window::WaitWindow;
+pub use window::{Area, AttachError, Desc, PhaseWait, Window};
+pub use workers::Workers;
 
-use host::{quick_leads_for, quick_threads_for, root_threads_for, slot_bytes_for, spin_for, stage_for, threads_for, SMALL_SLOT};
-use reads::{gather_root_share, reads_for, scatter_root_share, scatter_split_max};
 pub use host::one_round_max;
+use host::{quick_leads_for, quick_threads_for, root_threads_for, slot_bytes_for, spin_for, stage_for, threads_for, SMALL_SLOT};
 pub use place::moves as thread_moves;
+use reads::{gather_root_share, reads_for, scatter_root_share, scatter_split_max};
 
-use crate::config::{LogLevel, ShmConfig, ATTACH_FROM_HOST, STAGE_FROM_HOST};
 use crate::config::log_at;
+use crate::config::{LogLevel, ShmConfig, ATTACH_FROM_HOST, STAGE_FROM_HOST};
 use crate::types::Rank;
 
 /// The ranks of this host and every one's segment.
@@ -139,7 +139,9 @@ impl ShmLocal {
         let pool = self.root_pool.get_or_init(|| {
             let rank = self.ranks[self.me];
             (self.root_threads > self.workers.threads())
-                .then(|| Workers::new(self.root_threads, &format!("rustccl-shm-r{rank}-root"), self.workers.min_piece(), self.workers.spin()))?
+                .then(|| {
+                    Workers::new(self.root_threads, &format!("rustccl-shm-r{rank}-root"), self.workers.min_piece(), self.workers.spin())
+                })?
                 .map_err(|e| log_at!(LogLevel::Info, "rank {rank}: no root threads ({e}); the rank's own do the work"))
                 .ok()
         });
@@ -375,7 +377,13 @@ pub enum SetupError {
 
 /// Sends `out` to every other local rank and returns what each sent back
 /// (by local index; ours stays 0), in the same order on every rank.
-fn exchange_with_all(ranks: &[Rank], my_idx: usize, conns: &mut [Option<(TcpStream, String)>], out: u8, deadline: Instant) -> io::Result<Vec<u8>> {
+fn exchange_with_all(
+    ranks: &[Rank],
+    my_idx: usize,
+    conns: &mut [Option<(TcpStream, String)>],
+    out: u8,
+    deadline: Instant,
+) -> io::Result<Vec<u8>> {
     let mut got = vec![0u8; ranks.len()];
     for (i, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
         let (s, _) = conns[r].as_mut().expect("local peer has a connection");
@@ -416,7 +424,11 @@ fn agree_attach(
         let (_, addr, value) = s.attach_info();
         let (value, addr) = (value.load(Ordering::Acquire), addr.load(Ordering::Relaxed));
         if value == 0 || !remote::probe(pids[i], addr, value) {
-            log_at!(LogLevel::Info, "rank {me}: cannot read rank {}'s memory (cross-memory attach); copying through shared memory", ranks[i]);
+            log_at!(
+                LogLevel::Info,
+                "rank {me}: cannot read rank {}'s memory (cross-memory attach); copying through shared memory",
+                ranks[i]
+            );
             ok = false;
         }
     }
@@ -565,7 +577,30 @@ pub fn connect(
         b => b,
     };
     let all_to_all_workers = workers.with_quick_bytes(a2a_bytes);
-    let local = Arc::new(ShmLocal { ranks: ranks.to_vec(), me: my_idx, segs: all, complete, workers, reduce_workers, sum_workers, all_to_all_workers, root_threads, root_pool: OnceLock::new(), one_round_max: one_round, attach, stage_min: sizes.staged_min, stage_shared: sizes.stage_shared, keep_apart: sizes.keep_apart, gather_push: sizes.gather_push, split_send_min: reads.split_send, scatter_split_max: scatter_split_max(sizes), scatter_root_share: scatter_root_share(sizes, n, root_threads), gather_root_share: gather_root_share(sizes, n, threads), block_wait: Duration::from_micros(sizes.block_wait_us as u64), wait_window: host::wait_window_for(sizes, n, threads) });
+    let local = Arc::new(ShmLocal {
+        ranks: ranks.to_vec(),
+        me: my_idx,
+        segs: all,
+        complete,
+        workers,
+        reduce_workers,
+        sum_workers,
+        all_to_all_workers,
+        root_threads,
+        root_pool: OnceLock::new(),
+        one_round_max: one_round,
+        attach,
+        stage_min: sizes.staged_min,
+        stage_shared: sizes.stage_shared,
+        keep_apart: sizes.keep_apart,
+        gather_push: sizes.gather_push,
+        split_send_min: reads.split_send,
+        scatter_split_max: scatter_split_max(sizes),
+        scatter_root_share: scatter_root_share(sizes, n, root_threads),
+        gather_root_share: gather_root_share(sizes, n, threads),
+        block_wait: Duration::from_micros(sizes.block_wait_us as u64),
+        wait_window: host::wait_window_for(sizes, n, threads),
+    });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {

@@ -34,7 +34,11 @@ fn host_attach_min(me: Rank, threads: usize) -> usize {
         Some((read, copy)) if read >= READ_VS_COPY * copy => ATTACH_MIN,
         measured => {
             let speeds = measured.map_or("could not time reads through the kernel".to_string(), |(read, copy)| {
-                format!("reads memory through the kernel (as from a peer) at {:.1} GB/s and copies it at {:.1} GB/s", read / 1e9, copy / 1e9)
+                format!(
+                    "reads memory through the kernel (as from a peer) at {:.1} GB/s and copies it at {:.1} GB/s",
+                    read / 1e9,
+                    copy / 1e9
+                )
             });
             log_at!(LogLevel::Info, "rank {me}: one thread per rank, which {speeds}: no collective reads peers' tensors, but with more than {MANY_LOCAL_RANKS} local ranks all_reduce, reduce_scatter and reduce (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)");
             usize::MAX
@@ -415,10 +419,11 @@ const ATTACH_MIN: usize = 16 << 20;
 /// for one thread per rank to read peers' tensors.
 const READ_VS_COPY: f64 = 0.8;
 
-
 #[cfg(test)]
 mod tests {
-    use super::{all_reduce_attach_min, gather_root_share, pushed_reduce_attach_min, reduce_scatter_attach_min, scatter_root_share, ATTACH_MIN};
+    use super::{
+        all_reduce_attach_min, gather_root_share, pushed_reduce_attach_min, reduce_scatter_attach_min, scatter_root_share, ATTACH_MIN,
+    };
     use crate::config::{Config, ShmConfig};
 
     #[test]
@@ -426,21 +431,34 @@ mod tests {
         let ar = |attach, n, threads| all_reduce_attach_min(attach, n, threads);
         let rs = |attach, n, threads| reduce_scatter_attach_min(attach, n, threads);
         // 16 ranks of 1 or 2 threads, reads fast or slow; 9 ranks
-        assert_eq!((ar(ATTACH_MIN, 16, 2), ar(ATTACH_MIN, 16, 1), ar(usize::MAX, 16, 1), ar(ATTACH_MIN, 9, 2)), (16 << 20, 16 << 20, 16 << 20, 16 << 20));
-        assert_eq!((rs(ATTACH_MIN, 16, 2), rs(ATTACH_MIN, 16, 1), rs(usize::MAX, 16, 1), rs(ATTACH_MIN, 9, 2)), (8 << 20, 8 << 20, 8 << 20, 8 << 20));
+        assert_eq!(
+            (ar(ATTACH_MIN, 16, 2), ar(ATTACH_MIN, 16, 1), ar(usize::MAX, 16, 1), ar(ATTACH_MIN, 9, 2)),
+            (16 << 20, 16 << 20, 16 << 20, 16 << 20)
+        );
+        assert_eq!(
+            (rs(ATTACH_MIN, 16, 2), rs(ATTACH_MIN, 16, 1), rs(usize::MAX, 16, 1), rs(ATTACH_MIN, 9, 2)),
+            (8 << 20, 8 << 20, 8 << 20, 8 << 20)
+        );
         // a smaller collectives' threshold stays
         assert_eq!(rs(1 << 20, 16, 2), 1 << 20);
         // 16 ranks of 4 threads, and 8 ranks: 4 MiB per rank for
         // all_reduce (at least the collectives'), the collectives' for
         // reduce_scatter; nothing where reads are slow
-        assert_eq!((ar(ATTACH_MIN, 16, 4), ar(ATTACH_MIN, 8, 2), ar(ATTACH_MIN, 2, 8), ar(usize::MAX, 8, 1)), (64 << 20, 32 << 20, ATTACH_MIN, usize::MAX));
+        assert_eq!(
+            (ar(ATTACH_MIN, 16, 4), ar(ATTACH_MIN, 8, 2), ar(ATTACH_MIN, 2, 8), ar(usize::MAX, 8, 1)),
+            (64 << 20, 32 << 20, ATTACH_MIN, usize::MAX)
+        );
         assert_eq!((rs(ATTACH_MIN, 16, 4), rs(ATTACH_MIN, 8, 2), rs(usize::MAX, 8, 1)), (ATTACH_MIN, ATTACH_MIN, usize::MAX));
     }
 
     #[test]
-    fn a_reduce_with_pushes_reads_from_4_or_8_mib_with_5_to_8_ranks_or_3_to_4_of_few_threads_and_512_kib_with_more_even_where_reads_are_slow() {
+    fn a_reduce_with_pushes_reads_from_4_or_8_mib_with_5_to_8_ranks_or_3_to_4_of_few_threads_and_512_kib_with_more_even_where_reads_are_slow(
+    ) {
         let at = |n, threads| pushed_reduce_attach_min(ATTACH_MIN, n, threads);
-        assert_eq!((at(2, 8), at(4, 8), at(5, 8), at(8, 8), at(9, 8), at(16, 8)), (ATTACH_MIN, ATTACH_MIN, 8 << 20, 8 << 20, 512 << 10, 512 << 10));
+        assert_eq!(
+            (at(2, 8), at(4, 8), at(5, 8), at(8, 8), at(9, 8), at(16, 8)),
+            (ATTACH_MIN, ATTACH_MIN, 8 << 20, 8 << 20, 512 << 10, 512 << 10)
+        );
         // 5-8 ranks of up to 2 threads read from 4 MiB
         assert_eq!((at(5, 2), at(8, 1), at(8, 2), at(8, 3), at(9, 2)), (4 << 20, 4 << 20, 4 << 20, 8 << 20, 512 << 10));
         // 3-4 ranks of up to 4 threads read from 8 MiB; 2 ranks do not
@@ -448,7 +466,14 @@ mod tests {
         // slow reads (no other collective reads): more than 8 ranks read
         // from 512 KiB as well, fewer not at all
         assert_eq!((pushed_reduce_attach_min(usize::MAX, 16, 1), pushed_reduce_attach_min(usize::MAX, 9, 1)), (512 << 10, 512 << 10));
-        assert_eq!((pushed_reduce_attach_min(usize::MAX, 8, 1), pushed_reduce_attach_min(usize::MAX, 4, 1), pushed_reduce_attach_min(usize::MAX, 2, 1)), (usize::MAX, usize::MAX, usize::MAX));
+        assert_eq!(
+            (
+                pushed_reduce_attach_min(usize::MAX, 8, 1),
+                pushed_reduce_attach_min(usize::MAX, 4, 1),
+                pushed_reduce_attach_min(usize::MAX, 2, 1)
+            ),
+            (usize::MAX, usize::MAX, usize::MAX)
+        );
     }
 
     #[test]
@@ -467,7 +492,10 @@ mod tests {
     #[test]
     fn a_gather_root_reads_a_quarter_of_the_pushed_block_with_2_one_thread_ranks_else_none_unless_set() {
         let host = ShmConfig { gather_root_share: 0, ..Config::get().shm };
-        assert_eq!((gather_root_share(host, 2, 1), gather_root_share(host, 2, 2), gather_root_share(host, 3, 1), gather_root_share(host, 16, 1)), (4, 1, 1, 1));
+        assert_eq!(
+            (gather_root_share(host, 2, 1), gather_root_share(host, 2, 2), gather_root_share(host, 3, 1), gather_root_share(host, 16, 1)),
+            (4, 1, 1, 1)
+        );
         let set = |v| ShmConfig { gather_root_share: v, ..host };
         assert_eq!((gather_root_share(set(1), 2, 1), gather_root_share(set(3), 16, 1), gather_root_share(set(99), 8, 8)), (1, 3, 31));
     }

@@ -112,7 +112,22 @@ impl Layout {
         let table_off = out_off + seg;
         let flags_off = round_up(table_off + Layout::table_entries(n) * 16, 64);
         let stage_off = round_up(flags_off + Layout::block_flags(n, seg) * 64, 4096);
-        Layout { n, ring, small, seg, ctrl, small_off, in_off, out_off, table_off, flags_off, stage: 0, stage_off, stage_data_off: stage_off, total: stage_off }
+        Layout {
+            n,
+            ring,
+            small,
+            seg,
+            ctrl,
+            small_off,
+            in_off,
+            out_off,
+            table_off,
+            flags_off,
+            stage: 0,
+            stage_off,
+            stage_data_off: stage_off,
+            total: stage_off,
+        }
     }
 
     /// Block flags of the input area: one per [`BLOCK_CHUNK`] of every
@@ -181,14 +196,7 @@ impl Segment {
             file.set_len(layout.total as u64)?;
             reserve(&file, 0, layout.total)?;
             let map = MmapRaw::map_raw(&file)?;
-            Ok::<_, io::Error>(Segment {
-                map,
-                file,
-                path: path.to_path_buf(),
-                owner: true,
-                unlinked: AtomicBool::new(false),
-                layout,
-            })
+            Ok::<_, io::Error>(Segment { map, file, path: path.to_path_buf(), owner: true, unlinked: AtomicBool::new(false), layout })
         })();
         match seg {
             Ok(s) => {

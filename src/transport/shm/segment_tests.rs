@@ -6,7 +6,8 @@ use std::time::Instant;
 
 #[test]
 fn segments_are_private_exclusive_and_unlinked() {
-    let path = PathBuf::from(format!("/dev/shm/rustccl-test-{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
+    let path =
+        PathBuf::from(format!("/dev/shm/rustccl-test-{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
     let layout = Layout::new(2, 4096, 256, 256);
     let seg = Segment::create(&path, layout).unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);

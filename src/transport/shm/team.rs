@@ -325,7 +325,11 @@ mod tests {
                 });
                 closed.store(true, Ordering::SeqCst);
                 let r = runs.load(Ordering::SeqCst);
-                if r == 1 { alone += 1 } else { by_helpers += 1 }
+                if r == 1 {
+                    alone += 1
+                } else {
+                    by_helpers += 1
+                }
                 assert!((1..=4).contains(&r), "{r} runs");
             }
             assert_eq!(late.load(Ordering::SeqCst), 0, "a helper ran a job after its call returned");

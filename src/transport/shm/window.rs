@@ -358,13 +358,23 @@ impl Window {
     /// Cross-memory attach and the address of bytes `off..off + len` of
     /// `peer`'s entry `entry`, when attach is on and the entry holds them
     /// (else the error, naming the peer, for a rank that `does` them).
-    fn posted(&self, peer: usize, entry: usize, off: usize, len: usize, does: &str) -> std::result::Result<(&super::Attach, u64), AttachError> {
+    fn posted(
+        &self,
+        peer: usize,
+        entry: usize,
+        off: usize,
+        len: usize,
+        does: &str,
+    ) -> std::result::Result<(&super::Attach, u64), AttachError> {
         let Some(a) = &self.local.attach else {
             return Err(AttachError { peer, detail: "cross-memory attach is off".into() });
         };
         let (addr, posted) = self.entry(peer, entry);
         if off.checked_add(len).is_none_or(|end| end > posted) {
-            return Err(AttachError { peer, detail: format!("peer posted {posted} bytes, this rank {does} {off}+{len}: the ranks passed different sizes") });
+            return Err(AttachError {
+                peer,
+                detail: format!("peer posted {posted} bytes, this rank {does} {off}+{len}: the ranks passed different sizes"),
+            });
         }
         Ok((a, addr + off as u64))
     }
@@ -435,10 +445,13 @@ impl Window {
     /// this rank `got` bytes where it expects `want`.
     pub fn check_size(&self, op: &'static str, peer: usize, want: usize, got: usize) -> Result<()> {
         if got != want {
-            return Err(Error::invalid(op, format!(
-                "rank {} expects {want} bytes from rank {}, which sends {got}: the ranks passed different split sizes",
-                self.local.ranks[self.local.me], self.local.ranks[peer]
-            )));
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "rank {} expects {want} bytes from rank {}, which sends {got}: the ranks passed different split sizes",
+                    self.local.ranks[self.local.me], self.local.ranks[peer]
+                ),
+            ));
         }
         Ok(())
     }
@@ -510,29 +523,40 @@ impl Window {
             }
             let (got, l) = (s.desc(slot).load(Ordering::Relaxed), s.desc_len(slot).load(Ordering::Relaxed));
             if got >> 32 != want >> 32 {
-                return Err(w.mismatch(self.local.ranks[i], format!(
-                    "peer is at operation seq {} but this rank is at seq {}: the ranks called a different number of collectives",
-                    got >> 32,
-                    want >> 32
-                )));
+                return Err(w.mismatch(
+                    self.local.ranks[i],
+                    format!(
+                        "peer is at operation seq {} but this rank is at seq {}: the ranks called a different number of collectives",
+                        got >> 32,
+                        want >> 32
+                    ),
+                ));
             }
             let (their_len, their_root) = (l & ((1 << LEN_BITS) - 1), ((l >> LEN_BITS) as usize).checked_sub(1));
             if got == want && their_len == d.len as u64 && their_root != d.root {
-                let name = |r: Option<usize>| r.map_or("none".to_string(), |r| self.local.ranks.get(r).map_or(format!("local {r}"), |g| g.to_string()));
-                return Err(w.mismatch(self.local.ranks[i], format!(
-                    "peer runs {} from root {} where this rank has root {}: the ranks passed different roots",
-                    d.name,
-                    name(their_root),
-                    name(d.root)
-                )));
+                let name = |r: Option<usize>| {
+                    r.map_or("none".to_string(), |r| self.local.ranks.get(r).map_or(format!("local {r}"), |g| g.to_string()))
+                };
+                return Err(w.mismatch(
+                    self.local.ranks[i],
+                    format!(
+                        "peer runs {} from root {} where this rank has root {}: the ranks passed different roots",
+                        d.name,
+                        name(their_root),
+                        name(d.root)
+                    ),
+                ));
             }
             if got != want || their_len != d.len as u64 {
-                return Err(w.mismatch(self.local.ranks[i], format!(
-                    "peer runs {} where this rank runs {}: the ranks passed different tensors, dtypes or reduce ops ({})",
-                    desc_text(d.name, got, their_len),
-                    desc_text(d.name, want, d.len as u64),
-                    frame::NEXT_STEP,
-                )));
+                return Err(w.mismatch(
+                    self.local.ranks[i],
+                    format!(
+                        "peer runs {} where this rank runs {}: the ranks passed different tensors, dtypes or reduce ops ({})",
+                        desc_text(d.name, got, their_len),
+                        desc_text(d.name, want, d.len as u64),
+                        frame::NEXT_STEP,
+                    ),
+                ));
             }
         }
         Ok(())

@@ -126,13 +126,22 @@ impl Workers {
     /// [`Team`] that does not spin, instead of rayon's pool, whose scope
     /// waits for every thread it asked for). On an error (no threads to
     /// be had) the workers stay as they were.
-    pub fn add_quick(&mut self, threads: usize, name: &str, spin: Duration, bytes_per_thread: usize, min_piece: usize, leads: bool) -> io::Result<()> {
+    pub fn add_quick(
+        &mut self,
+        threads: usize,
+        name: &str,
+        spin: Duration,
+        bytes_per_thread: usize,
+        min_piece: usize,
+        leads: bool,
+    ) -> io::Result<()> {
         if threads >= 2 {
             let pool = Pool::Team(Arc::new(Team::new(threads - 1, &format!("{name}-q"), spin)?));
             if leads && matches!(self.pool, Some(Pool::Rayon(_))) {
                 self.pool = Some(Pool::Team(Arc::new(Team::new(self.threads - 1, name, self.spin)?)));
             }
-            self.quick = Some(Quick { pool, threads, max_bytes: threads.saturating_mul(bytes_per_thread), min_piece: min_piece.max(64), leads });
+            self.quick =
+                Some(Quick { pool, threads, max_bytes: threads.saturating_mul(bytes_per_thread), min_piece: min_piece.max(64), leads });
         }
         Ok(())
     }
@@ -369,7 +378,11 @@ mod tests {
         let ran = Mutex::new(Vec::new());
         let r = wk.for_each((0..items).collect(), bytes, |i| {
             ran.lock().unwrap().push(i);
-            if i == fail { Err(i) } else { Ok(()) }
+            if i == fail {
+                Err(i)
+            } else {
+                Ok(())
+            }
         });
         assert_eq!(r, Err(fail));
         let mut ran = ran.into_inner().unwrap();
@@ -466,7 +479,11 @@ mod tests {
         for _ in 0..20 {
             // 8 items of 2 ms, 8 KiB in all: over the team's 2 KiB.
             for n in names(&wk, 8, 8 << 10).into_iter().filter(|n| *n != me) {
-                if n.starts_with("wl-q") { quick.insert(n) } else { pool.insert(n) };
+                if n.starts_with("wl-q") {
+                    quick.insert(n)
+                } else {
+                    pool.insert(n)
+                };
             }
         }
         assert_eq!(quick, HashSet::from(["wl-q-0".to_string()]), "the quick team's helper leads every phase");
