@@ -17,7 +17,12 @@
 //! (its caller may wait only through the future, which cannot run it),
 //! unless a `wait()` takes it first. Whoever runs holds the engine's
 //! [`Exec`] lock; the queue has its own lock, so submitting never waits for
-//! a running collective.
+//! a running collective. A work's callbacks run after the lock is released
+//! and before any other work starts; work they submit runs at once on
+//! their thread, so a callback may submit work and wait for it, and every
+//! rank runs that work at the same place. Messages carry the execution
+//! order's number ([`Exec::next_seq`]), which is the queue's but for such
+//! work.
 //!
 //! Submission assigns the sequence number under the queue lock, so queue
 //! order, sequence order and execution order are the same. A transport
@@ -31,6 +36,7 @@ use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use crate::collectives::codec::Request;
@@ -40,7 +46,7 @@ use crate::config::{AlgoConfig, FaultAction, FaultSpec, LogLevel};
 use crate::error::{Error, OpSite, Result};
 use crate::tensor::HostTensor;
 use crate::transport::{frame, Interrupter, OpCtx, Transport};
-use crate::work::{Progress, Work};
+use crate::work::{Callbacks, Progress, Work};
 
 /// What the engine reports after each operation (stats hook).
 pub struct Done<'a> {
@@ -69,6 +75,9 @@ struct Job {
     compress: Option<Request>,
     /// When the worker may take it (a blocking call: after the grace).
     due: Instant,
+    /// Submitted by a callback of an earlier work, on the thread running
+    /// it: it runs at once, before any work queued outside the callbacks.
+    child: bool,
 }
 
 struct Queue {
@@ -79,6 +88,10 @@ struct Queue {
     /// When the last job due at once (async) was submitted: the worker
     /// polls for more for a while after it.
     last_async: Option<Instant>,
+    /// Callbacks of finished work are running (nested: how deep) on this
+    /// thread: no other work starts until they return, so that work they
+    /// submit runs in the same place on every rank.
+    callbacks: Option<(ThreadId, usize)>,
 }
 
 /// What the worker is doing, so that a submit wakes it only when needed.
@@ -93,7 +106,12 @@ impl Queue {
     /// The worker may take the job at the head: it is due, or the queue is
     /// closing (what is left runs at once).
     fn head_is_due(&self) -> bool {
-        self.jobs.front().is_some_and(|j| !self.open || Instant::now() >= j.due)
+        self.callbacks.is_none() && self.jobs.front().is_some_and(|j| !self.open || Instant::now() >= j.due)
+    }
+
+    /// Whether the calling thread is running callbacks of this engine's work.
+    fn in_callbacks(&self) -> bool {
+        self.callbacks.is_some_and(|(t, _)| t == std::thread::current().id())
     }
 }
 
@@ -111,6 +129,10 @@ struct Exec {
     /// aborted in a group with peers on this host, which could still write
     /// into them (see `run`): never released.
     kept: ManuallyDrop<Vec<Op<HostTensor>>>,
+    /// The next operation's number in execution order, which its messages
+    /// carry: the order every rank runs its operations in, also where work
+    /// submitted from a callback ran before work queued earlier.
+    next_seq: u64,
 }
 
 struct Shared {
@@ -155,13 +177,15 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl Exec {
-    /// Runs `job` to the end and finishes its work.
-    fn run(&mut self, mut job: Job, by_caller: bool) {
+    /// Runs `job` to the end and finishes its work; returns the work's
+    /// callbacks, which the runner runs once it released the exec lock.
+    fn run(&mut self, mut job: Job, by_caller: bool) -> Callbacks {
         let g = self.group.clone();
         let rank = self.transport.rank();
         job.work.mark_started();
         let op_name = job.work.op();
-        let seq = job.work.seq();
+        let seq = self.next_seq;
+        self.next_seq += 1;
         let started = Instant::now();
         let mut algo_name: AlgoName = "none";
         self.comp.begin(job.compress.take());
@@ -254,7 +278,7 @@ impl Exec {
             });
         }
         // Still under the exec lock: works finish in sequence order.
-        job.work.finish(result);
+        job.work.complete(result)
     }
 }
 
@@ -321,21 +345,27 @@ impl Shared {
     /// Takes the exec lock and runs queued jobs in order: for the worker,
     /// the job at the head once it is due; for a caller, every job up to
     /// its own (giving up at once if another thread is running).
+    ///
+    /// A job's callbacks run after the exec lock is released, and no other
+    /// job starts until they return, but those they submit (children):
+    /// a callback may submit work and wait for it (torch's PowerSGD hook
+    /// does), and that work runs at the same place on every rank.
     fn run_queued(&self, who: Runner) {
-        let mut exec = match who {
-            Runner::Worker => lock(&self.exec),
-            Runner::Caller(_) => match self.exec.try_lock() {
-                Ok(e) => e,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            },
-        };
         loop {
+            let mut exec = match who {
+                Runner::Worker | Runner::Submitter(_) => lock(&self.exec),
+                Runner::Caller(_) => match self.exec.try_lock() {
+                    Ok(e) => e,
+                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => return,
+                },
+            };
             let job = {
                 let mut q = lock(&self.queue);
                 let take = match who {
                     Runner::Worker => q.head_is_due(),
-                    Runner::Caller(upto) => q.jobs.front().is_some_and(|j| j.work.seq() <= upto),
+                    Runner::Caller(upto) => q.callbacks.is_none() && q.jobs.front().is_some_and(|j| j.work.seq() <= upto),
+                    Runner::Submitter(_) => q.jobs.front().is_some_and(|j| j.child),
                 };
                 if take {
                     q.jobs.pop_front()
@@ -344,10 +374,43 @@ impl Shared {
                 }
             };
             let Some(job) = job else { return };
-            exec.run(job, matches!(who, Runner::Caller(_)));
-            if let Runner::Worker = who {
-                return; // one job, then back to the queue
+            let done = job.work.seq();
+            let callbacks = exec.run(job, !matches!(who, Runner::Worker));
+            if callbacks.is_empty() {
+                drop(exec);
+            } else {
+                self.enter_callbacks();
+                drop(exec);
+                callbacks.run();
+                self.leave_callbacks();
             }
+            match who {
+                Runner::Worker => return, // one job, then back to the queue
+                Runner::Submitter(seq) if done == seq => return,
+                _ => {}
+            }
+        }
+    }
+
+    /// This thread runs callbacks of finished work: until they return, no
+    /// work but theirs starts.
+    fn enter_callbacks(&self) {
+        let mut q = lock(&self.queue);
+        let me = std::thread::current().id();
+        q.callbacks = match q.callbacks {
+            Some((t, depth)) if t == me => Some((t, depth + 1)),
+            _ => Some((me, 1)),
+        };
+    }
+
+    fn leave_callbacks(&self) {
+        let mut q = lock(&self.queue);
+        q.callbacks = match q.callbacks {
+            Some((t, depth)) if depth > 1 => Some((t, depth - 1)),
+            _ => None,
+        };
+        if q.callbacks.is_none() && !q.jobs.is_empty() && matches!(q.worker, WorkerState::Asleep(_)) {
+            self.ready.notify_one();
         }
     }
 }
@@ -357,6 +420,10 @@ enum Runner {
     Worker,
     /// A thread waiting for the work with this sequence number.
     Caller(u64),
+    /// A callback of an earlier work submitted the work with this number
+    /// (a child): the callback's thread runs it at once, with any children
+    /// queued before it.
+    Submitter(u64),
 }
 
 /// Lets a thread waiting for work number `seq` run it (and the jobs queued
@@ -409,9 +476,17 @@ impl HostEngine {
             observer,
             group: group.clone(),
             kept: ManuallyDrop::new(Vec::new()),
+            next_seq: 0,
         };
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue { jobs: VecDeque::new(), next_seq: 0, open: true, worker: WorkerState::Awake, last_async: None }),
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                next_seq: 0,
+                open: true,
+                worker: WorkerState::Awake,
+                last_async: None,
+                callbacks: None,
+            }),
             ready: Condvar::new(),
             exec: Mutex::new(exec),
             grace,
@@ -460,11 +535,19 @@ impl HostEngine {
         }
         prepare(&work);
         let now = Instant::now();
-        let due = now + if caller_waits { self.shared.grace } else { Duration::ZERO };
+        let child = q.in_callbacks();
+        let due = now + if caller_waits && !child { self.shared.grace } else { Duration::ZERO };
         if !caller_waits {
             q.last_async = Some(now);
         }
-        q.jobs.push_back(Job { ops, work: work.clone(), timeout, bytes, compress, due });
+        let job = Job { ops, work: work.clone(), timeout, bytes, compress, due, child };
+        if child {
+            // After the children already queued, before everything else.
+            let at = q.jobs.iter().position(|j| !j.child).unwrap_or(q.jobs.len());
+            q.jobs.insert(at, job);
+        } else {
+            q.jobs.push_back(job);
+        }
         q.next_seq += 1;
         // A worker asleep until an earlier job's due time sees this one then.
         let wake = match q.worker {
@@ -474,6 +557,12 @@ impl HostEngine {
         };
         if wake {
             self.shared.ready.notify_one();
+        }
+        drop(q);
+        if child {
+            // No other work starts until the callback returns, which may
+            // wait for this one.
+            self.shared.run_queued(Runner::Submitter(seq));
         }
         Ok(work)
     }

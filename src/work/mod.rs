@@ -90,6 +90,31 @@ struct Inner {
 #[derive(Clone)]
 pub struct Work(Arc<Inner>);
 
+/// The callbacks of a finished work, still to run ([`Work::complete`]).
+#[derive(Default)]
+#[must_use = "the work's callbacks run only through Callbacks::run"]
+pub struct Callbacks {
+    callbacks: Vec<Callback>,
+    result: Option<(Result<()>, Option<Rank>)>,
+}
+
+impl Callbacks {
+    pub fn is_empty(&self) -> bool {
+        self.callbacks.is_empty()
+    }
+
+    pub fn run(self) {
+        let Some((result, source)) = self.result else { return };
+        if self.callbacks.is_empty() {
+            return;
+        }
+        let _t = crate::hostprof::start(crate::hostprof::Span::Callbacks);
+        for cb in self.callbacks {
+            cb(&result, source);
+        }
+    }
+}
+
 impl Work {
     pub fn new(op: &'static str, seq: u64) -> Work {
         Work(Arc::new(Inner {
@@ -192,10 +217,18 @@ impl Work {
 
     /// Finishes the work. The first call wins; later ones are ignored.
     pub fn finish(&self, result: Result<()>) {
+        self.complete(result).run();
+    }
+
+    /// Finishes the work and wakes its waiters, but leaves its callbacks
+    /// to the caller ([`Callbacks::run`]): an engine that finishes work
+    /// under its own lock runs them after releasing it, so that a callback
+    /// may submit and wait for more work.
+    pub fn complete(&self, result: Result<()>) -> Callbacks {
         let (callbacks, source, asleep) = {
             let mut s = self.lock();
             if s.result.is_some() {
-                return;
+                return Callbacks::default();
             }
             s.finished = Some(Instant::now());
             s.result = Some(result.clone());
@@ -207,13 +240,7 @@ impl Work {
         if asleep {
             self.0.cv.notify_all();
         }
-        if callbacks.is_empty() {
-            return;
-        }
-        let _t = crate::hostprof::start(crate::hostprof::Span::Callbacks);
-        for cb in callbacks {
-            cb(&result, source);
-        }
+        Callbacks { callbacks, result: Some((result, source)) }
     }
 
     /// Finished, or (for device work) the device has run it.

@@ -75,3 +75,16 @@ def test_hooks_rustccl_vs_gloo():
 def test_hooks_on_cuda(backend):
     """The same on CUDA tensors, default group nccl or rustccl."""
     launch.expect_ok(launch.run("w_hooks_device:device_parity", 2, "cuda", backend=backend))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_torchs_own_powersgd_hook_trains(world):
+    """torch's PowerSGD hook starts an all_reduce inside a future's callback
+    and waits for it: that must not deadlock (it does on gloo), and it must
+    train about as well as plain all-reduce."""
+    res = launch.run("w_hooks_ddp:torch_powersgd", world, 300, 0.05, timeout=300)
+    losses = res[0]
+    assert all(res[r] == losses for r in range(world)), res  # every rank holds the same model
+    assert losses["none"] < 0.5 * losses["untrained"], losses  # the baseline learns
+    for name in ("powersgd1", "powersgd4"):
+        assert losses[name] == pytest.approx(losses["none"], rel=0.05), losses

@@ -165,3 +165,29 @@ def checkpoint(rank: int, world: int, steps: int, lr: float) -> tuple[int, list[
     dist.all_gather(everyone, flat)
     c.true("replicas identical across ranks", all(torch.equal(everyone[0], e) for e in everyone))
     return c.count, c.failures
+
+
+def torch_powersgd(rank: int, world: int, steps: int, lr: float) -> dict:
+    """torch's own PowerSGD hook (ranks 1 and 4, error feedback, warm
+    start, compressing from step 3) against DDP's plain all-reduce: the
+    final evaluation loss of each (pytest compares them)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as P
+
+    torch.set_num_threads(1)
+    t = teacher()
+    out = {"untrained": eval_loss(student(), t)}
+    for name, rank_k in (("none", None), ("powersgd1", 1), ("powersgd4", 4)):
+        model = student()
+        ddp = DDP(model, bucket_cap_mb=0.02)
+        if rank_k is not None:
+            state = P.PowerSGDState(process_group=None, matrix_approximation_rank=rank_k, start_powerSGD_iter=3,
+                                    use_error_feedback=True, warm_start=True, min_compression_rate=0.5)
+            ddp.register_comm_hook(state, P.powerSGD_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+        for step in range(steps):
+            x, y = batch(t, rank, step)
+            opt.zero_grad()
+            F.mse_loss(ddp(x), y).backward()
+            opt.step()
+        out[name] = eval_loss(model, t)
+    return out
