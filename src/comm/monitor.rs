@@ -51,9 +51,20 @@ impl Communicator {
             recvs.push((r, self.p2p_bytes(false, r, tag, &SharedBuf::zeros(DType::U8, 1), timeout)?));
         }
         let mut missing = Vec::new();
+        let mut processed = Vec::new();
+        let mut out_of_time = false;
         for (r, w) in recvs {
             let left = timeout.saturating_sub(start.elapsed());
-            if w.wait(Some(left.max(Duration::from_millis(1)))).is_err() {
+            if !wait_all && left.is_zero() && !w.is_completed() {
+                // gloo's wording: rank 0's own time ran out before this
+                // rank's check-in was looked at.
+                out_of_time = true;
+                missing.extend(r..self.size);
+                break;
+            }
+            if w.wait(Some(left.max(Duration::from_millis(1)))).is_ok() {
+                processed.push(r);
+            } else {
                 missing.push(r);
                 if !wait_all {
                     break;
@@ -74,7 +85,11 @@ impl Communicator {
             return Ok(());
         }
         let list = missing.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
-        let detail = if wait_all {
+        let detail = if out_of_time {
+            let done = processed.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
+            let done = if done.is_empty() { String::new() } else { format!(" Successfully processed ranks: {done}") };
+            format!("Rank 0 timed out in monitoredBarrier after {ms} ms.{done}")
+        } else if wait_all {
             format!("Ranks {list} failed to pass monitoredBarrier in {ms} ms: Timed out waiting for them (this process is rank 0)")
         } else {
             format!("Rank {list} failed to pass monitoredBarrier in {ms} ms: Timed out waiting for it (this process is rank 0)")

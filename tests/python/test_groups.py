@@ -23,6 +23,9 @@ def test_monitored_barrier():
     m1 = res[1]["missing"]
     assert m1["type"] == "DistBackendError" and "rank 0 reported that rank(s) [2] failed" in m1["msg"], m1
     assert "Ranks 1, 2 failed to pass monitoredBarrier in 1000 ms" in res[0]["all"]["msg"], res[0]["all"]
+    # gloo's wording when rank 0's timeout is spent at once
+    assert "Rank 0 timed out in monitoredBarrier after 0 ms" in res[0]["zero"]["msg"], res[0]["zero"]
+    assert all(res[r]["after_zero"] == 3.0 for r in range(3)), res
     # subgroup [1, 2]: its rank 0 is global rank 1
     assert res[1]["sub_ok"] is None and res[2]["sub_ok"] is None
     assert "Rank 1 failed to pass monitoredBarrier" in res[1]["sub_missing"]["msg"], res[1]["sub_missing"]

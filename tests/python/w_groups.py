@@ -45,6 +45,9 @@ def monitored(rank: int, world: int) -> dict:
     if rank == 0:
         out["all"] = _error(lambda: rustccl.monitored_barrier(timeout=timedelta(seconds=1), wait_all_ranks=True))
     out["after_all"] = _ones_sum()
+    if rank == 0:  # rank 0's own time is spent before it looks at anyone
+        out["zero"] = _error(lambda: rustccl.monitored_barrier(timeout=timedelta(seconds=0)))
+    out["after_zero"] = _ones_sum()
     sub = dist.new_group([1, 2])
     if rank in (1, 2):
         out["sub_ok"] = _error(lambda: rustccl.monitored_barrier(sub, timeout=timedelta(seconds=20)))
