@@ -43,3 +43,13 @@ def test_a_bad_setting_value_fails_group_creation():
     assert p.returncode != 0 and "sum" not in p.stdout, (p.stdout, p.stderr)
     assert 'RUSTCCL_TRANSPORT="carrier-pigeon": not auto, tcp or shm' in p.stderr, p.stderr
     assert "fix or unset it" in p.stderr, p.stderr
+
+
+def test_torch_distributed_debug_detail_works_and_catches_a_shape_mismatch():
+    """torch's first debugging step, TORCH_DISTRIBUTED_DEBUG=DETAIL."""
+    res = launch.run("w_misc:debug_detail", 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    for r in range(2):
+        got = res[r]
+        assert got["sum"] == [3.0] * 4 and got["gathered"] == [[0.0] * 4, [1.0] * 4] and got["bcast"] == [0.0] * 3, got
+        assert got["err"] is not None and "mismatch" in got["err"].lower(), got
+        assert got["after"] == [2.0, 2.0], got

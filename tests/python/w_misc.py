@@ -239,3 +239,29 @@ def numpy_api(rank: int, world: int, store_dir: str) -> tuple[int, list[str]]:
     comm.barrier()
     comm.shutdown()
     return c.count, c.failures
+
+
+def debug_detail(rank: int, world: int) -> dict:
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps the group and checks
+    every call's shape and dtype across ranks (over a gloo helper group)
+    before rustccl runs it: correct calls give correct results, and a
+    shape mismatch fails on every rank with torch's own message."""
+    import torch
+    import torch.distributed as dist
+
+    x = torch.full((4,), float(rank + 1))
+    dist.all_reduce(x)
+    out = [torch.zeros(4) for _ in range(world)]
+    dist.all_gather(out, torch.full((4,), float(rank)))
+    b = torch.full((3,), float(rank))
+    dist.broadcast(b, 0)
+    dist.barrier()
+    err = None
+    try:
+        dist.all_reduce(torch.ones(4 + rank))
+    except Exception as e:  # noqa: BLE001 - the test inspects it
+        err = f"{type(e).__name__}: {e}"
+    after = torch.ones(2)
+    dist.all_reduce(after)
+    return {"sum": x.tolist(), "gathered": [t.tolist() for t in out], "bcast": b.tolist(), "err": err,
+            "after": after.tolist(), "wrapped": type(dist.distributed_c10d._get_default_group()).__name__}
