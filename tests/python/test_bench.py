@@ -207,6 +207,23 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
         assert q["backend"] == "rustccl" and q["vs"] == "gloo" and q["ratio"] > 0
         if q["op"] not in ("ddp_toy_step", "pp_step"):
             assert math.isclose(q["ratio"], q["us_vs"] / q["us"])
+            if method == "ab":  # the spread of the rounds' own ratios
+                assert q["ratio_min"] <= q["ratio_max"] and q["ratio_min"] > 0, q
+    if method == "ab":
+        assert "(min-max of rounds)" in stdout
+        for r in results:
+            assert len(r["us_rounds"]) == repeats and r["us_min"] == min(r["us_rounds"]), r
+
+
+def test_a_second_run_of_the_same_name_keeps_the_first(tmp_path):
+    from rustccl.bench.runner import free_stem
+
+    stem = str(tmp_path / "2026-12-06-vm-cpu-2rank")
+    assert free_stem(stem) == stem
+    open(stem + ".md", "w").close()
+    assert free_stem(stem) == stem + "-2"
+    open(stem + "-2.jsonl", "w").close()
+    assert free_stem(stem) == stem + "-3"
 
 
 def test_cli_self_spawned(tmp_path):

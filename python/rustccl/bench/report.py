@@ -47,6 +47,12 @@ def ratios(rows: list[dict], backends: list[str]) -> list[dict]:
             if q is None:
                 continue
             rec = {"kind": "ratio", "op": op, "backend": ref, "vs": o, "ratio": _time(q) / _time(r)}
+            # The spread: the ratio within each round (both timed in it).
+            rr, qr = r.get("us_rounds"), q.get("us_rounds")
+            if rr and qr and len(rr) == len(qr):
+                each = [b_ / a_ for a_, b_ in zip(rr, qr) if a_ > 0]
+                if each:
+                    rec.update(ratio_min=min(each), ratio_max=max(each))
             if op in STEPS:
                 rec.update(ms=r["ms"], ms_vs=q["ms"])
             else:
@@ -71,8 +77,13 @@ def _fmt_bw(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _ratio_cell(x: float | None) -> str:
-    return "" if x is None else f"{x:.2f}"
+def _ratio_cell(x: float | None, rec: dict | None = None) -> str:
+    """A ratio, with the lowest and highest of its rounds where known."""
+    if x is None:
+        return ""
+    if rec is not None and "ratio_min" in rec:
+        return f"{x:.2f} ({rec['ratio_min']:.2f}-{rec['ratio_max']:.2f})"
+    return f"{x:.2f}"
 
 
 def op_table(op: str, rows: list[dict], ratio_rows: list[dict], backends: list[str]) -> list[str]:
@@ -128,11 +139,12 @@ def summary_table(rows: list[dict], ratio_rows: list[dict], ops_: list[str], bac
     picks = sorted({sizes_[0], sizes_[len(sizes_) // 3], sizes_[2 * len(sizes_) // 3], sizes_[-1]})
     lines = []
     for o in backends[1:]:
-        rat = {(q["op"], q.get("size")): q["ratio"] for q in ratio_rows if q["vs"] == o}
-        head = [f"{ref}/{o}"] + [f"{human_bytes(s)}/rank" for s in picks]
+        rat = {(q["op"], q.get("size")): q for q in ratio_rows if q["vs"] == o}
+        head = [f"{ref}/{o} (min-max of rounds)"] + [f"{human_bytes(s)}/rank" for s in picks]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for op in ops_:
-            lines.append("| " + " | ".join([op] + [_ratio_cell(rat.get((op, s))) for s in picks]) + " |")
+            cells = [_ratio_cell(rat[(op, s)]["ratio"], rat[(op, s)]) if (op, s) in rat else "" for s in picks]
+            lines.append("| " + " | ".join([op] + cells) + " |")
         lines.append("")
     return lines
 

@@ -122,10 +122,20 @@ def header(cfg, world: int, device: torch.device, hosts: list[str], load_start, 
     return h
 
 
+def free_stem(stem: str) -> str:
+    """`stem`, or `stem-2`, `stem-3`, ...: the first whose files do not exist
+    yet, so that an earlier run of the same name (same day, machine, device
+    and ranks) is kept."""
+    n = 1
+    while any(os.path.exists(stem + (f"-{n}" if n > 1 else "") + ext) for ext in (".jsonl", ".md", ".png")):
+        n += 1
+    return stem + (f"-{n}" if n > 1 else "")
+
+
 def write_outputs(cfg, head: dict, rows: list[dict], mismatches: list[str], errors: list[str]) -> dict:
     """Writes the three files (no PNG without matplotlib); returns their paths."""
     os.makedirs(cfg.out, exist_ok=True)
-    stem = os.path.join(cfg.out, cfg.name)
+    stem = free_stem(os.path.join(cfg.out, cfg.name))
     ratio_rows = report.ratios(rows, cfg.backends)
     paths = {"jsonl": stem + ".jsonl", "md": stem + ".md", "png": stem + ".png"}
     report.write_jsonl(paths["jsonl"], head, rows, ratio_rows)
