@@ -3,10 +3,13 @@
 //!
 //! - torch's version, CUDA flavour, C++ ABI flag, include and library paths
 //!   come from the building Python (`PYO3_PYTHON`, which maturin sets, else
-//!   `python3`). Its version must be the `torch==X` that pyproject.toml pins
-//!   (the wheel's metadata says so); it is compiled into the extension
-//!   (`rustccl._rustccl.build_info()`), and `import rustccl` compares it with
-//!   the running torch before the shim loads.
+//!   `python3`), when it has torch: the wheel then carries a shim prebuilt
+//!   for that torch's minor release, and its version is compiled into the
+//!   extension (`rustccl._rustccl.build_info()`). Without torch (pip's
+//!   build isolation) the build makes the engine alone, and `import
+//!   rustccl` compiles the shim for the running torch (`rustccl._shims`).
+//! - The shim's sources go into the wheel too (`rustccl/_shim_src/`), for
+//!   a torch that no prebuilt shim serves.
 //! - The shim is linked into `OUT_DIR/_shim.so`, which pyproject.toml puts
 //!   into the wheel beside the extension. Only the shim links libtorch (c10,
 //!   torch_cpu, torch: found at run time because torch is imported first, and
@@ -45,15 +48,11 @@ struct Torch {
     libs: Vec<String>,
 }
 
-fn query_torch(python: &str) -> Torch {
+/// The building Python's torch, or None when it has none.
+fn query_torch(python: &str) -> Option<Torch> {
     let out = Command::new(python).args(["-c", QUERY]).output().unwrap_or_else(|e| panic!("rustccl build: cannot run {python}: {e}"));
     if !out.status.success() {
-        panic!(
-            "rustccl build: {python} could not import torch. rustccl is built against the torch of the \
-             building Python: install the torch that pyproject.toml pins first, and build with \
-             `pip install --no-build-isolation .` (see README.md):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        return None;
     }
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let mut lines = text.lines().map(str::trim);
@@ -69,30 +68,27 @@ fn query_torch(python: &str) -> Torch {
             includes.push(l.to_string())
         }
     }
-    Torch { version, cuda, cxx11_abi, version_file, includes, libs }
+    Some(Torch { version, cuda, cxx11_abi, version_file, includes, libs })
 }
 
-/// The versions pyproject.toml pins torch to (`"torch==X"`).
-fn pinned_torch(pyproject: &str) -> Vec<String> {
-    let mut pins: Vec<String> =
-        pyproject.split('"').filter_map(|s| s.trim().strip_prefix("torch==")).map(|v| v.trim().to_string()).collect();
-    pins.sort();
-    pins.dedup();
-    pins
+/// The C++ standard torch's headers need: 2.12 and later use C++20.
+fn cxx_std(version: &str) -> &'static str {
+    let mut parts = version.split(['.', '+']).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) <= (2, 11) {
+        "c++17"
+    } else {
+        "c++20"
+    }
 }
 
-fn check_pin(torch: &Torch) {
-    let text = std::fs::read_to_string("pyproject.toml").expect("rustccl build: cannot read pyproject.toml");
-    let pins = pinned_torch(&text);
-    let release = torch.version.split('+').next().unwrap_or_default();
-    if pins.len() != 1 || pins[0] != release {
-        panic!(
-            "rustccl build: the building Python has torch {}, but pyproject.toml pins torch=={}. \
-             The wheel requires exactly the torch it was compiled against: install that torch, or change \
-             every torch== pin in pyproject.toml to build for another one.",
-            torch.version,
-            pins.join(" and torch==")
-        );
+/// Copies the shim's sources into `out/_shim_src/`, from where the wheel
+/// takes them (pyproject.toml).
+fn ship_sources(out: &Path) {
+    let dir = out.join("_shim_src");
+    std::fs::create_dir_all(&dir).expect("rustccl build: cannot create OUT_DIR/_shim_src");
+    for e in std::fs::read_dir("csrc-shim").expect("rustccl build: csrc-shim/ is missing").flatten() {
+        std::fs::copy(e.path(), dir.join(e.file_name())).expect("rustccl build: cannot copy the shim's sources");
     }
 }
 
@@ -117,7 +113,7 @@ fn engine_stand_in(out: &Path, compiler: &cc::Tool) -> PathBuf {
 fn build_shim(torch: &Torch, out: &Path) {
     let mut b = cc::Build::new();
     b.cpp(true)
-        .std("c++17")
+        .std(cxx_std(&torch.version))
         .pic(true)
         .include("csrc-shim")
         .define("_GLIBCXX_USE_CXX11_ABI", torch.cxx11_abi.as_str())
@@ -164,16 +160,24 @@ fn main() {
         return;
     }
     let python = std::env::var("PYO3_PYTHON").unwrap_or_else(|_| "python3".into());
-    let torch = query_torch(&python);
-    check_pin(&torch);
+    // The shim finds the extension by this name when it is already loaded.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{ENGINE_FILE}");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("rustccl build: OUT_DIR is not set"));
+    ship_sources(&out);
+    let Some(torch) = query_torch(&python) else {
+        println!("cargo:warning=rustccl: {python} has no torch: no prebuilt shim; import compiles one for the running torch");
+        for var in ["VERSION", "CUDA", "CXX11_ABI"] {
+            println!("cargo:rustc-env=RUSTCCL_TORCH_{var}=");
+        }
+        // The wheel's file list names it: an empty file, which the loader
+        // never takes (build_info() says no torch).
+        std::fs::write(out.join("_shim.so"), b"").expect("rustccl build: cannot write OUT_DIR/_shim.so");
+        return;
+    };
     // A torch installed over the one built against rebuilds the shim.
     println!("cargo:rerun-if-changed={}", torch.version_file);
     println!("cargo:rustc-env=RUSTCCL_TORCH_VERSION={}", torch.version);
     println!("cargo:rustc-env=RUSTCCL_TORCH_CUDA={}", torch.cuda);
     println!("cargo:rustc-env=RUSTCCL_TORCH_CXX11_ABI={}", torch.cxx11_abi);
-    // The shim finds the extension by this name when it is already loaded.
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{ENGINE_FILE}");
-
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("rustccl build: OUT_DIR is not set"));
     build_shim(&torch, &out);
 }

@@ -7,7 +7,7 @@
 # with the most compatible manylinux policy that their glibc / libstdc++ symbol
 # versions allow, grafting nothing: torch's libraries (libc10, libtorch*) are
 # excluded, as for every torch extension, because the shim must use those of
-# the installed torch, which the wheel requires (torch==<pin>). Built on
+# the installed torch. Built on
 # Debian 12 (glibc 2.36, g++ 12) that is manylinux_2_35; the same script in an
 # older manylinux image gives an older tag.
 set -euo pipefail

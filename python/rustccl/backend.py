@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroup
 
-from . import _rustccl
+from . import _rustccl, _shims
 from ._rustccl import Communicator
 from .options import Options
 
@@ -73,16 +73,17 @@ def _create_backend(opts, backend_options=None):
     return pg._get_backend(torch.device("cpu"))
 
 
-_SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim.so")
-
-
 def _load_shim() -> None:
-    """Loads the c10d shim (it registers ``torch.ops.rustccl``); the only
-    part of rustccl that links libtorch."""
+    """Loads the c10d shim for the running torch (it registers
+    ``torch.ops.rustccl``); the only part of rustccl that links libtorch."""
+    if _shims.loaded is not None:
+        return
+    path, how = _shims.path_for(torch)
     try:
-        torch.ops.load_library(_SHIM)
+        torch.ops.load_library(str(path))
     except OSError as e:
-        raise ImportError(f"rustccl: cannot load its torch backend {_SHIM}: {e}") from e
+        raise ImportError(f"rustccl: cannot load its torch backend {path}: {e}") from e
+    _shims.loaded = how
 
 
 def use_shared_tensors() -> int:

@@ -11,17 +11,23 @@ use pyo3::types::{PyDict, PyList};
 use crate::cuda;
 
 /// How this extension was built: its version, and the torch (version, CUDA
-/// flavour, C++ ABI flag) its shim was compiled against.
+/// flavour, C++ ABI flag) its prebuilt shim was compiled against (None:
+/// the build saw no torch and the wheel has no prebuilt shim).
 #[pyfunction]
 pub fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let torch = PyDict::new(py);
-    torch.set_item("version", env!("RUSTCCL_TORCH_VERSION"))?;
-    let cuda = env!("RUSTCCL_TORCH_CUDA");
-    torch.set_item("cuda", (!cuda.is_empty()).then_some(cuda))?;
-    torch.set_item("cxx11_abi", env!("RUSTCCL_TORCH_CXX11_ABI") == "1")?;
     let out = PyDict::new(py);
     out.set_item("rustccl", env!("CARGO_PKG_VERSION"))?;
-    out.set_item("torch", torch)?;
+    let version = env!("RUSTCCL_TORCH_VERSION");
+    if version.is_empty() {
+        out.set_item("torch", py.None())?;
+    } else {
+        let torch = PyDict::new(py);
+        torch.set_item("version", version)?;
+        let cuda = env!("RUSTCCL_TORCH_CUDA");
+        torch.set_item("cuda", (!cuda.is_empty()).then_some(cuda))?;
+        torch.set_item("cxx11_abi", env!("RUSTCCL_TORCH_CXX11_ABI") == "1")?;
+        out.set_item("torch", torch)?;
+    }
     out.set_item("debug_assertions", cfg!(debug_assertions))?;
     Ok(out)
 }

@@ -36,6 +36,7 @@ def _versions() -> dict[str, Any]:
     out: dict[str, Any] = {
         "rustccl": _rustccl.__version__,
         "built_against_torch": build["torch"],
+        "shim": _shim_state(),
         "torch": None if torch is None else str(torch.__version__),
         "torch_cuda": None if torch is None else getattr(torch.version, "cuda", None),
         "python": platform.python_version(),
@@ -52,6 +53,15 @@ def _versions() -> dict[str, Any]:
     except RuntimeError as e:
         out["nccl_error"] = str(e)
     return out
+
+
+def _shim_state() -> dict[str, Any] | None:
+    """The torch backend's shim loaded in this process: its path, how it was
+    found (prebuilt, compiled or cached) and the torch it serves; None before
+    it loads (no torch)."""
+    from .. import _shims
+
+    return _shims.loaded
 
 
 def _host() -> dict[str, Any]:
@@ -140,8 +150,9 @@ def summary(report: dict[str, Any]) -> str:
     differ from their defaults."""
     v, h, c = report["versions"], report["host"], report["cuda"]
     lines = [
-        f"rustccl {v['rustccl']} (shim built against torch {v['built_against_torch']}), "
-        f"torch {v['torch']}, python {v['python']}, numpy {v['numpy']}",
+        f"rustccl {v['rustccl']}, torch {v['torch']}, python {v['python']}, numpy {v['numpy']}",
+        "torch backend: " + (f"{v['shim']['how']} shim for torch {v['shim']['torch']} ({v['shim']['path']})"
+                             if v["shim"] else "not loaded (no torch)"),
         f"host {h['hostname']} ({h['identity']}): {h['cores']} cores, {h['usable_cores']} usable, {h['platform']}",
     ]
     if c.get("available"):
