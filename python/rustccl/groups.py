@@ -128,3 +128,25 @@ def install() -> None:
         return pg
 
     c10d._create_shrunk_process_group = _create_shrunk_process_group
+
+    torch_new_pg = c10d._new_process_group_helper
+
+    @functools.wraps(torch_new_pg)
+    def _new_process_group_helper(*args, **kwargs):
+        out = torch_new_pg(*args, **kwargs)
+        _default_to_rustccl(out[0], kwargs.get("backend", args[3] if len(args) > 3 else None))
+        return out
+
+    c10d._new_process_group_helper = _new_process_group_helper
+
+
+def _default_to_rustccl(pg, backend) -> None:
+    """With a device spec such as "cpu:rustccl", torch looks for the plugin
+    under its lower-case name among upper-case keys and leaves the group
+    without a default backend, which it then warns of at destroy: make
+    rustccl the default where it is the group's only backend."""
+    if type(pg) is not c10d.ProcessGroup or backend is None or ":" not in str(backend):
+        return
+    chosen = set(c10d.BackendConfig(backend).get_device_backend_map().values())
+    if chosen == {BACKEND_NAME}:
+        pg._set_default_backend(c10d.ProcessGroup.BackendType.CUSTOM)

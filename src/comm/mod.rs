@@ -174,14 +174,23 @@ impl Communicator {
         if any_shm || opts.transport != TransportMode::Tcp {
             transport.agree_shm(opts.timeout)?;
         }
-        log_at!(
-            LogLevel::Info,
-            "group '{}' rank {rank}/{size}: connected over {}; all_reduce <= {} B recursive doubling, ring above; segments {} B",
-            opts.group,
-            transport.kind(),
-            opts.algo.small_allreduce_bytes,
-            opts.algo.segment_bytes
-        );
+        log_at!(LogLevel::Info, "group '{}' rank {rank}/{size}: connected over {}; {}", opts.group, transport.kind(), {
+            let get = |name: &str| thresholds.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v);
+            let tcp = format!(
+                "all_reduce <= {} B recursive doubling, ring above; segments {} B",
+                opts.algo.small_allreduce_bytes, opts.algo.segment_bytes
+            );
+            let shm = format!(
+                "all_reduce over shared memory <= {} B in one round, pipelined above with {} thread(s) a rank",
+                get("shm_one_round_max_bytes"),
+                get("shm_threads")
+            );
+            match transport.kind() {
+                "shm" => shm,
+                "shm+tcp" => format!("within a host: {shm}; between hosts: {tcp}"),
+                _ => tcp,
+            }
+        });
         let transport_kind = transport.kind();
         let links = transport.link_kinds();
         let stats = Arc::new(stats::Stats::default());

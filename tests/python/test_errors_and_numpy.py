@@ -53,3 +53,37 @@ def test_torch_distributed_debug_detail_works_and_catches_a_shape_mismatch():
         assert got["sum"] == [3.0] * 4 and got["gathered"] == [[0.0] * 4, [1.0] * 4] and got["bcast"] == [0.0] * 3, got
         assert got["err"] is not None and "mismatch" in got["err"].lower(), got
         assert got["after"] == [2.0, 2.0], got
+
+
+def test_debug_info_names_the_algorithms_of_the_transport_in_use(tmp_path):
+    """RUSTCCL_DEBUG=INFO says which all_reduce algorithms the group uses:
+    shared memory's between ranks of one host, the TCP ones otherwise."""
+    script = tmp_path / "job.py"
+    script.write_text("import torch, torch.distributed as dist, rustccl\n"
+                      "dist.init_process_group('rustccl'); dist.all_reduce(torch.ones(4)); dist.destroy_process_group()\n")
+    seen = {}
+    for transport in ("auto", "tcp"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RUSTCCL_")}
+        env.update(RUSTCCL_DEBUG="INFO", RUSTCCL_TRANSPORT=transport, OMP_NUM_THREADS="1")
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        seen[transport] = [ln for ln in p.stderr.splitlines() if "connected over" in ln]
+    assert seen["auto"] and all("over shm" in ln and "shared memory" in ln and "recursive doubling" not in ln
+                                for ln in seen["auto"]), seen
+    assert seen["tcp"] and all("over tcp" in ln and "recursive doubling" in ln for ln in seen["tcp"]), seen
+
+
+def test_a_device_spec_backend_destroys_without_a_warning(tmp_path):
+    """init_process_group("cpu:rustccl") runs, and its destroy says nothing
+    (torch left such a group without a default backend and warned)."""
+    script = tmp_path / "job.py"
+    script.write_text("import torch, torch.distributed as dist, rustccl\n"
+                      "dist.init_process_group('cpu:rustccl'); x = torch.ones(3); dist.all_reduce(x)\n"
+                      "print('sum', x.tolist()); dist.destroy_process_group()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUSTCCL_")}
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+                       env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.count("sum [2.0, 2.0, 2.0]") == 2, p.stdout
+    assert "No backend of type" not in p.stderr, p.stderr[-3000:]
