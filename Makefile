@@ -45,9 +45,10 @@ test-python: build
 
 test: test-rust test-python
 
-# The style checks .ci/run runs before the tests (seconds).
+# The style checks .ci/run runs before the tests (a minute or two).
 lint: setup
 	cargo fmt --check
+	cargo clippy --quiet --all-targets --features python -- -D warnings
 	$(VENV)/bin/ruff check python tests benchmarks examples
 
 demo: build

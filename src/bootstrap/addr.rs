@@ -69,7 +69,7 @@ mod tests {
     #[test]
     fn loopback_hint_gives_loopback() {
         assert_eq!(listen_ip(None, Some("127.0.0.1")).unwrap(), IpAddr::V4(Ipv4Addr::LOCALHOST));
-        assert_eq!(listen_ip(None, Some("localhost")).unwrap().is_loopback(), true);
+        assert!(listen_ip(None, Some("localhost")).unwrap().is_loopback());
     }
 
     #[test]

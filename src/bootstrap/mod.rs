@@ -235,10 +235,10 @@ mod tests {
                 hs.into_iter().map(|h| h.join().unwrap()).collect()
             });
             let mut eps = eps;
-            for a in 0..n {
+            for (a, ep) in eps.iter().enumerate() {
                 for b in 0..n {
                     for c in 0..CHANNELS {
-                        assert_eq!(eps[a].conns[c][b].is_some(), a != b, "n={n} {a}->{b} ch{c}");
+                        assert_eq!(ep.conns[c][b].is_some(), a != b, "n={n} {a}->{b} ch{c}");
                     }
                 }
             }

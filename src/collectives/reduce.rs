@@ -387,14 +387,14 @@ mod tests {
         let a: Vec<f16> = (0..n).map(|i| f16::from_f32((i % 17) as f32)).collect();
         let b: Vec<f16> = (0..n).map(|i| f16::from_f32((i % 5) as f32)).collect();
         let r = run_into(ReduceOp::Sum, DType::F16, &a, &b);
-        for i in 0..n {
-            assert_eq!(r[i].to_f32(), ((i % 17) + (i % 5)) as f32);
+        for (i, x) in r.iter().enumerate() {
+            assert_eq!(x.to_f32(), ((i % 17) + (i % 5)) as f32);
         }
         let a: Vec<bf16> = (0..n).map(|i| bf16::from_f32((i % 7) as f32)).collect();
         let b: Vec<bf16> = (0..n).map(|i| bf16::from_f32((i % 3) as f32)).collect();
         let r = run_into(ReduceOp::Max, DType::BF16, &a, &b);
-        for i in 0..n {
-            assert_eq!(r[i].to_f32(), ((i % 7).max(i % 3)) as f32);
+        for (i, x) in r.iter().enumerate() {
+            assert_eq!(x.to_f32(), ((i % 7).max(i % 3)) as f32);
         }
     }
 

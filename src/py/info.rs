@@ -25,7 +25,7 @@ pub fn build_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         torch.set_item("version", version)?;
         let cuda = env!("RUSTCCL_TORCH_CUDA");
         torch.set_item("cuda", (!cuda.is_empty()).then_some(cuda))?;
-        torch.set_item("cxx11_abi", env!("RUSTCCL_TORCH_CXX11_ABI") == "1")?;
+        torch.set_item("cxx11_abi", env!("RUSTCCL_TORCH_CXX11_ABI").starts_with('1'))?;
         out.set_item("torch", torch)?;
     }
     out.set_item("debug_assertions", cfg!(debug_assertions))?;
