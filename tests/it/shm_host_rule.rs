@@ -6,11 +6,10 @@
 //! reads go through process_vm_readv on our own pid, the same system call
 //! as between processes. The thresholds set by hand: `shm_attach.rs`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::config::{ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, ReduceOp};
 

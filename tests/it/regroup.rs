@@ -1,11 +1,9 @@
 //! Groups made from groups (split, shrink) and the monitored barrier, with
 //! ranks as threads over real links (shared memory and TCP).
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use rustccl::types::{DType, OpKind, ReduceOp};
 use rustccl::Communicator;
 

@@ -2,12 +2,11 @@
 //! mismatched calls, timeouts and lost peers become errors that name the
 //! collective, the sequence number and the peer.
 
-mod common;
-
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::config::{AlgoConfig, FaultSpec, ShmConfig, TransportMode};
 use rustccl::transport::shm;
 use rustccl::{DType, Error, OpKind, ReduceOp};

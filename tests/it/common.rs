@@ -1,6 +1,5 @@
 //! Test support: ranks as threads, typed values <-> tensors, and reference
 //! reductions computed independently of the engine (in f64 / i64).
-#![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,11 +8,10 @@
 //! the earlier round's bytes); and with receivers that hand every wait
 //! to the calling thread at once (`block_wait_us: 0`).
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::config::ShmConfig;
 use rustccl::tensor::SharedBuf;
 use rustccl::{Communicator, DType, OpKind};

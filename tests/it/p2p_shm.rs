@@ -3,11 +3,10 @@
 //! receives across both kinds of link, messages far larger than the rings,
 //! and the failure paths (dead peer, timeout).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
 use rustccl::{DType, Error};
 

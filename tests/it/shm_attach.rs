@@ -6,12 +6,11 @@
 //! reads go through process_vm_readv on our own pid, the same system call
 //! as between processes.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::config::{ShmConfig, TransportMode};
 use rustccl::tensor::SharedBuf;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};

@@ -4,11 +4,9 @@
 //! calls whose caller did not come, the engine's worker. Either way in
 //! submission order with the same results.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use rustccl::config::AlgoConfig;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 

@@ -6,9 +6,8 @@
 //! so ranks whose settings differ still agree. Ranks are threads of this
 //! process (the same system calls, on our own pid).
 
-mod common;
-
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::config::ShmConfig;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 

@@ -7,11 +7,10 @@
 //! would take one step and others several; and ranks that name different
 //! roots, on every shared-memory path of the rooted collectives.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::config::{ShmConfig, TransportMode};
 use rustccl::error::Error;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};

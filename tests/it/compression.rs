@@ -3,11 +3,11 @@
 //! exact partial sum encoded, decoded and summed in host order), within the
 //! codec's error bound of the exact sum; error feedback keeps the running
 //! sum on track; other ops, dtypes and single-host groups stay exact.
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::collectives::codec::{Codec, INT8_BLOCK};
 use rustccl::comm::compression::{set_next, Setting};
 use rustccl::config::{ShmConfig, TransportMode};

@@ -3,9 +3,8 @@
 //! references, with tiny areas so inputs take many rounds, and the
 //! thresholds they run under.
 
-mod common;
-
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 

@@ -7,12 +7,11 @@
 //! shared memory instead, one at a time: the same tests, plus the
 //! staged sends' own rules.
 
-mod common;
-
 use std::sync::Barrier;
 use std::time::Duration;
 
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, Error};
 

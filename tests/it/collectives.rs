@@ -2,9 +2,8 @@
 //! sizes 1-5 and sizes around the world size (0, 1, n-1, n+1, ...), with tiny
 //! algorithm thresholds so small inputs reach multi-segment ring paths.
 
-mod common;
-
-use common::*;
+use crate::common;
+use crate::common::*;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
 fn sizes(n: usize) -> Vec<usize> {
