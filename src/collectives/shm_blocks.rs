@@ -70,7 +70,7 @@ pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, wk: &Workers, mut pulls:
 /// several processes at once contend: on the 32-core host 7 readers of 8
 /// threads read the same 8 MiB at 32 GB/s together, distinct 8 MiB
 /// blocks at 90 GB/s (`benchmarks/attach_read_probe.py`,
-/// `benchmarks/results/2026-11-27-x2host-split-sends/call1/probe.md`).
+/// `docs/decisions/0004`.md`).
 pub(super) fn staggered<T>(win: &Window, items: &mut [T], peer_of: impl Fn(&T) -> usize) {
     let (n, me) = (win.ranks().len(), win.me());
     items.sort_by_key(|t| (peer_of(t) + n - me - 1) % n);
@@ -103,7 +103,7 @@ pub(super) fn packed(win: &Window, op: BlockOp, lens: &[usize]) -> Vec<Option<Pa
 /// all_to_alls 0.51-0.91x (32- and 64-core hosts; 0.63x / 0.82x on the
 /// 16-core one); with 4 ranks of 4 threads (1 MiB slots, 16-core host),
 /// 2 MiB blocks through two slots made 8 MiB all_to_alls 1.4-1.5x slower
-/// than reading them (`benchmarks/results/2026-11-28-x2host-packed-blocks/`).
+/// than reading them (`docs/decisions/0004`).
 fn block_max(win: &Window) -> usize {
     if win.ranks().len() == 2 {
         win.inputs_capacity()

@@ -15,7 +15,7 @@ use crate::types::{DType, ReduceOp};
 
 /// Steps a buffer is cut into, when each still gives every worker thread
 /// a piece and two fit the root's area. On the 16-core host (8 ranks,
-/// 2 MiB - 8 MiB, `results/2026-11-24-h100host-cpu-experiments/broadcast-pipelined/`)
+/// 2 MiB - 8 MiB, `docs/decisions/0004`)
 /// 4 steps took 0.70-0.76x the time of one copy in and one out; 2 and 8
 /// steps were no better than 4.
 const STEPS: usize = 4;
@@ -30,7 +30,7 @@ const STEPS: usize = 4;
 /// 0.81x; on the 16-core host (8 ranks of 2 threads, 4 of 4)
 /// 0.96-1.03x. Cutting 1 MiB into four one-piece steps instead of one
 /// step of four pieces took 1.38x longer
-/// (`benchmarks/results/2026-11-29-x2host-s40/broadcast-steps/`).
+/// (`docs/decisions/0004`).
 fn step_bytes(win: &Window, len: usize) -> usize {
     let wk = win.workers();
     step_len(len, wk.threads(), wk.min_piece(), (win.inputs_capacity() / 2).max(1))

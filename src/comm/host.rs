@@ -12,9 +12,9 @@
 //! ([`Progress::release`]), so the grace is only a safety net for callers
 //! that never wait, and long (10 ms): a worker that woke at each blocking
 //! call's grace took the cores of the callers (2 ranks on 2 cores: 27-35
-//! us per small broadcast against 7.5-13 us; benchmarks/results/
-//! 2026-11-24-devbox-worker-ab). Async work is the worker's at once
-//! (its caller may wait only through the future, which cannot run it),
+//! us per small broadcast against 7.5-13 us; `docs/decisions/0004`).
+//! Async work is the worker's at once (its caller may wait only through
+//! the future, which cannot run it),
 //! unless a `wait()` takes it first. Whoever runs holds the engine's
 //! [`Exec`] lock; the queue has its own lock, so submitting never waits for
 //! a running collective. A work's callbacks run after the lock is released

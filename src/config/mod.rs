@@ -459,8 +459,8 @@ impl Config {
     /// Size limits of the NVLink kernels for a group of `world` ranks:
     /// (one-shot all_reduce, any all_reduce, all_gather / reduce_scatter).
     /// Auto values where they beat NCCL on H200 NVLink, measured with
-    /// 2 GPUs (benchmarks/results/*-cuda-probe*, see the README's CUDA
-    /// section). With more ranks only the one-shot limit is measured (4 GPUs,
+    /// 2 GPUs (the CUDA probes in `benchmarks/results/` at commit 237b52a).
+    /// With more ranks only the one-shot limit is measured (4 GPUs,
     /// before the two-shot kernel existed): the two-shot kernel stays off
     /// and the copy kernels small until measured there.
     pub fn peer_limits(&self, world: usize) -> (usize, usize, usize) {

@@ -81,7 +81,7 @@ def _huge_pages() -> dict:
     pages: torch's own setting (THP_MEM_ALLOC_ENABLE, which madvises every
     CPU tensor of 2 MiB or more) and the host's mode. Reads through the
     kernel pin every page, so on the 2-core VM 8-32 MiB broadcasts and
-    sends took 0.4-0.6x the time with it (`benchmarks/results/2026-11-29-devbox-s35/`)."""
+    sends took 0.4-0.6x the time with it (`docs/decisions/0004`)."""
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
             text = f.read()

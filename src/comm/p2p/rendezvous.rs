@@ -53,8 +53,7 @@ pub(super) fn by_rendezvous(local: Option<&ShmLocal>, shm: bool, nbytes: usize) 
 /// time of the ring's copies with 2 and 8 ranks (128 KiB ones 0.76-1.28x:
 /// hence the default of 128 KiB for `stage_min`,
 /// `config::STAGED_SEND_MIN`;
-/// `benchmarks/results/2026-11-27-h200x2host-send-staging/`,
-/// `benchmarks/results/2026-11-27-h200x4host-send-staging/`). Where the
+/// `docs/decisions/0004`). Where the
 /// area is busy the send goes through the ring as before, so a send that
 /// fits the ring still never waits for its receive.
 /// The receiver copies such a message out at once, matched or not

@@ -98,14 +98,14 @@ pub const SINGLE_READER_MIN: usize = 256 << 10;
 /// host has at most
 /// [`BLOCK_SLOT_RANKS`] local ranks: on the 16-core host with 4 ranks,
 /// 1-4 MiB all_to_all took 1.3-1.5x less time so and 4 MiB scatter
-/// 1.5-1.8x (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`). It
+/// 1.5-1.8x (`docs/decisions/0004`). It
 /// was 1 MiB until 2 MiB blocks were timed through the slots of 4 ranks of
 /// 8 threads, settings alternating: on the 64-core host (four pairs of
 /// runs) 8 MiB all_to_all took 0.56-1.03x the time (median 0.80), 8 MiB
 /// scatter 0.61-0.93x (0.76), gathers of 2 MiB blocks 0.70-1.21x (0.82)
-/// (`benchmarks/results/2026-11-27-x4host-block-slots/`); on the 32-core
+/// (`docs/decisions/0004`); on the 32-core
 /// host all_to_all and scatter 0.87-0.88x, gather 1.08x (one run of three
-/// pairs, `benchmarks/results/2026-11-27-h200x2host-pair-block-slots/four-ranks/`).
+/// pairs, `docs/decisions/0004`).
 /// With 8 ranks on the 64-core host 2 MiB blocks through the slots made
 /// 16 MiB all_to_all and gather 1.3x slower (two pairs, same folder), and
 /// with 16 ranks 8 MiB all_to_all (512 KiB blocks, every rank copying
@@ -122,13 +122,13 @@ pub const BLOCK_SLOT_RANKS: usize = 4;
 /// all_to_all and scatter and 0.83-1x in gather: all_to_all 4 MiB
 /// 264-286 us against 365-525, scatter 4 MiB 182-229 against 285-333,
 /// gather of 2 MiB blocks 263-278 against 279-316
-/// (`benchmarks/results/2026-11-27-h200x2host-pair-block-slots/`; with 4
+/// (`docs/decisions/0004`; with 4
 /// ranks the same threshold was mixed, 0.87-1.08x). 4 MiB blocks, which
 /// fit only both slots, were read until those were taken together:
 /// 8 MiB scatters then took 0.48-0.74x the time on the 32-core host and
 /// 0.59x on the 64-core one (3.5x -> 5.1-5.9x gloo), 8 MiB all_to_alls
 /// 0.51-0.91x (builds alternating twice on each,
-/// `benchmarks/results/2026-11-28-x2host-packed-blocks/`).
+/// `docs/decisions/0004`).
 pub const PAIR_FAST_BLOCK_READ_MIN: usize = 4 << 20;
 /// Scatter blocks over this size are read where no collective reads (one
 /// thread a rank, reads slower than copies) and the host has more than
@@ -139,7 +139,7 @@ pub const PAIR_FAST_BLOCK_READ_MIN: usize = 4 << 20;
 /// 0.52x the time (2.8x -> 3.8x, 1.9x -> 3.4x gloo); gathers' blocks
 /// pushed from the same size gained nothing (0.86-1.17x), and with 8
 /// ranks of 2 threads scatter was 0.84-1.39x
-/// (`benchmarks/results/2026-11-29-h200host-s37/block-reads/`). Builds
+/// (`docs/decisions/0004`). Builds
 /// alternating three times: 512 KiB 0.86x, 2 MiB 0.72x in every pair
 /// (1.8x -> 2.5x gloo; `block-builds/` there).
 pub const SLOW_MANY_SCATTER_BLOCK_READ_MIN: usize = 16 << 10;
@@ -155,7 +155,7 @@ pub const MANY_SLOW_RANKS: usize = 8;
 /// general threshold being "over 256 KiB"), of 128 KiB blocks 0.83x,
 /// 512 KiB - 8 MiB blocks (pushed either way) 0.88-1.05x; pushed from
 /// 16 KiB, 128 KiB blocks took 0.94x
-/// (`benchmarks/results/2026-11-29-h200host-s39/gather-blocks/`). The
+/// (`docs/decisions/0004`). The
 /// thirty-seventh session's pushes from 16 KiB gained nothing at 32 /
 /// 128 KiB blocks (0.86-1.17x): 15 senders writing into one process
 /// through the kernel at once contend (`benchmarks/attach_read_probe.py`).
@@ -225,10 +225,10 @@ impl Attach {
             // 2 / 8 MiB scatters took 0.71 / 0.47x the time of copies
             // through shared memory (blocks read only from 4 MiB), 1 / 4
             // MiB gathers 0.52 / 0.57x
-            // (`benchmarks/results/2026-11-26-devbox-pair-block-reads/`);
+            // (`docs/decisions/0004`);
             // with 16 ranks on the 16-core host (blocks read over 64 KiB
             // against 4 MiB) 8 / 32 MiB gathers 0.40 / 0.14x, scatters
-            // 0.69 / 0.82x (`benchmarks/results/2026-11-29-h200host-s36/`).
+            // 0.69 / 0.82x (`docs/decisions/0004`).
             0 => single_min,
             set => set,
         };

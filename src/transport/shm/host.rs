@@ -15,7 +15,7 @@ use std::time::Duration;
 /// 8 ranks of 6 threads took 0.73-0.89x the time of 8 at 2 MiB in sweeps
 /// with 43-128 s of steal, but on a quiet host 8 MiB all_reduce 1.22x
 /// and 32 MiB all_to_all 1.15x longer; 4 ranks of 3 on the 16-core host
-/// 1.23-1.44x longer at 8-32 MiB (`benchmarks/results/2026-11-29-x4host-s44/`).
+/// 1.23-1.44x longer at 8-32 MiB (`docs/decisions/0004`).
 pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
     if sizes.threads > 0 {
         return sizes.threads;
@@ -47,7 +47,7 @@ pub(super) fn slot_bytes_for(sizes: ShmConfig, local_ranks: usize, threads: usiz
 /// spans, the same: 890-912 us against 886-947) and 32 MiB scatter 1.19x
 /// longer, the rest within the runs' spread; 3 ranks of 5 (with the
 /// quick team, against neither) 0.67-1.03x at 512 KiB - 1 MiB
-/// (`benchmarks/results/2026-11-29-h200host-quick-team-4rank/`). Every
+/// (`docs/decisions/0004`). Every
 /// rank's segment grows by (n + 1) x the difference (4 ranks: 5 MiB).
 const FEW_RANKS_SLOT: usize = 2 << 20;
 
@@ -65,12 +65,12 @@ const FEW_RANKS_SLOT_THREADS: usize = 4;
 /// (two runs), was mixed with 4 (2 MiB 1.3-1.6x faster, 8 MiB all_reduce
 /// 1.4x slower) and made nearly everything 1.2-5x slower with 8 ranks of
 /// 8 threads and 16 of 4, every core then busy
-/// (`benchmarks/results/2026-11-26-h100x4host-worker-team/`). On the
+/// (`docs/decisions/0004`). On the
 /// 32-core host, 2 ranks of 8 threads (half the cores) spinning (with
 /// 64 KiB pieces) made 512 KiB - 2 MiB collectives 1.8-2.4x faster in
 /// some sweeps and 4-18x slower in others, in which the VM lost 6-8 s of
 /// CPU time a 20 s sweep to the hypervisor (steal), against < 1 s in the
-/// sweeps without spinning between them (`benchmarks/results/2026-11-26-h100x2host-team-pieces/`):
+/// sweeps without spinning between them (`docs/decisions/0004`):
 /// a VM whose spinning threads the hypervisor takes away loses far more
 /// than the wake-ups cost, so the rule stays at a quarter.
 pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> Duration {
@@ -99,7 +99,7 @@ pub(super) fn wait_window_for(sizes: ShmConfig, local_ranks: usize, threads: usi
 /// reduce_scatter took 0.3-0.55x the time with 2 spinning threads a rank
 /// as with 8 sleeping ones (4 ranks, 4 spinning against 8 sleeping:
 /// 0.3-0.5x), but 8 MiB ones 1.1-1.7x longer: hence only for the small
-/// phases (`benchmarks/results/2026-11-26-h200x4host-quick-team/`).
+/// phases (`docs/decisions/0004`).
 /// A share of one thread (the caller alone) becomes a team of 2 where
 /// the team `leads` the larger phases ([`quick_leads_for`]) or with
 /// [`MANY_LOCAL_RANKS`] or more local ranks: see there.
@@ -138,11 +138,11 @@ fn quick_share(local_ranks: usize, threads: usize, cores: usize, leads: bool) ->
 /// builds alternating twice, 512 KiB all_reduce, broadcast, all_to_all and
 /// send_recv 0.61-0.72x, but all_gathers of 128 KiB parts 1.45x slower
 /// (1.11x in the settings runs; untested guess: the helper, still
-/// spinning after the rank's copy-in, beside its 4 workers' copy-out) (`benchmarks/results/2026-11-27-x4host-quick-16rank/`);
+/// spinning after the rank's copy-in, beside its 4 workers' copy-out) (`docs/decisions/0004`);
 /// a team of 3 was no better. With 8 ranks of 4 on the 32-core host the
 /// same team was a wash (512 KiB all_to_all and reduce 0.82x, 2 MiB
 /// all_to_all and small all_gathers 1.3x slower:
-/// `benchmarks/results/2026-11-27-x4host-a2a-quick/quick-team-8rank-32core/`):
+/// `docs/decisions/0004`):
 /// there the team does not lead, so it took all_to_all's 1.75 MiB phases
 /// alone, on 2 threads instead of the rank's 4.
 ///
@@ -155,7 +155,7 @@ fn quick_share(local_ranks: usize, threads: usize, cores: usize, leads: bool) ->
 /// (builds alternating twice: 512 KiB 0.52-0.77x, all_gather and
 /// gather 0.93-0.94x); with 3 ranks of 5 (with 2 MiB slots, against neither)
 /// 512 KiB - 1 MiB 0.67-1.03x
-/// (`benchmarks/results/2026-11-29-h200host-quick-team-4rank/`).
+/// (`docs/decisions/0004`).
 const MANY_LOCAL_RANKS: usize = 16;
 
 /// Whether a phase too large for the quick team starts on it while the
@@ -178,7 +178,7 @@ pub(super) fn quick_leads_for(setting: Option<bool>, local_ranks: usize) -> bool
 /// 10-45 s of steal a sweep) all_reduce and all_gather took 1.1-3.4x
 /// longer, reduce_scatter and all_to_all 0.3-0.8x: the sleeping team that
 /// replaces rayon's pool there did worse than rayon before too
-/// (`benchmarks/results/2026-11-27-quick-leads/`).
+/// (`docs/decisions/0004`).
 const LEAD_MAX_LOCAL_RANKS: usize = 4;
 
 /// Whether `local_ranks` ranks of `threads` threads take at most a
@@ -216,15 +216,15 @@ pub(super) fn root_threads_for(sizes: ShmConfig, local_ranks: usize, threads: us
 /// 1.5x -> 2.1x gloo), 8 MiB 0.93x, and the 4-stage pipeline step 0.89x;
 /// with 4 ranks of 4 threads staging stayed faster (unstaged 1.22-1.35x
 /// longer at 256 KiB - 4 MiB, the pipeline step 1.10x;
-/// `benchmarks/results/2026-11-29-h200host-s39/`). Earlier, on the same
+/// `docs/decisions/0004`). Earlier, on the same
 /// host: 8 MiB messages took 234-318 us staged instead of 448-532 read
 /// with 2 ranks (8 threads each) and 417-461 instead of 481-509 with 4
-/// (4 threads) (`benchmarks/results/2026-11-26-h200host-p2p-overlap/`).
+/// (4 threads) (`docs/decisions/0004`).
 /// Against sends read in halves, 4 MiB for ranks of 4 threads made 8 MiB
 /// one-way sends 0.82-1.04x the time, but a 4-stage pipeline step with
 /// 6-8 MiB micro-batches 1.10-1.13x longer (a staged send completes once
 /// copied in, a read one when its receiver has read it); not taken
-/// (`benchmarks/results/2026-11-29-h200host-s35/`).
+/// (`docs/decisions/0004`).
 pub(super) fn stage_for(threads: usize) -> usize {
     if threads <= UNSTAGED_THREADS {
         return 0;

@@ -318,7 +318,7 @@ impl RingTx {
 /// every 8 KiB, the receiver's copy runs behind the sender's: 128 KiB
 /// send/recv 1.8-2.0x -> 2.2-2.6x gloo, 32 KiB 2.1-2.6x -> 2.2-3.1x in
 /// five pairs of sweeps alternating the builds
-/// (`benchmarks/results/2026-11-28-x2host-p2p-latency-spans/`).
+/// (`docs/decisions/0004`).
 const PUBLISH_EVERY: usize = 8 << 10;
 
 impl RingRx {

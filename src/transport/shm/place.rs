@@ -11,7 +11,7 @@
 //! and does not separate two threads that both poll within a few
 //! milliseconds; gloo's rounds between rustccl's in the A/B benchmark left
 //! them together nearly every time
-//! (`benchmarks/results/2026-11-26-devbox-p2p-colocation/`).
+//! (`docs/decisions/0004`).
 //!
 //! So each rank publishes, in its segment, the CPU its polling thread was
 //! last seen on and when ([`Segment::poller`]). A thread that polls and has

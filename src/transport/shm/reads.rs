@@ -147,7 +147,7 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
 /// time with 8 / 4 ranks (1 / 2 MiB blocks), but 32 MiB ones (4 / 8 MiB
 /// blocks) 1.58 / 1.8x longer: there the root's threads, writing half of
 /// every block, are the slowest part
-/// (`benchmarks/results/2026-11-27-x4host-scatter-split/`).
+/// (`docs/decisions/0004`).
 pub(super) fn scatter_split_max(sizes: ShmConfig) -> usize {
     match sizes.scatter_split_max {
         0 => SCATTER_SPLIT_MAX,
@@ -168,7 +168,7 @@ const SCATTER_SPLIT_MAX: usize = 2 << 20;
 /// all 0.21x, 1 / 4 0.45x; at 8 MiB 1 / 4 and no split 0.56-0.61x. With 8
 /// ranks of 2 threads (root 8) 1 / 8, 1 / 4 and no split were all within
 /// 0.92-1.2x of half at 512 KiB - 32 MiB, 4 ranks' 1 / 4 within
-/// 1.0-1.15x (`benchmarks/results/2026-11-29-h200host-s37/`).
+/// 1.0-1.15x (`docs/decisions/0004`).
 pub(super) fn scatter_root_share(sizes: ShmConfig, local_ranks: usize, root_threads: usize) -> usize {
     let share = match sizes.scatter_root_share {
         0 if root_threads <= 1 => local_ranks,
@@ -207,8 +207,7 @@ const PAIR_GATHER_ROOT_SHARE: usize = 4;
 /// step 0.74x / 0.84x with 4 / 8 ranks (its sends split when the staging
 /// area is busy), while splitting 1-8 MiB sends instead of staging them
 /// took 1.3-2x longer with 2 ranks
-/// (`benchmarks/results/2026-11-27-devbox-split-sends/`,
-/// `benchmarks/results/2026-11-27-x2host-split-sends/`).
+/// (`docs/decisions/0004`).
 const SPLIT_SEND_MIN: usize = 512 << 10;
 
 /// Where a rank's tensors are shared (`arena.rs`, `RUSTCCL_SHM_TENSORS=1`)
@@ -217,7 +216,7 @@ const SPLIT_SEND_MIN: usize = 512 << 10;
 /// tensors made 1-16 MiB reduce_scatter 1.1-2x faster than the slots with
 /// 4 and 8 ranks, reduce 1.2-1.7x with 8 (but 1.2-1.3x slower with 4 at
 /// 1-4 MiB), all_gather 1.0-1.25x with 8 (0.8-1.0x with 4)
-/// (`benchmarks/results/2026-11-26-h200host-shm-tensors/`).
+/// (`docs/decisions/0004`).
 const SHARED_READ_MIN: usize = 256 << 10;
 /// The same for all_reduce, which reads every peer twice: at 1 MiB the
 /// slots were 1.8x faster with 4 ranks and as fast with 8, at 4 MiB
@@ -233,7 +232,7 @@ const SHARED_FEW_RANKS_REDUCE_READ_MIN: usize = 16 << 20;
 /// all_to_all / gather / scatter blocks over this size are read: with 8
 /// ranks 1 MiB all_to_all (128 KiB blocks) and scatter took 1.8x less time
 /// so than through the slots on the 16-core host, 2.2x / 2.8x on the
-/// 32-core one (`benchmarks/results/2026-11-26-h200host-shm-tensors/`);
+/// 32-core one (`docs/decisions/0004`);
 /// with 4 ranks it made no difference (over 256 KiB they are read).
 const SHARED_BLOCK_READ_MIN: usize = 32 << 10;
 /// The same for broadcast (every rank reads the root's tensor), where a
@@ -249,7 +248,7 @@ const SHARED_BROADCAST_READ_MIN: usize = 1 << 20;
 /// 16 MiB 1.14-1.25x faster; keeping the slots below 16 MiB made 1-8 MiB
 /// 1.1-1.5x faster (`run4/`); on the 16-core host (8 ranks, 2 threads
 /// each) reading was 1.1-1.25x faster from 256 KiB
-/// (`benchmarks/results/2026-11-26-h100x4host-shm-tensors/`).
+/// (`docs/decisions/0004`).
 const SHARED_CROWDED_ALL_GATHER_READ_MIN: usize = 16 << 20;
 /// The same for all_reduce: on the 64-core host the slots were 1.2-1.5x
 /// faster at 4 MiB with 8 and 16 ranks, reading 1.2-1.4x faster at 8 MiB
@@ -305,7 +304,7 @@ fn reduce_scatter_attach_min(attach_min: usize, local_ranks: usize, threads: usi
 /// alternating in one process against the old thresholds (16 MiB
 /// reduce_scatter, 64 MiB all_reduce; never with one-thread ranks whose
 /// reads are slow), forty-fifth session
-/// (`benchmarks/results/2026-11-29-s45-many-rank-reads/`):
+/// (`docs/decisions/0004`):
 /// - 16 ranks of 2 threads (32-core host), three sweeps: reading made
 ///   8 MiB reduce_scatters 0.66-0.70x the time, 16 / 32 MiB all_reduces
 ///   0.70-0.78x / 0.80-0.86x; 8 MiB all_reduces 0.75-0.98x, 4 MiB ones
@@ -353,27 +352,26 @@ const MANY_REDUCE_SCATTER_READ_MIN: usize = 8 << 20;
 /// runs), 16-rank ones of 512 KiB - 32 MiB 0.60-0.93x (one run), 4-rank
 /// ones 1.13-1.49x longer below 32 MiB; reading without pushes (the root
 /// reads every part) took 1.2-2x as long as with them at every size
-/// (`benchmarks/results/2026-11-27-x4host-s20-call2/`). Those 4 ranks had
+/// (`docs/decisions/0004`). Those 4 ranks had
 /// 8 threads each, whose two copies outran the kernel's; with 4 threads
 /// (16-core host, reading from 1 MiB against the default, alternating
 /// twice) 8 MiB reduces took 0.81x the time reading (4.1x -> 5.1x gloo),
 /// 2 MiB ones 1.36x longer
-/// (`benchmarks/results/2026-11-29-h200host-s36/reduce-reads/`). With 16
+/// (`docs/decisions/0004`). With 16
 /// ranks of one thread on the 16-core host, where a rank's reads through
 /// the kernel are slower than its copies, reading with pushes made 2-32 MiB
 /// reduces 0.55-0.88x the time (8 MiB 2.2x -> 3.8x gloo), 512 KiB even,
 /// against the two copies that leave the root's one thread to copy every
 /// part out (settings alternating twice, reading from 512 KiB and 2 MiB,
 /// and from 8 MiB in another call: 0.50 / 0.65x at 8 / 32 MiB;
-/// `benchmarks/results/2026-11-29-h200host-s37/`). With 8 ranks of 2
+/// `docs/decisions/0004`). With 8 ranks of 2
 /// threads on the 16-core host, reading made 4 MiB reduces 0.74-0.96x the
 /// time in all seven alternations of two calls (2.6x -> 3.0x gloo), 2 MiB
 /// ones 1.08-1.41x longer
-/// (`benchmarks/results/2026-11-29-h200host-s41/reduce-from-4mib/`,
-/// `reduce-pieces-quiet/`); 8 ranks of 4 threads (32-core host) keep
+/// (`docs/decisions/0004`); 8 ranks of 4 threads (32-core host) keep
 /// 8 MiB: reading from 4 MiB made 4 MiB reduces 1.25x longer, timed in one
 /// process against the default and an A/A group (1.05x) in two quiet
-/// sweeps (`benchmarks/results/2026-11-29-x2host-s43/reduce-4mib-variants/`;
+/// sweeps (`docs/decisions/0004`;
 /// separate sweeps under steal had given 0.41-1.96x); ranks of 8 threads
 /// are unmeasured and keep 8 MiB too; ranks of one thread whose reads are
 /// fast take 4 MiB unmeasured (on the hosts measured, one-thread ranks read
@@ -403,7 +401,7 @@ const MID_READ_THREADS: usize = 2;
 /// time of the pipelined ones (two runs) and 1 MiB 0.77x, 128-512 KiB
 /// 1.3-2x longer (three runs); reading the whole buffer without the
 /// root's half took 1.03-1.3x longer at 2-32 MiB
-/// (`benchmarks/results/2026-11-27-devbox-pair-broadcast/`).
+/// (`docs/decisions/0004`).
 const PAIR_BROADCAST_READ_MIN: usize = 1 << 20;
 
 /// See [`pushed_reduce_attach_min`].

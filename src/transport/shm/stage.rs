@@ -5,7 +5,7 @@
 //! out of another process through the kernel (`remote`, the rendezvous
 //! path) in ~250 us whatever the size, where the same threads copied 2 MiB
 //! in ~50 us and 4 MiB in ~70 us
-//! (`benchmarks/results/2026-11-26-h100host-p2p-staged/`).
+//! (`docs/decisions/0004`).
 //!
 //! The two copies overlap: the sender sends its message first and then
 //! copies, chunk by chunk (`STAGE_CHUNK`), storing the send's sequence

@@ -21,7 +21,7 @@
 //! with helpers spinning, 3.6 us. On the 64-core host rayon's rounds of
 //! 8 pieces took 20-100 us for 2-7 us of copying, a spinning pool's the
 //! copy's time (`examples/wake_probe.rs`,
-//! `benchmarks/results/2026-11-26-h100x4host-worker-team/`).
+//! `docs/decisions/0004`).
 //!
 //! One job at a time: a call made while another thread's job runs (the
 //! point-to-point engine's staging copies beside a collective) runs its

@@ -9,7 +9,7 @@
 //! apart: a convoy that lasts as long as the loop. With 16 one-thread
 //! ranks on a 16-core VM, 300 back-to-back 8 KiB broadcasts took 338 us
 //! each in one run (every rank asleep ~285 us a call) and 38 us with a
-//! 2 ms window (`benchmarks/results/2026-11-29-h200host-s38/`). A long
+//! 2 ms window (`docs/decisions/0004`). A long
 //! window for every wait would keep a rank that waits for a slower peer
 //! (one still computing) on its core for nothing, so the window grows
 //! only after a wait that slept and still ended soon, to a little more

@@ -310,8 +310,7 @@ impl Window {
     /// at <= 32 KiB as fast in quiet sweeps but 1.6-3.6x slower under the
     /// hypervisor's steal (its one step is a barrier over every rank,
     /// where the rings let each pair go on); 2 ranks on the 2-core VM
-    /// 0.59-0.84x (`benchmarks/results/2026-11-29-h200host-s36/`,
-    /// `benchmarks/results/2026-11-26-devbox-pair-block-reads/`).
+    /// 0.59-0.84x (`docs/decisions/0004`).
     pub fn attach_blocks(&self, op: BlockOp, block: Option<usize>) -> bool {
         self.local.attach.as_ref().is_some_and(|a| match block {
             None => true,

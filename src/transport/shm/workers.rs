@@ -30,7 +30,7 @@ enum Pool {
     /// without spinning (its threads yield 32 times and sleep, the caller
     /// too) made 8-rank all_reduce and reduce 1.3-2.9x slower than rayon
     /// (fastest of two runs each;
-    /// `benchmarks/results/2026-11-26-h100x4host-worker-team/`).
+    /// `docs/decisions/0004`).
     Rayon(Arc<rayon::ThreadPool>),
 }
 
@@ -67,7 +67,7 @@ struct Quick {
 /// 0.5-0.8x at 512 KiB - 2 MiB where the hypervisor took 5-30 s of CPU a
 /// sweep, but on a quiet host made 2 MiB all_reduce 1.37x (4 ranks) and
 /// 1-2 MiB ones 1.13-1.24x (8 ranks) slower, so phases stay at 256 KiB a
-/// thread (`benchmarks/results/2026-11-27-x4host-quick-pieces/`).
+/// thread (`docs/decisions/0004`).
 pub const QUICK_BYTES_PER_THREAD: usize = 256 << 10;
 /// The quick team's smallest piece (see [`QUICK_BYTES_PER_THREAD`]).
 pub const QUICK_MIN_PIECE: usize = 32 << 10;
@@ -84,7 +84,7 @@ pub const QUICK_MIN_PIECE: usize = 32 << 10;
 /// other sizes and 2 ranks within the runs' spread. The copies of other
 /// collectives keep [`QUICK_BYTES_PER_THREAD`]: that limit raised for
 /// every phase made 1-2 MiB all_gathers and 2-4 MiB scatters 1.25-1.44x
-/// slower (`benchmarks/results/2026-11-27-x4host-a2a-quick/`).
+/// slower (`docs/decisions/0004`).
 pub const QUICK_ALL_TO_ALL_BYTES_PER_THREAD: usize = 1 << 20;
 
 impl Workers {
@@ -197,7 +197,7 @@ impl Workers {
     /// reduce and reduce_scatter with 4 and 8 ranks took 1.3-1.7x longer
     /// (the 256-512 KiB reduction, reading 2 MiB, on 2-4 threads) while
     /// 512 KiB ones took 0.55-0.63x the time
-    /// (`benchmarks/results/2026-11-27-x4host-s20-call1/`).
+    /// (`docs/decisions/0004`).
     pub fn reducing(&self, inputs: usize) -> Workers {
         let inputs = inputs.max(2);
         let quick = self.quick.clone().map(|q| Quick { max_bytes: q.max_bytes / inputs, min_piece: (q.min_piece / inputs).max(64), ..q });
