@@ -2,15 +2,16 @@
 #   make demo   set up, build, and train the seeds' toy model over rustccl (2 ranks, torchrun, CPU)
 #   make test   set up, build, and run every test (cargo + pytest)
 #   make bench  rustccl vs gloo on this machine (2 ranks, CPU)
-# Everything installs into .venv (torch==2.11.0 from PyPI, ~5 GB on first run).
+# Everything installs into .venv (torch from PyPI, ~5 GB on first run).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# The torch the test environment has (rustccl supports 2.11 and later; the
-# GPU machines have 2.11).
-TORCH_VERSION ?= 2.11.0
+# The torch the test environment has: the newest release. rustccl supports
+# 2.11 and later (scripts/torch_releases.sh tests each); the GPU machines
+# have 2.11.
+TORCH_VERSION ?= 2.15.0
 NPROC ?= 2
 # Pinned, so that a new release cannot break the docs build or the checks.
 DOCS_DEPS := sphinx==9.0.4 myst-parser==5.2.0
