@@ -8,8 +8,10 @@
 //!   extension (`rustccl._rustccl.build_info()`). Without torch (pip's
 //!   build isolation) the build makes the engine alone, and `import
 //!   rustccl` compiles the shim for the running torch (`rustccl._shims`).
-//! - The shim's sources go into the wheel too (`rustccl/_shim_src/`), for
-//!   a torch that no prebuilt shim serves.
+//! - Shims prebuilt for other torch releases (`scripts/prebuild_shims.py`,
+//!   `RUSTCCL_BUILD_SHIMS_DIR`) go into `rustccl/_shims/<tag>/`, and the
+//!   shim's sources into `rustccl/_shim_src/`, for a torch that no prebuilt
+//!   shim serves.
 //! - The shim is linked into `OUT_DIR/_shim.so`, which pyproject.toml puts
 //!   into the wheel beside the extension. Only the shim links libtorch (c10,
 //!   torch_cpu, torch: found at run time because torch is imported first, and
@@ -79,6 +81,31 @@ fn cxx_std(version: &str) -> &'static str {
         "c++17"
     } else {
         "c++20"
+    }
+}
+
+/// The torch releases a wheel may carry a prebuilt shim for, beside the
+/// one of the building torch: pyproject.toml lists the same names.
+const PREBUILT_TAGS: [&str; 5] =
+    ["torch2.11-cxx11abi1", "torch2.12-cxx11abi1", "torch2.13-cxx11abi1", "torch2.14-cxx11abi1", "torch2.15-cxx11abi1"];
+
+/// Copies the shims that `scripts/prebuild_shims.py` built into
+/// `$RUSTCCL_BUILD_SHIMS_DIR` to `out/_shims/<tag>/_shim.so`; a tag it has
+/// none for gets an empty file, which the loader never takes.
+fn ship_prebuilt(out: &Path) {
+    println!("cargo:rerun-if-env-changed=RUSTCCL_BUILD_SHIMS_DIR");
+    let from = std::env::var_os("RUSTCCL_BUILD_SHIMS_DIR").map(PathBuf::from);
+    for tag in PREBUILT_TAGS {
+        let dir = out.join("_shims").join(tag);
+        std::fs::create_dir_all(&dir).expect("rustccl build: cannot create OUT_DIR/_shims");
+        let shim = from.as_ref().map(|d| d.join(tag).join("_shim.so")).filter(|p| p.is_file());
+        match shim {
+            Some(p) => {
+                println!("cargo:rerun-if-changed={}", p.display());
+                std::fs::copy(&p, dir.join("_shim.so")).expect("rustccl build: cannot copy a prebuilt shim");
+            }
+            None => std::fs::write(dir.join("_shim.so"), b"").expect("rustccl build: cannot write a placeholder shim"),
+        }
     }
 }
 
@@ -164,6 +191,7 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{ENGINE_FILE}");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("rustccl build: OUT_DIR is not set"));
     ship_sources(&out);
+    ship_prebuilt(&out);
     let Some(torch) = query_torch(&python) else {
         println!("cargo:warning=rustccl: {python} has no torch: no prebuilt shim; import compiles one for the running torch");
         for var in ["VERSION", "CUDA", "CXX11_ABI"] {

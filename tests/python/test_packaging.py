@@ -85,6 +85,22 @@ def test_the_prebuilt_shim_serves_its_minor_release_and_abi_only(monkeypatch):
     assert _shims.release("2.12.1+cu130") == (2, 12, 1) and _shims.release("2.16.0a0+git1234") == (2, 16, 0)
 
 
+def test_a_shim_prebuilt_for_another_release_serves_it(monkeypatch, tmp_path):
+    """The wheel's shims for other releases (rustccl/_shims/<tag>/): a
+    non-empty one serves its minor release and ABI, an empty placeholder
+    (a build that had none for it) does not."""
+    monkeypatch.delenv("RUSTCCL_BUILD_SHIM", raising=False)
+    monkeypatch.setattr(_shims, "_PKG", tmp_path)
+    (tmp_path / "_shims" / "torch2.13-cxx11abi1").mkdir(parents=True)
+    (tmp_path / "_shims" / "torch2.14-cxx11abi1").mkdir(parents=True)
+    (tmp_path / "_shims" / "torch2.13-cxx11abi1" / "_shim.so").write_bytes(b"\x7fELF")
+    (tmp_path / "_shims" / "torch2.14-cxx11abi1" / "_shim.so").write_bytes(b"")
+    got = _shims.prebuilt(_fake_torch("2.13.1+cu130", True))
+    assert got == tmp_path / "_shims" / "torch2.13-cxx11abi1" / "_shim.so"
+    assert _shims.prebuilt(_fake_torch("2.13.0", False)) is None
+    assert _shims.prebuilt(_fake_torch("2.14.0", True)) is None
+
+
 def test_a_torch_older_than_2_11_is_refused_before_the_shim_loads():
     code = MAPPED_TORCH + textwrap.dedent("""
         import sys, types
