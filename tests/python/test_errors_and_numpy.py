@@ -85,5 +85,5 @@ def test_a_device_spec_backend_destroys_without_a_warning(tmp_path):
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
                        env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.count("sum [2.0, 2.0, 2.0]") == 2, p.stdout
+    assert p.stdout.count("[2.0, 2.0, 2.0]") == 2, p.stdout  # the ranks' lines may interleave
     assert "No backend of type" not in p.stderr, p.stderr[-3000:]

@@ -16,7 +16,10 @@ def test_monitored_barrier():
     for r in range(3):
         assert res[r]["ok"] is None and res[r]["c10d"] is None, res[r]
         assert res[r]["after_missing"] == 3.0 and res[r]["after_all"] == 3.0, res[r]
-        assert "only implemented for GLOO" in res[r]["torch_refuses"]["msg"], res[r]
+        if res[r]["torch_calls_backend"]:
+            assert res[r]["torch"] is None, res[r]  # every rank called it: it passes
+        else:
+            assert "only implemented for GLOO" in res[r]["torch"]["msg"], res[r]
     m0 = res[0]["missing"]
     assert m0["type"] == "DistBackendError" and "Rank 2 failed to pass monitoredBarrier in 1000 ms" in m0["msg"], m0
     assert "rustccl monitored_barrier" in m0["msg"] and TORCH_TIMEOUT_RE.search(m0["msg"]), m0

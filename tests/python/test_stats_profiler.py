@@ -44,7 +44,7 @@ def test_debug_logging():
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     err = out.stderr
-    assert "connected over shm" in err and "recursive doubling" in err, err[-3000:]
+    assert "connected over shm" in err and "in one round, pipelined above" in err, err[-3000:]
     assert "all_reduce seq" in err, "TRACE logs each collective"
 
 
