@@ -317,7 +317,10 @@ impl Shared {
                 q = lock(&self.queue);
                 continue;
             }
-            let until = q.jobs.front().map(|j| j.due);
+            // While callbacks run no job may start: sleep until they end
+            // (`leave_callbacks` wakes this thread), not until a due time
+            // that has passed, which would spin.
+            let until = if q.callbacks.is_some() { None } else { q.jobs.front().map(|j| j.due) };
             q.worker = WorkerState::Asleep(until);
             q = match until {
                 None => self.ready.wait(q).unwrap_or_else(|p| p.into_inner()),
