@@ -23,6 +23,7 @@
 pub mod chain;
 pub mod codec;
 pub mod compressed;
+mod describe;
 pub mod direct;
 pub mod hierarchical;
 pub mod op;
@@ -42,7 +43,8 @@ pub mod shm_reduce_scatter;
 pub mod tree;
 
 pub use compressed::Compression;
-pub use op::{into_host, wire_what, Op, OpSpec, Parts};
+pub use describe::wire_what;
+pub use op::{into_host, Op, OpSpec, Parts};
 pub use reduce::Scratch;
 
 use crate::config::AlgoConfig;

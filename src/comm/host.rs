@@ -24,8 +24,9 @@
 //! order's number ([`Exec::next_seq`]), which is the queue's but for such
 //! work.
 //!
-//! Submission assigns the sequence number under the queue lock, so queue
-//! order, sequence order and execution order are the same. A transport
+//! Submission assigns the queue number under the queue lock, so queue
+//! order and execution order are the same, but for work that callbacks
+//! submit (above). A transport
 //! failure (timeout, lost peer, protocol error) poisons the engine: every
 //! later operation fails at once with that cause instead of talking over a
 //! byte stream in an unknown state.
@@ -552,12 +553,14 @@ impl HostEngine {
             q.jobs.push_back(job);
         }
         q.next_seq += 1;
-        // A worker asleep until an earlier job's due time sees this one then.
-        let wake = match q.worker {
-            WorkerState::Awake => false,
-            WorkerState::Asleep(None) => true,
-            WorkerState::Asleep(Some(until)) => due < until,
-        };
+        // A worker asleep until an earlier job's due time sees this one then;
+        // a child is its submitter's to run.
+        let wake = !child
+            && match q.worker {
+                WorkerState::Awake => false,
+                WorkerState::Asleep(None) => true,
+                WorkerState::Asleep(Some(until)) => due < until,
+            };
         if wake {
             self.shared.ready.notify_one();
         }

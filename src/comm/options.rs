@@ -42,7 +42,6 @@ impl CommOptions {
     /// environment) over the process's; an error names the setting that a
     /// group cannot set or whose value does not parse.
     pub fn with_settings(group: impl Into<String>, timeout: Duration, settings: Vec<(String, String)>) -> Result<CommOptions> {
-        Config::get().check_process().map_err(|reason| Error::invalid("init_process_group", reason))?;
         let g = Config::get().for_group(&settings).map_err(|reason| Error::invalid("pg_options", reason))?;
         Ok(CommOptions::from_group(group.into(), timeout, g, settings))
     }

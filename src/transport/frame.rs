@@ -54,11 +54,11 @@ pub struct What {
 }
 
 const FOLDED_COUNT: u32 = 0x8000_0000;
+pub const UNCHECKED_COUNT: u32 = u32::MAX;
 
 /// What to do after a mismatch between ranks.
 pub const NEXT_STEP: &str =
     "rerun with RUSTCCL_CHECK=1 to compare every call across ranks before it runs: it names the call that differs and keeps the group usable";
-pub const UNCHECKED_COUNT: u32 = u32::MAX;
 
 /// An element count (or several, when coalesced) in 32 bits: the count
 /// itself when there is one below 2^31, else a fold of them all.
