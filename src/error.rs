@@ -50,6 +50,13 @@ pub enum Error {
     #[error("rustccl {site}: rank {rank} (this process) <-> rank {peer} {addr}: {detail}")]
     Protocol { site: OpSite, rank: Rank, peer: Rank, addr: String, detail: String },
 
+    /// The ranks disagree about this collective (dtype, size, reduce op,
+    /// root), found before any rank used a peer's bytes: every rank of the
+    /// call fails it, every frame of it is skipped, and the group goes on
+    /// with the next call.
+    #[error("rustccl {site}: rank {rank} (this process) <-> rank {peer} {addr}: {detail}; every rank of this call fails it and the group stays usable")]
+    Mismatch { site: OpSite, rank: Rank, peer: Rank, addr: String, detail: String },
+
     /// A CUDA or NCCL call failed.
     #[error("rustccl {site}: rank {rank} (this process), cuda:{device}: {detail}")]
     Device { site: OpSite, rank: Rank, device: i32, detail: String },
@@ -115,7 +122,7 @@ impl Error {
             Error::Timeout { .. } | Error::Monitored { .. } => Code::Timeout,
             Error::Regroup { .. } => Code::Backend,
             Error::PeerLost { .. } | Error::Bootstrap { .. } => Code::Network,
-            Error::Protocol { .. } | Error::Closed { .. } | Error::Device { .. } => Code::Backend,
+            Error::Protocol { .. } | Error::Mismatch { .. } | Error::Closed { .. } | Error::Device { .. } => Code::Backend,
             Error::Poisoned { cause, .. } => match cause.code() {
                 Code::Timeout => Code::Timeout,
                 Code::Network => Code::Network,

@@ -1,7 +1,12 @@
 //! The 24-byte header in front of every message on a link:
 //! magic (u16) | roots (u16) | sequence number (u32) | payload length (u64) |
-//! what the collective is ([`What`]: kind, reduce op, dtype (u8 each), 0,
-//! element count (u32)), little endian.
+//! what the collective is ([`What`]: kind, reduce op, dtype (u8 each), flags
+//! (u8), element count (u32)), little endian.
+//!
+//! A frame flagged [`Header::abort`] (no payload) tells the peer that the
+//! sender gave its collective `seq` up because the ranks disagree about
+//! it; the receiver then gives it up too, and frames of an earlier
+//! collective left on a link are skipped ([`Header::classify`]).
 #![forbid(unsafe_code)]
 
 use crate::types::{DType, OpKind, ReduceOp};
@@ -15,6 +20,33 @@ pub struct Header {
     pub seq: u32,
     pub len: u64,
     pub what: What,
+    /// The sender gave collective `seq` up (no payload).
+    pub abort: bool,
+}
+
+const FLAG_ABORT: u8 = 1;
+
+/// What a received header means to a receiver at collective `want.seq`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// The message it waits for.
+    Expected,
+    /// A frame of an earlier collective that this rank left unread when
+    /// that collective was given up: `len` payload bytes to skip.
+    Stale { len: u64 },
+    /// The sender gave this collective up; its header says what it runs.
+    Aborted { theirs: What },
+    /// The ranks disagree about this collective (roots, dtype, size,
+    /// reduce op); the frame is not consumed.
+    Mismatch(String),
+    /// The byte stream is out of step (a bad header, a peer ahead): the
+    /// link cannot be used again.
+    Desync(String),
+}
+
+/// True if sequence number `a` comes before `b` (modulo 2^32).
+pub fn before(a: u32, b: u32) -> bool {
+    (b.wrapping_sub(a) as i32) > 0
 }
 
 /// What every message of one collective carries besides its length, so
@@ -30,7 +62,12 @@ pub struct Wire {
 impl Wire {
     /// The header of a message of `len` bytes of this operation.
     pub fn header(self, len: usize) -> Header {
-        Header { roots: self.roots, seq: self.seq, len: len as u64, what: self.what }
+        Header { roots: self.roots, seq: self.seq, len: len as u64, what: self.what, abort: false }
+    }
+
+    /// The frame that gives this operation up ([`Header::abort`]).
+    pub fn abort(self) -> Header {
+        Header { abort: true, ..self.header(0) }
     }
 }
 
@@ -57,8 +94,7 @@ const FOLDED_COUNT: u32 = 0x8000_0000;
 pub const UNCHECKED_COUNT: u32 = u32::MAX;
 
 /// What to do after a mismatch between ranks.
-pub const NEXT_STEP: &str =
-    "rerun with RUSTCCL_CHECK=1 to compare every call across ranks before it runs: it names the call that differs and keeps the group usable";
+pub const NEXT_STEP: &str = "rerun with RUSTCCL_CHECK=1 to compare every call across ranks before it runs: it names the call that differs";
 
 /// An element count (or several, when coalesced) in 32 bits: the count
 /// itself when there is one below 2^31, else a fold of them all.
@@ -186,6 +222,7 @@ impl Header {
         b[16] = self.what.kind;
         b[17] = self.what.op;
         b[18] = self.what.dtype;
+        b[19] = if self.abort { FLAG_ABORT } else { 0 };
         b[20..24].copy_from_slice(&self.what.count.to_le_bytes());
         b
     }
@@ -200,7 +237,28 @@ impl Header {
             seq: u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")),
             len: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
             what: What { kind: b[16], op: b[17], dtype: b[18], count: u32::from_le_bytes(b[20..24].try_into().expect("4 bytes")) },
+            abort: b[19] & FLAG_ABORT != 0,
         })
+    }
+
+    /// What a received header `b` means to a receiver at `want` that
+    /// expects `len` bytes.
+    pub fn classify(b: &[u8; HEADER_LEN], want: Wire, len: usize) -> Seen {
+        let h = match Header::decode(b) {
+            Ok(h) => h,
+            Err(why) => return Seen::Desync(why),
+        };
+        if before(h.seq, want.seq) {
+            return Seen::Stale { len: h.len };
+        }
+        if h.seq == want.seq && h.abort {
+            return Seen::Aborted { theirs: h.what };
+        }
+        match h.expect(want, len) {
+            Ok(()) => Seen::Expected,
+            Err(why) if h.seq != want.seq || h.abort => Seen::Desync(why),
+            Err(why) => Seen::Mismatch(why),
+        }
     }
 
     /// Compares a received header with what the receiver expects; the
@@ -346,7 +404,7 @@ mod tests {
     #[test]
     fn round_trip_and_mismatch() {
         let what = What::new(OpKind::AllReduce, Some(ReduceOp::Sum), Some(DType::F32), 8);
-        let h = Header { roots: 3, seq: 77, len: 1 << 40, what };
+        let h = Header { roots: 3, seq: 77, len: 1 << 40, what, abort: false };
         let want = Wire { seq: 77, roots: 3, what };
         assert_eq!(Header::decode(&h.encode()).unwrap(), h);
         assert!(h.expect(want, 1 << 40).is_ok());
@@ -357,6 +415,29 @@ mod tests {
         let mut bad = h.encode();
         bad[0] = 0;
         assert!(Header::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn classify_tells_stale_aborted_mismatched_and_desynced_frames_apart() {
+        let what = What::new(OpKind::AllReduce, Some(ReduceOp::Sum), Some(DType::F32), 8);
+        let want = Wire { seq: 10, roots: 0, what };
+        assert_eq!(Header::classify(&want.header(32).encode(), want, 32), Seen::Expected);
+        let old = Wire { seq: 9, ..want };
+        assert_eq!(Header::classify(&old.header(48).encode(), want, 32), Seen::Stale { len: 48 });
+        assert_eq!(Header::classify(&old.abort().encode(), want, 32), Seen::Stale { len: 0 });
+        let i32x8 = What { dtype: dtype_code(DType::I32), ..what };
+        let theirs = Wire { what: i32x8, ..want };
+        assert_eq!(Header::classify(&theirs.abort().encode(), want, 32), Seen::Aborted { theirs: i32x8 });
+        assert!(matches!(Header::classify(&theirs.header(32).encode(), want, 32), Seen::Mismatch(w) if w.contains("8 x int32")));
+        assert!(matches!(Header::classify(&want.header(48).encode(), want, 32), Seen::Mismatch(_)));
+        let ahead = Wire { seq: 11, ..want };
+        assert!(matches!(Header::classify(&ahead.header(32).encode(), want, 32), Seen::Desync(w) if w.contains("seq 11")));
+        assert!(matches!(Header::classify(&ahead.abort().encode(), want, 32), Seen::Desync(_)));
+        assert!(matches!(Header::classify(&[0; HEADER_LEN], want, 32), Seen::Desync(_)));
+        // across the wrap of the 32-bit number
+        let (last, first) = (Wire { seq: u32::MAX, ..want }, Wire { seq: 0, ..want });
+        assert_eq!(Header::classify(&last.header(4).encode(), first, 32), Seen::Stale { len: 4 });
+        assert!(matches!(Header::classify(&first.header(32).encode(), last, 32), Seen::Desync(_)));
     }
 
     #[test]

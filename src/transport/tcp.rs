@@ -3,6 +3,8 @@
 //! A send writes header and payload with one vectored write, a receive
 //! reads header and payload with one vectored read straight into the
 //! caller's buffer; both stop at `WouldBlock` and report how far they got.
+//! Bytes read past a frame that the receiver does not take (a frame of a
+//! collective given up) go back to the front of the stream (`give_back`).
 #![forbid(unsafe_code)]
 
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
@@ -10,19 +12,21 @@ use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
-use super::frame::HEADER_LEN;
+use super::frame::{Seen, HEADER_LEN};
 use super::{Progress, Step};
 
 pub struct TcpLink {
     stream: TcpStream,
     pub addr: String,
+    /// Bytes given back to the stream: reads take them first.
+    given_back: Vec<u8>,
 }
 
 impl TcpLink {
     pub fn new(std_stream: std::net::TcpStream, addr: String) -> io::Result<TcpLink> {
         std_stream.set_nonblocking(true)?;
         std_stream.set_nodelay(true)?;
-        Ok(TcpLink { stream: TcpStream::from_std(std_stream), addr })
+        Ok(TcpLink { stream: TcpStream::from_std(std_stream), addr, given_back: Vec::new() })
     }
 
     pub fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
@@ -53,18 +57,52 @@ impl TcpLink {
         }
     }
 
-    /// `check` validates the header once it is complete.
+    /// Puts `bytes` back at the front of the stream, before what is unread.
+    pub fn give_back(&mut self, bytes: &[u8]) {
+        self.given_back.splice(0..0, bytes.iter().copied());
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        if self.given_back.is_empty() {
+            return self.stream.read_vectored(bufs);
+        }
+        let mut n = 0;
+        for b in bufs.iter_mut() {
+            let k = b.len().min(self.given_back.len() - n);
+            b[..k].copy_from_slice(&self.given_back[n..n + k]);
+            n += k;
+        }
+        self.given_back.drain(..n);
+        Ok(n)
+    }
+
+    /// Reads what is there, up to `dst.len()` bytes; None: nothing yet.
+    pub fn read_some(&mut self, dst: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            match self.read_vectored(&mut [IoSliceMut::new(dst)]) {
+                Ok(0) if !dst.is_empty() => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                Ok(k) => return Ok(Some(k)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `check` classifies the header once it is complete; anything but
+    /// [`Seen::Expected`] stops the receive with the header read and
+    /// `st.body_done` bytes after it in `data`.
     pub fn recv_step(
         &mut self,
         data: &mut [u8],
         st: &mut Progress,
-        check: &mut dyn FnMut(&[u8; HEADER_LEN]) -> Result<(), String>,
-    ) -> io::Result<Result<Step, String>> {
+        check: &mut dyn FnMut(&[u8; HEADER_LEN]) -> Seen,
+    ) -> io::Result<Result<Step, Seen>> {
         let mut moved = false;
         loop {
             let r = {
                 let mut bufs = [IoSliceMut::new(&mut st.hdr[st.hdr_done..]), IoSliceMut::new(&mut data[st.body_done..])];
-                self.stream.read_vectored(&mut bufs)
+                self.read_vectored(&mut bufs)
             };
             match r {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
@@ -72,10 +110,10 @@ impl TcpLink {
                     moved = true;
                     st.advance(k);
                     if st.hdr_done == HEADER_LEN && !st.checked {
-                        if let Err(why) = check(&st.hdr) {
-                            return Ok(Err(why));
+                        match check(&st.hdr) {
+                            Seen::Expected => st.checked = true,
+                            other => return Ok(Err(other)),
                         }
-                        st.checked = true;
                     }
                     if st.checked && st.body_done == data.len() {
                         return Ok(Ok(Step::Done));

@@ -107,7 +107,7 @@ fn size_mismatch(comms: &[rustccl::Communicator]) {
 }
 
 #[test]
-fn mismatched_sizes_fail_and_poison_the_group() {
+fn mismatched_sizes_fail_and_the_group_goes_on() {
     for comms in
         [tcp_comms(2, AlgoConfig::default(), Duration::from_secs(10)), shm_comms(2, AlgoConfig::default(), Duration::from_secs(10))]
     {
@@ -121,19 +121,17 @@ fn mismatched(comms: &[rustccl::Communicator]) {
         let mut s = spec(OpKind::AllReduce);
         s.inputs = vec![t(&b)];
         let e = c.submit(vec![s], None, None).unwrap().wait(None).unwrap_err();
-        // a later collective fails fast with the same cause
-        let b2 = buf(DType::F32, &[1.0]);
+        // the ranks are still in step: a later collective works
+        let b2 = buf(DType::F32, &[1.0 + r as f64]);
         let mut s = spec(OpKind::AllReduce);
         s.inputs = vec![t(&b2)];
-        let t0 = Instant::now();
-        let e2 = c.submit(vec![s], None, None).unwrap().wait(None).unwrap_err();
-        assert!(t0.elapsed() < Duration::from_secs(1));
-        assert!(matches!(e2, Error::Poisoned { .. }), "{e2}");
+        c.submit(vec![s], None, None).unwrap().wait(None).unwrap();
+        assert_eq!(read(DType::F32, &b2), vec![3.0]);
         e
     });
     for e in errs {
         let s = e.to_string();
-        assert!(matches!(e, Error::Protocol { .. }), "{s}");
+        assert!(matches!(e, Error::Mismatch { .. }) && s.contains("the group stays usable"), "{s}");
         let named = s.contains("of 10 x float32") && s.contains("of 11 x float32") && s.contains("different dtypes, sizes");
         assert!(s.contains("rustccl all_reduce (seq 0") && (named || s.contains("different tensors")), "{s}");
     }

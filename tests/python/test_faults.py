@@ -204,3 +204,32 @@ def test_tcp_dtype_or_op_mismatch_never_yields_a_result(world):
     recv = res[1]["send_recv"]
     assert recv["runtime_error"] and "8 x int32" in recv["msg"] and "8 x float32" in recv["msg"], recv
     assert recv["got"] == [0] * 8, recv
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_mismatch_fails_the_call_and_the_group_goes_on(world, transport):
+    """The last rank passes another size (40 B, 1 MiB, 16 MiB: every
+    all_reduce and broadcast algorithm), dtype or reduce op than the
+    others, in one group. The call fails on every rank whose result
+    depends on it (a rank whose part was over may return, with the
+    agreeing ranks' result), and a correct all_reduce after it gives the
+    right sum on every rank."""
+    env = {"RUSTCCL_TRANSPORT": "tcp"} if transport == "tcp" else {}
+    res = launch.run("w_faults:mismatch_then_go_on", world, env=env, pg_timeout=30, timeout=300)
+    want_sum = [float(world * (world + 1) // 2)] * 5
+    names = list(res[0])
+    assert len(names) == 19, names
+    for name in names:
+        seen = [res[r][name] for r in range(world)]
+        assert any(s["type"] is not None for s in seen), (name, seen)
+        for r, s in enumerate(seen):
+            if s["type"] is None:
+                assert s["want"] is not None, (name, r, s)
+                assert s["want"] == "any" or s["got"] == s["want"], (name, r, {k: v for k, v in s.items() if k != "got"})
+            else:
+                assert s["runtime_error"] and "rustccl" in s["msg"], (name, r, s)
+                assert "the group stays usable" in s["msg"], (name, r, s["msg"])
+                assert "unusable" not in s["msg"], (name, r, s["msg"])
+            after = s["after"]
+            assert after["type"] is None and after["y"] == want_sum, (name, r, after)

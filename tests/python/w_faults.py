@@ -206,7 +206,16 @@ def send_then_exit(rank: int, world: int) -> dict:
 
 
 def _mismatch_cases(rank: int, world: int):
-    """(name, call) pairs: each call runs one collective in which the last
+    """The cases of `_mismatch_cases_in`, each in a group of its own."""
+    groups = []
+    for name, case in _mismatch_cases_in(rank, world, lambda: groups[-1]):
+        groups.append(dist.new_group(list(range(world))))
+        yield name, case
+
+
+def _mismatch_cases_in(rank: int, world: int, g):
+    """(name, call) pairs: each call runs one collective (in group `g()`)
+    in which the last
     rank passes tensors of another dtype (same byte length) or reduce op,
     and returns what this rank holds afterwards and what it should hold if
     the call succeeded here (computed from the agreeing ranks' inputs):
@@ -269,15 +278,9 @@ def _mismatch_cases(rank: int, world: int):
         dist.scatter(x, ins, 0, group=g())
         return x, torch.full((8,), float(rank))
 
-    groups = []
-
-    def g():
-        return groups[-1]
-
     cases = [all_reduce, all_reduce_f64, all_reduce_op, broadcast, reduce, all_gather, reduce_scatter,
              all_to_all, gather, scatter]
     for case in cases:
-        groups.append(dist.new_group(list(range(world))))
         yield case.__name__, case
 
 
@@ -303,4 +306,54 @@ def tcp_mismatch(rank: int, world: int) -> dict:
         buf = torch.zeros(8, dtype=torch.int32)
         out["send_recv"] = _timed(lambda: dist.recv(buf, 0, group=g))
         out["send_recv"]["got"] = buf.tolist()
+    return out
+
+
+def mismatch_then_go_on(rank: int, world: int) -> dict:
+    """In one group: collectives in which the last rank passes another
+    size, dtype or reduce op (small and large, so every algorithm of the
+    transport meets it), each followed by a correct all_reduce. What each
+    rank saw comes back."""
+    odd = rank == world - 1
+    sizes = {"40B": 10, "1MiB": 1 << 18, "16MiB": 1 << 22}
+
+    def size_case(n):
+        def run():
+            x = torch.ones(n + (2 if odd else 0))
+            dist.all_reduce(x)
+            return x, None
+        return run
+
+    def dtype_case(n):
+        def run():
+            x = torch.ones(n, dtype=torch.int32 if odd else torch.float32)
+            dist.all_reduce(x)
+            return x, None
+        return run
+
+    def broadcast_case(n):
+        def run():
+            x = torch.full((n + (2 if odd else 0),), 7.0 if rank == 0 else 0.0)
+            dist.broadcast(x, 0)
+            return x, torch.full((n,), 7.0)
+        return run
+
+    cases = [(f"all_reduce_size_{k}", size_case(n)) for k, n in sizes.items()]
+    cases += [(f"all_reduce_dtype_{k}", dtype_case(n)) for k, n in sizes.items()]
+    cases += [(f"broadcast_size_{k}", broadcast_case(n)) for k, n in sizes.items()]
+    cases += list(_mismatch_cases_in(rank, world, lambda: dist.group.WORLD))
+    out = {}
+    for name, case in cases:
+        held = {}
+
+        def run():
+            got, want = case()
+            held["want"] = want.tolist() if isinstance(want, torch.Tensor) else want
+            held["got"] = got.tolist() if isinstance(want, torch.Tensor) else None
+
+        r = _timed(run)
+        y = torch.full((5,), float(rank + 1))
+        after = _timed(lambda: dist.all_reduce(y))
+        after["y"] = y.tolist()
+        out[name] = dict(r, **held, after=after)
     return out

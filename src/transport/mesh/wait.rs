@@ -22,6 +22,14 @@ impl PhaseWait for Mesh {
         Error::Protocol { site: self.ctx.site.clone(), rank: self.rank, peer, addr: self.addrs[peer].clone(), detail }
     }
 
+    fn what(&self) -> crate::transport::frame::What {
+        self.ctx.what
+    }
+
+    fn disagree(&self, peer: Rank, detail: String) -> Error {
+        Mesh::disagree(self, peer, detail)
+    }
+
     fn wait_phase(&mut self, target: u64) -> Result<()> {
         let _t = crate::hostprof::start(crate::hostprof::Span::PhaseWait);
         let r = self.wait_phase_for(target);

@@ -174,6 +174,9 @@ pub struct ShmLink {
     /// The (otherwise idle) TCP connection to the peer: EOF means it died
     /// (None: the owner of the link watches the peer itself).
     watch: Option<TcpStream>,
+    /// Bytes given back to the ring ([`ShmLink::give_back`]): pulls take
+    /// them first.
+    given_back: Vec<u8>,
 }
 
 /// The producing end of the ring towards one local peer (in our segment).
@@ -204,7 +207,7 @@ impl ShmLink {
         let in_tail = theirs.u64_at(theirs.layout.tail_off(chan, local.me)).load(Ordering::Acquire);
         let tx = RingTx { peer, chan, mine, theirs: theirs.clone(), out_head };
         let rx = RingRx { me: local.me, chan, theirs, in_tail };
-        Ok(ShmLink { tx, rx, watch })
+        Ok(ShmLink { tx, rx, watch, given_back: Vec::new() })
     }
 
     /// Local index of the peer.
@@ -220,7 +223,19 @@ impl ShmLink {
     /// Takes as many bytes as are available (up to `dst.len()`) from the
     /// ring from the peer.
     pub fn pull(&mut self, dst: &mut [u8]) -> usize {
-        self.rx.pull(dst)
+        if self.given_back.is_empty() {
+            return self.rx.pull(dst);
+        }
+        let k = dst.len().min(self.given_back.len());
+        dst[..k].copy_from_slice(&self.given_back[..k]);
+        self.given_back.drain(..k);
+        k
+    }
+
+    /// Puts `bytes` back in front of what is unread (a frame the receiver
+    /// does not take now).
+    pub fn give_back(&mut self, bytes: &[u8]) {
+        self.given_back.splice(0..0, bytes.iter().copied());
     }
 
     /// The two ends, for an owner that writes from other threads than it

@@ -32,8 +32,14 @@ pub trait PhaseWait {
     fn wait_phase(&mut self, target: u64) -> Result<()>;
     /// Wire sequence number of the current operation.
     fn seq(&self) -> u32;
+    /// What the current operation is, as every rank describes it.
+    fn what(&self) -> frame::What;
     /// A protocol error with `peer` (ranks disagree about the operation).
     fn mismatch(&self, peer: Rank, detail: String) -> Error;
+    /// The error of a disagreement found before any data moved, when every
+    /// local rank finds it alike ([`Window::verify`]): the group stays
+    /// usable where it can.
+    fn disagree(&self, peer: Rank, detail: String) -> Error;
     /// Blocks until `ready()`, which local rank `peer` makes true within
     /// this operation (its block flags), with the checks of `wait_phase`.
     fn wait_until(&mut self, peer: usize, ready: &dyn Fn() -> bool) -> Result<()>;
@@ -75,20 +81,23 @@ fn length_word(d: &Desc) -> u64 {
     d.len as u64 | (d.root.map_or(0, |r| r as u64 + 1) << LEN_BITS)
 }
 
-fn descriptor(seq: u32, d: &Desc) -> u64 {
-    (seq as u64) << 32 | (frame::dtype_code(d.dtype) as u64) << 8 | d.op as u64
+/// seq (32 bits) | the collective's kind (8) | dtype (8) | reduce op (8).
+/// The dtype is the caller's (`what`), also where the algorithm moves
+/// bytes, so that `float32` against `int32` of one length fails too.
+fn descriptor(seq: u32, what: frame::What, d: &Desc) -> u64 {
+    let dtype = if what.dtype != 0 { what.dtype } else { frame::dtype_code(d.dtype) };
+    (seq as u64) << 32 | (what.kind as u64) << 16 | (dtype as u64) << 8 | d.op as u64
 }
 
 /// An announced operation in torch's words: `all_reduce(SUM) of 40 bytes
-/// of float32`, `broadcast of 40 bytes` (data movement is announced as
-/// bytes).
+/// of float32`, `broadcast of 40 bytes of int32`.
 fn desc_text(name: &str, word: u64, len: u64) -> String {
     let (code, op) = ((word >> 8) as u8, ReduceOp::from_i32((word & 0xff) as i32));
     match op {
         Some(op) if matches!(name, "all_reduce" | "reduce" | "reduce_scatter") => {
             format!("{name}({}) of {len} bytes of {}", op.name(), frame::dtype_name(code))
         }
-        _ => format!("{name} of {len} bytes"),
+        _ => format!("{name} of {len} bytes of {}", frame::dtype_name(code)),
     }
 }
 
@@ -506,15 +515,17 @@ impl Window {
     /// wait for that) reads the other slot.
     pub fn announce(&self, w: &dyn PhaseWait, d: &Desc) {
         let slot = self.phase() as usize;
-        self.local.mine().desc(slot).store(descriptor(w.seq(), d), Ordering::Relaxed);
+        self.local.mine().desc(slot).store(descriptor(w.seq(), w.what(), d), Ordering::Relaxed);
         self.local.mine().desc_len(slot).store(length_word(d), Ordering::Relaxed);
     }
 
     /// After the operation's first publish (one phase after its announce)
     /// and the wait that follows it: every peer announced the same
-    /// operation.
+    /// operation. Every local rank compares every other's descriptor, so a
+    /// disagreement fails the operation on all of them at the same phase,
+    /// and the next operation starts in step.
     pub fn verify(&self, w: &dyn PhaseWait, d: &Desc) -> Result<()> {
-        let want = descriptor(w.seq(), d);
+        let want = descriptor(w.seq(), w.what(), d);
         let slot = self.phase().wrapping_sub(1) as usize;
         for (i, s) in self.local.segs.iter().enumerate() {
             if i == self.local.me {
@@ -536,7 +547,7 @@ impl Window {
                 let name = |r: Option<usize>| {
                     r.map_or("none".to_string(), |r| self.local.ranks.get(r).map_or(format!("local {r}"), |g| g.to_string()))
                 };
-                return Err(w.mismatch(
+                return Err(w.disagree(
                     self.local.ranks[i],
                     format!(
                         "peer runs {} from root {} where this rank has root {}: the ranks passed different roots",
@@ -547,7 +558,7 @@ impl Window {
                 ));
             }
             if got != want || their_len != d.len as u64 {
-                return Err(w.mismatch(
+                return Err(w.disagree(
                     self.local.ranks[i],
                     format!(
                         "peer runs {} where this rank runs {}: the ranks passed different tensors, dtypes or reduce ops ({})",
