@@ -387,13 +387,10 @@ impl Mesh {
             if self.signal() != sig0 {
                 return Ok(());
             }
-            if t0.elapsed() < window {
-                match &self.local {
-                    Some(l) => l.pause(),
-                    None => std::thread::yield_now(),
-                }
-            } else {
-                break;
+            match &self.local {
+                Some(l) if t0.elapsed() < window && !l.cores_taken() => l.pause(),
+                None if t0.elapsed() < window => std::thread::yield_now(),
+                _ => break,
             }
         }
         self.check_alive(&pending)?;

@@ -75,7 +75,7 @@ impl Mesh {
             if Instant::now() >= self.ctx.deadline {
                 return Err(timeout_error(self, behind()));
             }
-            if t0.elapsed() < self.window.get() {
+            if t0.elapsed() < self.window.get() && !local.cores_taken() {
                 local.pause();
             } else {
                 slept = true;

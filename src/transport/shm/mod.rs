@@ -44,7 +44,7 @@ pub use attach::{split_at, split_point, Attach, BlockOp, BLOCK_SLOT_RANKS, SINGL
 pub use blocked::{Blocked, BLOCKED_RANKS};
 pub use segment::{Channel, Layout, Segment};
 pub use stage::StillComing;
-pub use wait_window::WaitWindow;
+pub use wait_window::{Contention, WaitWindow};
 pub use window::{Area, AttachError, Desc, PhaseWait, Window};
 pub use workers::Workers;
 
@@ -129,6 +129,9 @@ pub struct ShmLocal {
     /// How long the waiting thread polls before it sleeps, to start with
     /// (the transport keeps its own copy, which adapts).
     pub wait_window: WaitWindow,
+    /// Whether this rank's pauses find its core taken by other work
+    /// (then waits sleep at once).
+    pub contention: Contention,
 }
 
 impl ShmLocal {
@@ -159,7 +162,15 @@ impl ShmLocal {
         if self.keep_apart {
             place::look(&self.segs, self.me);
         }
+        let t = Instant::now();
         std::thread::yield_now();
+        self.contention.paused(t);
+    }
+
+    /// True while a pause found the core taken by other work recently: a
+    /// waiting thread should sleep at once (`wait_window::Contention`).
+    pub fn cores_taken(&self) -> bool {
+        self.contention.cores_taken()
     }
 
     pub fn local_index(&self, rank: Rank) -> Option<usize> {
@@ -615,6 +626,7 @@ pub fn connect(
         gather_root_share: gather_root_share(sizes, n, threads),
         block_wait: Duration::from_micros(sizes.block_wait_us as u64),
         wait_window: host::wait_window_for(sizes, n, threads),
+        contention: Contention::default(),
     });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {

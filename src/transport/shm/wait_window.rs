@@ -26,7 +26,8 @@
 //! had shown no convoy.
 #![forbid(unsafe_code)]
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// The window to start with, and the least it shrinks to (the fixed
 /// window before it adapted).
@@ -81,6 +82,63 @@ impl WaitWindow {
     }
 }
 
+/// A pause (a yield of the core between two looks) that took longer than
+/// this ran another task on the core.
+pub const TAKEN_AFTER: Duration = Duration::from_micros(40);
+
+/// So many such pauses in a row (no quick one between them) mean that
+/// the host's cores are taken; one alone may be a hypervisor's or a
+/// short-lived task's.
+pub const TAKEN_IN_A_ROW: u32 = 3;
+
+/// How long waits sleep at once once the cores are found taken, before
+/// one polls (and so looks) again; while pauses stay long, that look
+/// finds them taken again at once.
+pub const TAKEN_FOR: Duration = Duration::from_millis(200);
+
+/// Whether the host's cores are taken by other work (a training job's
+/// compute threads, other processes), as the pauses of this process's
+/// polling threads find. A polling thread then sleeps at once: where
+/// every core is busy, a thread that yields its core between looks gets
+/// it back only after another task's time slice, while a sleeper is woken
+/// by its peer's publish; and its polls would take the cores' time from
+/// that work.
+#[derive(Debug)]
+pub struct Contention {
+    epoch: Instant,
+    /// Nanoseconds after `epoch` until which waits sleep at once.
+    until: AtomicU64,
+    /// Long pauses since the last quick one.
+    long_in_a_row: AtomicU32,
+}
+
+impl Default for Contention {
+    fn default() -> Contention {
+        Contention { epoch: Instant::now(), until: AtomicU64::new(0), long_in_a_row: AtomicU32::new(0) }
+    }
+}
+
+impl Contention {
+    /// A pause that began at `started` just ended.
+    pub fn paused(&self, started: Instant) {
+        let now = Instant::now();
+        if now.duration_since(started) <= TAKEN_AFTER {
+            self.long_in_a_row.store(0, Ordering::Relaxed);
+            return;
+        }
+        if self.long_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= TAKEN_IN_A_ROW {
+            let until = (now + TAKEN_FOR).duration_since(self.epoch).as_nanos() as u64;
+            self.until.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+
+    /// True while waits should sleep at once rather than poll.
+    pub fn cores_taken(&self) -> bool {
+        let until = self.until.load(Ordering::Relaxed);
+        until != 0 && (self.epoch.elapsed().as_nanos() as u64) < until
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +161,28 @@ mod tests {
             w.slept(US(5000));
         }
         assert_eq!(w.get(), MIN);
+    }
+
+    #[test]
+    fn long_pauses_in_a_row_mean_taken_cores_for_a_while() {
+        let c = Contention::default();
+        let long = || Instant::now() - 2 * TAKEN_AFTER;
+        c.paused(Instant::now());
+        c.paused(long());
+        c.paused(long());
+        c.paused(Instant::now());
+        c.paused(long());
+        assert!(!c.cores_taken(), "a quick pause between long ones");
+        c.paused(long());
+        c.paused(long());
+        assert!(c.cores_taken());
+        let c =
+            Contention { epoch: Instant::now() - 2 * TAKEN_FOR, until: AtomicU64::new(TAKEN_FOR.as_nanos() as u64), ..Default::default() };
+        assert!(!c.cores_taken(), "over after TAKEN_FOR");
+        // still long at the next look: taken again at once
+        c.long_in_a_row.store(TAKEN_IN_A_ROW, Ordering::Relaxed);
+        c.paused(long());
+        assert!(c.cores_taken());
     }
 
     #[test]
