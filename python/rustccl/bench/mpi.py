@@ -44,14 +44,14 @@ OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gat
        "send_recv"]
 SYSTEMS = ["rustccl", "mpi", "gloo"]
 DEFAULT_SIZES = "8,1K,32K,512K,2M,8M,32M"
-# A busy process: counts, and publishes its count every 65536 iterations.
+# A busy process: counts, and publishes its count every 1024 iterations.
 _BUSY = """
 import sys, numpy as np
 c = np.memmap(sys.argv[1], dtype=np.int64, mode="r+", shape=(int(sys.argv[3]),))
 i, n = int(sys.argv[2]), 0
 while True:
     n += 1
-    if n & 0xffff == 0:
+    if n & 0x3ff == 0:
         c[i] = n
 """
 
@@ -348,7 +348,8 @@ def markdown(head: dict, rows: list[dict]) -> str:
                       for s in systems]
             cells += [f"{by[s]['us'] / by['rustccl']['us']:.2f}" for s in systems if s != "rustccl"]
             if head["load"] and "gloo" in by:
-                cells += [f"{by[s]['load_rate'] / by['gloo']['load_rate']:.2f}" for s in systems if s != "gloo"]
+                base = by["gloo"]["load_rate"] or float("nan")
+                cells += [f"{by[s]['load_rate'] / base:.2f}" for s in systems if s != "gloo"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
@@ -359,7 +360,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if "OMPI_COMM_WORLD_SIZE" not in os.environ:
         return _launch(args, argv)
-    return rank_main(args)
+    try:
+        return rank_main(args)
+    except BaseException:
+        # One rank's exception must not leave the others waiting in MPI.
+        import traceback
+
+        from mpi4py import MPI
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(2)
+        raise
 
 
 if __name__ == "__main__":
