@@ -11,9 +11,9 @@ $py -m pip install -q --no-index --no-deps --force-reinstall wheelhouse/rustccl-
   .devwheels/mpi4py-*-cp$($py -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')-*.whl
 cd "${OUT:-/tmp}"
 export NCCL_NVLS_ENABLE=0 CUDA_VISIBLE_DEVICES=
-for w in ${WORLDS:-4 8 16}; do
+for w in ${WORLDS-4 8 16}; do
   $py -m rustccl.bench.mpi --world "$w" --machine "$machine" --out . ${BENCH_ARGS:-} | tail -n 2
 done
-for w in ${LOAD_WORLDS:-8}; do
+for w in ${LOAD_WORLDS-8}; do
   $py -m rustccl.bench.mpi --world "$w" --load 1 --machine "$machine" --out . ${BENCH_ARGS:-} | tail -n 2
 done
