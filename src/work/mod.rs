@@ -58,6 +58,13 @@ pub trait Progress: Send + Sync {
     fn pause(&self) {
         std::thread::yield_now();
     }
+
+    /// The host's cores are taken by other work (`pause` found it): a
+    /// waiting thread should sleep rather than drive, since each pause
+    /// would cost another task's time slice.
+    fn cores_taken(&self) -> bool {
+        false
+    }
 }
 
 /// How long `wait` drives a work's engine (`Progress`) before it sleeps.
@@ -302,6 +309,9 @@ impl Work {
             p.progress();
             if self.lock().result.is_some() {
                 return true;
+            }
+            if p.cores_taken() {
+                return false;
             }
             p.pause();
         }

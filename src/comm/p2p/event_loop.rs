@@ -119,6 +119,10 @@ impl Progress for Driver {
             None => std::thread::yield_now(),
         }
     }
+
+    fn cores_taken(&self) -> bool {
+        self.1.upgrade().is_some_and(|local| local.cores_taken())
+    }
 }
 
 impl EventLoop {
