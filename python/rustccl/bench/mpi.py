@@ -84,7 +84,7 @@ def _launch(args, argv: list[str]) -> int:
     busy, counters = [], None
     if args.load > 0:
         n = args.load * (os.cpu_count() or 1)
-        counters = tempfile.NamedTemporaryFile(prefix="rustccl-load-", dir="/dev/shm", delete=False).name
+        counters = tempfile.NamedTemporaryFile(prefix="bench-load-", dir="/dev/shm", delete=False).name
         np.memmap(counters, dtype=np.int64, mode="w+", shape=(n,)).flush()
         busy = [subprocess.Popen([sys.executable, "-c", _BUSY, counters, str(i), str(n)]) for i in range(n)]
         env["RUSTCCL_BENCH_LOAD"] = f"{counters}:{n}"
