@@ -73,7 +73,8 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
             slot = max((256 << 10) * th["shm_threads"], (2 << 20) if few else 0)
             c.true(f"slots as the host allows: {th}", th["shm_slot_bytes"] == slot)
         if "RUSTCCL_SHM_MIN_PIECE_BYTES" not in os.environ:
-            piece = min(256 << 10, th["shm_slot_bytes"])
+            # a thread's piece of a slot (RUSTCCL_SHM_SEGMENT_BYTES), at most 256 KiB
+            piece = min(256 << 10, int(os.environ.get("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10)))
             c.true(f"pieces of 256 KiB or a slot: {th}", th["shm_min_piece_bytes"] == piece)
     elif "shm_threads" in th:
         c.true(f"spin setting in force: {th}", th["shm_spin_us"] == int(os.environ["RUSTCCL_SHM_SPIN_US"]))
