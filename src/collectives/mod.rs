@@ -381,11 +381,10 @@ pub fn run(
             if let Some((win, wait)) = host {
                 let total: usize = outputs.byte_lens().iter().sum();
                 // Each rank reads n - 1 parts, half of what an all-reduce of
-                // the total reads: compared by the part (8 ranks, 32-core
-                // host: 2 MiB parts 2.4x faster through the slots, 8 MiB
-                // 1.1-1.2x, 32 MiB even; 4 ranks even from 512 KiB);
-                // its own threshold with shared tensors on a crowded host
-                // (`Attach::all_gather_min`).
+                // the total reads: compared by the part, where the slots
+                // stay faster up to large parts with many ranks; its own
+                // threshold with shared tensors on a crowded host
+                // (`Attach::all_gather_min`, `docs/decisions/0004`).
                 if win.all_gather_attach_min().is_some_and(|m| len >= m) {
                     shm_attach::all_gather(&win, wait, &mut outputs.views_mut())?;
                     return Ok("shm_attach");
@@ -413,10 +412,10 @@ pub fn run(
                 };
                 let (win, wait) = whole_host(t).ok_or_else(|| Error::Internal("shared memory went away".into()))?;
                 // Reading the peers' inputs directly: from 16 MiB by
-                // default (below, the two-copy algorithm was faster on the
-                // 32-core host: reads by several ranks of one source
-                // contend, and each step's wake-ups cost more than the
-                // saved copy), from 8 MiB with many ranks of few threads
+                // default (below, the two-copy algorithm is faster: reads
+                // by several ranks of one source contend, and each step's
+                // wake-ups cost more than the saved copy), from 8 MiB with
+                // many ranks of few threads
                 // (`Window::reduce_scatter_attach_min`).
                 if win.reduce_scatter_attach_min().is_some_and(|m| ins.byte_lens().iter().sum::<usize>() >= m) {
                     shm_attach_reduce::reduce_scatter(&win, wait, &ins.views(), output.bytes_mut(), dtype, *op)?;

@@ -55,7 +55,7 @@ fn reduce_part(
     let wk = win.workers();
     // The phase reads every local rank's bytes: counted n times, as a
     // reduction is (`Workers::reducing`), so that a quick team of 2 does not
-    // take an 8-rank 8 MiB reduce's 1 MiB parts (1.17-1.39x slower at 512 KiB a thread).
+    // take a many-rank reduce's large parts, which its few threads copy slowly.
     let bytes = acc.len() * n;
     let pieces: Vec<_> = wk.pieces_mut(acc).collect();
     wk.for_each(pieces, bytes, |(off, piece)| {

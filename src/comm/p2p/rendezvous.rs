@@ -48,12 +48,9 @@ pub(super) fn by_rendezvous(local: Option<&ShmLocal>, shm: bool, nbytes: usize) 
 /// Whether a send of `nbytes` that goes by value (through the ring) is
 /// offered to the sender's staging area first: over `ShmLocal::stage_min`
 /// and within the area. Staged, it completes once copied in, as a send by
-/// value does once written, and the receiver's threads copy it out: on the
-/// 32- and 64-core hosts 256 KiB send/recv ping-pongs took 0.45-1x the
-/// time of the ring's copies with 2 and 8 ranks (128 KiB ones 0.76-1.28x:
-/// hence the default of 128 KiB for `stage_min`,
-/// `config::STAGED_SEND_MIN`;
-/// `docs/decisions/0004`). Where the
+/// value does once written, and the receiver's threads copy it out, which
+/// beats the ring's copies from about the default of `stage_min`
+/// (`config::STAGED_SEND_MIN`; `docs/decisions/0004`). Where the
 /// area is busy the send goes through the ring as before, so a send that
 /// fits the ring still never waits for its receive.
 /// The receiver copies such a message out at once, matched or not

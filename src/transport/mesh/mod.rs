@@ -61,9 +61,8 @@ pub struct Mesh {
     /// How long a wait for local peers polls, yielding the core between
     /// looks, before it sleeps on the futex word: a peer a few
     /// microseconds behind costs no sleep / wake-up pair. No pure
-    /// spinning: with as many ranks as cores, a spinning rank held the
-    /// core its peer needed, and on the 2-core machine half the runs
-    /// settled at ~60 us per small all-reduce instead of ~15 us.
+    /// spinning: with as many ranks as cores, a spinning rank holds the
+    /// core its peer needs.
     window: WaitWindow,
     /// Payload bytes of a frame of a collective given up that are still to
     /// be skipped on each peer's link before its next header.

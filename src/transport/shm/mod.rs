@@ -88,11 +88,11 @@ pub struct ShmLocal {
     /// More threads for a root's phases in which the other ranks only
     /// wait (gather's and reduce's reads of every block, scatter's copies
     /// into the root's slots; `Window::solo_workers`): their cores are free,
-    /// and one rank's threads alone read a 1 GiB gather ~8x slower than
-    /// the host's memory allows. A pool of their own, made at the first
-    /// such phase ([`ShmLocal::root_workers`]): with one pool of that
-    /// size for everything, the other phases lost up to 2x at 512 KiB -
-    /// 8 MiB (idle threads of the larger pool woke up and took cores).
+    /// and one rank's threads alone read far more slowly than the host's
+    /// memory allows. A pool of their own, made at the first such phase
+    /// ([`ShmLocal::root_workers`]): with one pool of that size for
+    /// everything, idle threads of the larger pool woke up in the other
+    /// phases and took cores.
     pub root_threads: usize,
     root_pool: OnceLock<Option<Workers>>,
     /// Largest all-reduce done in one round (the setting, or from the host).
@@ -339,12 +339,8 @@ impl RingTx {
 }
 
 /// How often [`RingTx::push_parts`] publishes what it has written of a
-/// longer push. A 128 KiB send through the ring took two copies one after
-/// the other (~20 us at a thread's ~6 GB/s on the 32-core host); published
-/// every 8 KiB, the receiver's copy runs behind the sender's: 128 KiB
-/// send/recv 1.8-2.0x -> 2.2-2.6x gloo, 32 KiB 2.1-2.6x -> 2.2-3.1x in
-/// five pairs of sweeps alternating the builds
-/// (`docs/decisions/0004`).
+/// longer push: published in pieces, the receiver's copy runs behind the
+/// sender's instead of after it (`docs/decisions/0004`).
 const PUBLISH_EVERY: usize = 8 << 10;
 
 impl RingRx {

@@ -4,9 +4,8 @@
 //! before they sleep. Two ranks' polling threads on one CPU take turns
 //! only when the scheduler lets them: on EEVDF (Linux 6.6 on) a thread
 //! that yields keeps its CPU until the other one is eligible to run, so a
-//! message that has arrived waits about 25 us to be seen (the 2-core VM:
-//! 2 KiB ping-pongs 27-30 us one way with both ranks' threads on one core,
-//! 8 us apart; sleeping on the futex word instead took 34-41 us there).
+//! message that has arrived waits a scheduler slice to be seen (and
+//! sleeping on the futex word instead is slower still).
 //! The scheduler puts them together (a woken thread goes near its waker)
 //! and does not separate two threads that both poll within a few
 //! milliseconds; gloo's rounds between rustccl's in the A/B benchmark left

@@ -1,10 +1,9 @@
 //! A rank's staging area: the end of its segment, where a point-to-point
 //! send of a few MiB to a rank of this host is copied by the sender's
 //! worker threads and copied out by the receiver's (`comm::p2p`'s staged
-//! sends), both in user space. On the 16-core host, 8 threads read 2-8 MiB
-//! out of another process through the kernel (`remote`, the rendezvous
-//! path) in ~250 us whatever the size, where the same threads copied 2 MiB
-//! in ~50 us and 4 MiB in ~70 us
+//! sends), both in user space: reading a few MiB out of another process
+//! through the kernel (`remote`, the rendezvous path) costs a fixed time
+//! well above what the same threads need to copy it twice in user space
 //! (`docs/decisions/0004`).
 //!
 //! The two copies overlap: the sender sends its message first and then

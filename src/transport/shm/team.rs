@@ -12,15 +12,11 @@
 //!
 //! Idle helpers spin on the team's state word for `spin` before they
 //! sleep (park), and the caller spins while it waits for the last of them.
-//! On the hosts measured, all VMs, waking a sleeping thread costs tens of
-//! microseconds (the hypervisor delivers the wake-up interrupt), as much
-//! as copying a few hundred KiB: with rayon's pool, used before, two
-//! threads copying 128 KiB each took 31-80 us a round on the 2-core VM
-//! where one copy takes 3.4 us, because its threads fell asleep between
-//! rounds and the caller slept on a latch for the helpers' last piece;
-//! with helpers spinning, 3.6 us. On the 64-core host rayon's rounds of
-//! 8 pieces took 20-100 us for 2-7 us of copying, a spinning pool's the
-//! copy's time (`examples/wake_probe.rs`,
+//! On a VM, waking a sleeping thread costs as much as copying a few
+//! hundred KiB (the hypervisor delivers the wake-up interrupt). A pool
+//! whose threads fall asleep between rounds, with a caller that sleeps on
+//! a latch for the helpers' last piece (rayon's, used before), spent most
+//! of each small round waking threads (`examples/wake_probe.rs`,
 //! `docs/decisions/0004`).
 //!
 //! One job at a time: a call made while another thread's job runs (the

@@ -3,27 +3,22 @@
 //! that adapts to how long the waits last.
 //!
 //! A sleeper costs its waker a futex wake-up, and on a VM a wake-up that
-//! must start a halted virtual CPU takes 20-150 us. Where every rank
-//! waits a little longer than the window, every rank sleeps in every
-//! phase, every phase then costs a wake-up, and the ranks stay that far
-//! apart: a convoy that lasts as long as the loop. With 16 one-thread
-//! ranks on a 16-core VM, 300 back-to-back 8 KiB broadcasts took 338 us
-//! each in one run (every rank asleep ~285 us a call) and 38 us with a
-//! 2 ms window (`docs/decisions/0004`). A long
-//! window for every wait would keep a rank that waits for a slower peer
-//! (one still computing) on its core for nothing, so the window grows
-//! only after a wait that slept and still ended soon, to a little more
-//! than that wait took (at most [`MAX`]), and shrinks back after waits
-//! longer than `MAX`.
+//! must start a halted virtual CPU is slow. Where every rank waits a
+//! little longer than the window, every rank sleeps in every phase, every
+//! phase then costs a wake-up, and the ranks stay that far apart: a
+//! convoy that lasts as long as the loop. A long window for every wait
+//! would keep a rank that waits for a slower peer (one still computing)
+//! on its core for nothing, so the window grows only after a wait that
+//! slept and still ended soon, to a little more than that wait took (at
+//! most [`MAX`]), and shrinks back after waits longer than `MAX`.
 //!
 //! Only ranks of one thread adapt it (a rank per core, as
-//! `torchrun --nproc_per_node=$(nproc)` gives, or the 2-core VM), where
-//! the local ranks have a core each. Where they outnumber the cores a
-//! rank polling holds a core a peer needs; ranks with worker threads
-//! (and a quick team that spins) kept [`MIN`] because 4 ranks of 4
-//! threads on the 16-core VM ran small all_to_alls 1.26-1.74x slower
-//! with the window adapting (two alternations, both), and their waits
-//! had shown no convoy.
+//! `torchrun --nproc_per_node=$(nproc)` gives), where the local ranks have
+//! a core each. Where they outnumber the cores a rank polling holds a core
+//! a peer needs; ranks with worker threads (and a quick team that spins)
+//! keep [`MIN`]: their waits showed no convoy, and a growing window took
+//! cores their threads needed. The measurements behind both rules:
+//! `docs/decisions/0004`.
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

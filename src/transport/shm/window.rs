@@ -138,8 +138,7 @@ impl Window {
     /// The threads for a root's solo phase of `bytes` (`ShmLocal::root_workers`)
     /// when it has more pieces than this rank's own threads; else those:
     /// a larger pool only adds wake-ups where each piece has a thread
-    /// already (16-core host, d5576b5 / 10a2988: 512 KiB - 1 MiB phases
-    /// ran up to 2x slower on the larger pool).
+    /// already.
     pub fn solo_workers(&self, bytes: usize) -> &Workers {
         let own = &self.local.workers;
         if bytes / own.min_piece() > own.threads() {
@@ -312,14 +311,11 @@ impl Window {
     /// are fast, else only for blocks read directly (`Attach::all_blocks`);
     /// all_to_all wherever ranks can read each other, its small blocks
     /// through the senders' slots. Where reads are slow (one thread a
-    /// rank) that beat a message a block through the rings at large
-    /// sizes: 16 ranks on the 16-core host, 8 / 32 MiB in 0.55-0.91x the
-    /// time in each of five pairs of builds (1.2x -> 1.5x, 1.0x -> 1.6x
-    /// gloo), 128 KiB - 2 MiB 0.3-3.2x pair by pair (medians 0.62-1.01x);
-    /// at <= 32 KiB as fast in quiet sweeps but 1.6-3.6x slower under the
-    /// hypervisor's steal (its one step is a barrier over every rank,
-    /// where the rings let each pair go on); 2 ranks on the 2-core VM
-    /// 0.59-0.84x (`docs/decisions/0004`).
+    /// rank) all_to_all's single copy still beats a message a block
+    /// through the rings at large sizes; small gathers and scatters keep
+    /// the rings there, because the single copy's one step is a barrier
+    /// over every rank, where the rings let each pair go on
+    /// (`docs/decisions/0004`).
     pub fn attach_blocks(&self, op: BlockOp, block: Option<usize>) -> bool {
         self.local.attach.as_ref().is_some_and(|a| match block {
             None => true,
