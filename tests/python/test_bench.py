@@ -320,9 +320,12 @@ def test_open_mpi_peer_mode_agrees_with_open_mpi_and_reports_load(tmp_path):
     assert "## all_to_all" in table and "mpi/rustccl" in table and "gloo/rustccl" in table
     # beside one busy process per core
     cmd = [sys.executable, "-m", "rustccl.bench.mpi", "--world", "2", "--ops", "all_reduce", "--sizes", "8",
-           "--rounds", "2", "--round-ms", "2", "--load", "1", "--machine", "ci", "--out", str(out)]
+           "--rounds", "2", "--round-ms", "20", "--load", "1", "--machine", "ci", "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     rows = [json.loads(line) for line in open(out / "mpi-2rank-load1.jsonl")][1:]
-    assert len(rows) == 3 and all(r["load"] == 1 and r["load_rate"] > 0 for r in rows), rows
+    # a system that polls may starve the busy processes for a whole round
+    # (Open MPI does): a rate of 0 is a result, not a failure
+    assert len(rows) == 3 and all(r["load"] == 1 and r["load_rate"] >= 0 for r in rows), rows
+    assert max(r["load_rate"] for r in rows) > 0, rows
     assert "load rate beside rustccl / beside gloo" in (out / "mpi-2rank-load1.md").read_text()
