@@ -174,6 +174,19 @@ def test_a_script_that_ends_without_destroy_finishes_its_queued_work_and_exits_c
         assert "completed 40" in out, (out, err[-2000:])
 
 
+def _no_mixed_result(name: str, seen: list[dict]) -> None:
+    """Some rank failed the call `name`; a rank that finished it is one
+    whose own result did not depend on the odd rank, and it holds the
+    agreeing ranks' result."""
+    assert any(s["type"] is not None for s in seen), (name, seen)
+    for r, s in enumerate(seen):
+        if s["type"] is None:
+            assert s["want"] is not None, (name, r, s)
+            assert s["want"] == "any" or s["got"] == s["want"], (name, r, {k: v for k, v in s.items() if k != "got"})
+        else:
+            assert s["runtime_error"] and "rustccl" in s["msg"], (name, r, s)
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_tcp_dtype_or_op_mismatch_never_yields_a_result(world):
     """Over TCP (ranks on different hosts), a rank whose tensors have the
@@ -185,15 +198,7 @@ def test_tcp_dtype_or_op_mismatch_never_yields_a_result(world):
     assert len(names) == 10, names
     for name in names:
         seen = [res[r][name] for r in range(world)]
-        assert any(s["type"] is not None for s in seen), (name, seen)
-        for r, s in enumerate(seen):
-            if s["type"] is None:
-                # Only a rank whose own result did not depend on the odd
-                # rank may finish, and then with the agreeing ranks' result.
-                assert s["want"] is not None, (name, r, s)
-                assert s["want"] == "any" or s["got"] == s["want"], (name, r, s)
-            else:
-                assert s["runtime_error"] and "rustccl" in s["msg"], (name, r, s)
+        _no_mixed_result(name, seen)
         detail = " ".join(s["msg"] for s in seen)
         if name == "all_reduce_op":
             assert "all_reduce(MAX)" in detail and "all_reduce(SUM)" in detail, (name, detail)
@@ -222,13 +227,9 @@ def test_a_mismatch_fails_the_call_and_the_group_goes_on(world, transport):
     assert len(names) == 19, names
     for name in names:
         seen = [res[r][name] for r in range(world)]
-        assert any(s["type"] is not None for s in seen), (name, seen)
+        _no_mixed_result(name, seen)
         for r, s in enumerate(seen):
-            if s["type"] is None:
-                assert s["want"] is not None, (name, r, s)
-                assert s["want"] == "any" or s["got"] == s["want"], (name, r, {k: v for k, v in s.items() if k != "got"})
-            else:
-                assert s["runtime_error"] and "rustccl" in s["msg"], (name, r, s)
+            if s["type"] is not None:
                 assert "the group stays usable" in s["msg"], (name, r, s["msg"])
                 assert "unusable" not in s["msg"], (name, r, s["msg"])
             after = s["after"]
