@@ -170,7 +170,13 @@ impl ShmLocal {
     /// True while a pause found the core taken by other work recently: a
     /// waiting thread should sleep at once (`wait_window::Contention`).
     pub fn cores_taken(&self) -> bool {
-        self.contention.cores_taken()
+        let taken = self.contention.cores_taken();
+        if taken && self.keep_apart {
+            // Two local pollers put on one CPU find it taken by each other:
+            // the look that moves one of them off still runs.
+            place::look(&self.segs, self.me);
+        }
+        taken
     }
 
     pub fn local_index(&self, rank: Rank) -> Option<usize> {
