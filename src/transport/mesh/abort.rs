@@ -272,12 +272,10 @@ impl Mesh {
                 return Ok(true);
             }
             while hdr.1 < HEADER_LEN {
-                let mut buf = [0u8; HEADER_LEN];
-                let k = self.pull(peer, &mut buf[..HEADER_LEN - hdr.1])?;
+                let k = self.pull(peer, &mut hdr.0[hdr.1..])?;
                 if k == 0 {
                     return Ok(true);
                 }
-                hdr.0[hdr.1..hdr.1 + k].copy_from_slice(&buf[..k]);
                 hdr.1 += k;
                 *moved = true;
             }
