@@ -274,18 +274,18 @@ fn many_in_flight_complete_in_order() {
     });
 }
 
+/// Small-message algorithms up to 4 KiB, 64 KiB segments: the sweeps'
+/// large buffers take many segments.
+fn large_buffer_algo() -> rustccl::config::AlgoConfig {
+    rustccl::config::AlgoConfig { small_allreduce_bytes: 4096, small_broadcast_bytes: 4096, segment_bytes: 64 << 10, ..Default::default() }
+}
+
 #[test]
 fn tcp_sweep_with_large_buffers() {
     // Real sockets: recursive doubling, multi-segment ring and chain paths,
     // buffers larger than the kernel's socket buffers.
-    let algo = rustccl::config::AlgoConfig {
-        small_allreduce_bytes: 4096,
-        small_broadcast_bytes: 4096,
-        segment_bytes: 64 << 10,
-        ..Default::default()
-    };
     for n in [2, 3, 4] {
-        mesh_sweep(&tcp_comms(n, algo, std::time::Duration::from_secs(60)));
+        mesh_sweep(&tcp_comms(n, large_buffer_algo(), std::time::Duration::from_secs(60)));
     }
 }
 
@@ -293,14 +293,8 @@ fn tcp_sweep_with_large_buffers() {
 fn shm_sweep_with_large_buffers() {
     // Shared memory with 4 KiB rings and 256-byte pipeline pieces: ring
     // wrap-around, one-round and many-round direct all_reduce.
-    let algo = rustccl::config::AlgoConfig {
-        small_allreduce_bytes: 4096,
-        small_broadcast_bytes: 4096,
-        segment_bytes: 64 << 10,
-        ..Default::default()
-    };
     for n in [2, 3, 4] {
-        let comms = shm_comms(n, algo, std::time::Duration::from_secs(60));
+        let comms = shm_comms(n, large_buffer_algo(), std::time::Duration::from_secs(60));
         assert_eq!(comms[0].transport_kind(), "shm");
         mesh_sweep(&comms);
     }

@@ -203,18 +203,17 @@ fn scatter_with_a_read_only_half(comms: &[Communicator], block: impl Fn(usize) -
 /// half it wrote, returns its block (the root says whose halves it
 /// missed, not only that it failed). Through the workers (3 threads) and
 /// on the caller alone (1).
+/// Blocks read by their receivers, every scatter block split, the root
+/// writing half of each.
+fn split_scatter_shm(threads: usize) -> ShmConfig {
+    ShmConfig { threads, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, scatter_root_share: 2, ..common::TINY_SHM }
+}
+
 #[test]
 fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
     let block = |p: usize| -> Vec<f64> { (0..HALF_FAILED_LEN).map(|i| ((i * 5 + p * 11) % 251) as f64).collect() };
     for threads in [3, 1] {
-        let comms = n_comms_with(3, |_| ShmConfig {
-            threads,
-            attach_min: 0,
-            gather_push: true,
-            scatter_split_max: usize::MAX,
-            scatter_root_share: 2,
-            ..common::TINY_SHM
-        });
+        let comms = n_comms_with(3, |_| split_scatter_shm(threads));
         let got = scatter_with_a_read_only_half(&comms, block);
         let what = format!("threads={threads}: {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
         let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
@@ -234,15 +233,7 @@ fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
 #[test]
 fn a_scatter_root_with_no_room_to_name_whom_it_missed_fails_every_split_receiver() {
     let block = |p: usize| -> Vec<f64> { (0..HALF_FAILED_LEN).map(|i| ((i * 7 + p * 13) % 251) as f64).collect() };
-    let comms = n_comms_with(3, |_| ShmConfig {
-        threads: 3,
-        small_bytes: 64,
-        attach_min: 0,
-        gather_push: true,
-        scatter_split_max: usize::MAX,
-        scatter_root_share: 2,
-        ..common::TINY_SHM
-    });
+    let comms = n_comms_with(3, |_| ShmConfig { small_bytes: 64, ..split_scatter_shm(3) });
     let got = scatter_with_a_read_only_half(&comms, block);
     let what = format!("{:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
     let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
