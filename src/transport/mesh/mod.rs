@@ -336,10 +336,21 @@ impl Mesh {
                 t => t,
             };
             let my_phase = local.mine().phase().load(Ordering::Acquire);
-            // A peer that waits for our messages while some are still in the
-            // ring for it has not seen them yet (its word is older).
-            let unread = matches!(&self.links[local.ranks[i]], Some(Link::Shm(l)) if l.unread());
-            if theirs.is_some_and(|b| b.stuck_with(mine, me, my_phase, i) && !(unread && matches!(b, Blocked::Message { .. }))) {
+            // Bytes still in a ring between us mean a word older than them:
+            // a peer that waits for our messages has not taken those we
+            // pushed, and one that went on to a step after pushing the last
+            // of its messages to us (its word is read after them) left us
+            // those to take before we wait for it.
+            let (unread, readable) = match &self.links[local.ranks[i]] {
+                Some(Link::Shm(l)) => (l.unread(), l.readable()),
+                _ => (false, false),
+            };
+            let in_flight = |b: &Blocked| match b {
+                Blocked::Message { .. } => unread,
+                Blocked::Phase { .. } => readable,
+                _ => false,
+            };
+            if theirs.is_some_and(|b| b.stuck_with(mine, me, my_phase, i) && !in_flight(&b)) {
                 local.mine().blocked().store(Blocked::Failed { seq }.encode(), Ordering::Release);
                 self.blocked = false; // left set: the peers of this operation read it
                 let detail = match theirs {

@@ -94,6 +94,11 @@ impl ShmLink {
         self.tx.free() < self.tx.mine.layout.ring
     }
 
+    /// Whether the peer pushed bytes this rank has not taken yet.
+    pub fn readable(&self) -> bool {
+        !self.given_back.is_empty() || self.rx.available() > 0
+    }
+
     /// Closes the watched connection, so the peer sees this rank as gone.
     pub fn shutdown(&self) {
         if let Some(w) = &self.watch {
@@ -176,6 +181,13 @@ impl RingTx {
 const PUBLISH_EVERY: usize = 8 << 10;
 
 impl RingRx {
+    /// Bytes published by the producer and not yet taken.
+    pub fn available(&self) -> usize {
+        let l = self.theirs.layout;
+        let head = self.theirs.u64_at(l.head_off(self.chan, self.me)).load(Ordering::Acquire);
+        (head - self.in_tail) as usize
+    }
+
     /// Takes as many bytes as are available (up to `dst.len()`) and wakes
     /// the producer.
     pub fn pull(&mut self, dst: &mut [u8]) -> usize {
