@@ -322,6 +322,12 @@ impl Communicator {
         self.stats.lost_peers()
     }
 
+    /// The first error that left this group unusable (a lost peer, a
+    /// timeout, an abort of work in flight): later operations fail with it.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.stats.fatal()
+    }
+
     /// The algorithm thresholds in force: name and bytes (or count).
     pub fn thresholds(&self) -> &[(&'static str, u64)] {
         &self.thresholds

@@ -61,6 +61,8 @@ pub struct Stats {
     /// Peers whose link broke under an operation (a dead rank), for
     /// `rustccl.failed_ranks`; reset() keeps them.
     lost: Mutex<std::collections::BTreeSet<crate::types::Rank>>,
+    /// The first error that left the group unusable (`Communicator::fatal_error`).
+    fatal: Mutex<Option<String>>,
 }
 
 /// Bus-bandwidth factor of `op` in a group of `n`.
@@ -76,6 +78,9 @@ pub fn bus_factor(op: &str, n: usize) -> f64 {
 impl Stats {
     /// Notes the peer of a broken link (a failed operation's error).
     pub fn note_error(&self, e: &crate::error::Error) {
+        if e.poisons() {
+            self.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
+        }
         let mut e = e;
         while let crate::error::Error::Poisoned { cause, .. } = e {
             e = cause;
@@ -83,6 +88,11 @@ impl Stats {
         if let crate::error::Error::PeerLost { peer, .. } = e {
             self.lost.lock().unwrap_or_else(|p| p.into_inner()).insert(*peer);
         }
+    }
+
+    /// The first error that left the group unusable, if one did.
+    pub fn fatal(&self) -> Option<String> {
+        self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Peers whose link broke under an operation so far.

@@ -165,6 +165,17 @@ impl PyCommunicator {
         crate::capi::comm_into_raw(self.inner.clone())
     }
 
+    /// The first error that left this group unusable (None while it works):
+    /// a lost peer, a timeout, an abort of work in flight.
+    fn error(&self) -> Option<String> {
+        self.inner.fatal_error()
+    }
+
+    /// Ranks whose link to this one broke under an operation, sorted.
+    fn failed_ranks(&self) -> Vec<usize> {
+        self.inner.failed_ranks()
+    }
+
     /// Creates this group's NCCL communicator on CUDA device `device` now
     /// (every rank must call it) instead of on the first CUDA collective.
     fn connect_cuda(&self, py: Python<'_>, device: i32) -> PyResult<()> {
