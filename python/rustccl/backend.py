@@ -56,20 +56,30 @@ def _settings(backend_options) -> list[tuple[str, str]] | None:
     raise TypeError(f"rustccl: pg_options must be a rustccl.Options, got {type(backend_options).__name__}")
 
 
-def _create_backend(opts, backend_options=None):
-    rank, size = opts.group_rank, opts.group_size
-    timeout_s = _seconds(opts.timeout)
-    group = str(opts.group_id) if opts.group_id is not None else "default"
-    comm = Communicator.bootstrap(opts.store, rank, size, timeout_s, group, _store_host(opts.store),
-                                  _settings(backend_options))
+def new_process_group(store, rank: int, size: int, timeout, group: str,
+                      options: Options | None = None) -> tuple[ProcessGroup, Communicator]:
+    """A rustccl group of ``size`` ranks through ``store`` (every rank calls
+    it with the same ``group`` name): a torch ``ProcessGroup`` with the
+    rustccl backend for CPU and CUDA tensors, and the engine's communicator
+    behind it (its error state and abort). For libraries that build their
+    own process groups (``rustccl.torchft``); scripts use
+    ``init_process_group("rustccl")``."""
+    _load_shim()
+    timeout_s = _seconds(timeout)
+    comm = Communicator.bootstrap(store, rank, size, timeout_s, group, _store_host(store), _settings(options))
     if comm.settings_warning:
         # ranks set apart (environment or pg_options) may later wait for
         # each other until the timeout: say so now, once per group
-        warnings.warn(comm.settings_warning, RuntimeWarning, stacklevel=2)
+        warnings.warn(comm.settings_warning, RuntimeWarning, stacklevel=3)
     # init_process_group(device_id=cuda:i): torch then calls the backend's
     # eager_connect_single_device, which creates the NCCL communicator.
     boxed = torch.ops.rustccl._create_process_group(comm._into_raw(), rank, size, int(timeout_s * 1000))
-    pg = ProcessGroup.unbox(boxed)
+    return ProcessGroup.unbox(boxed), comm
+
+
+def _create_backend(opts, backend_options=None):
+    group = str(opts.group_id) if opts.group_id is not None else "default"
+    pg, _ = new_process_group(opts.store, opts.group_rank, opts.group_size, opts.timeout, group, backend_options)
     return pg._get_backend(torch.device("cpu"))
 
 
