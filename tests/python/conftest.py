@@ -1,0 +1,12 @@
+"""Shared pytest hooks for the Python tests."""
+
+import pytest
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    # Each phase's report on the test item (item.rep_setup, item.rep_call),
+    # for fixtures that check something after a test that ran.
+    rep = yield
+    setattr(item, f"rep_{rep.when}", rep)
+    return rep
