@@ -6,6 +6,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::{PeerInfo, CHANNELS};
@@ -84,7 +85,7 @@ impl Handshake {
                             (self.rank + 1..self.size).filter(|p| got.iter().filter(|g| g.0 == *p).count() < CHANNELS).collect();
                         format!("{e}: no connection from rank(s) {missing:?}")
                     })?;
-                    std::thread::sleep(Duration::from_millis(1));
+                    wait_readable(listener, Duration::from_millis(100));
                     continue;
                 }
                 Err(e) => return Err(format!("accept failed: {e}")),
@@ -152,6 +153,15 @@ impl Handshake {
         stream.set_read_timeout(None).map_err(|e| what(&e))?;
         Ok(stream)
     }
+}
+
+/// Waits until `listener` has a connection to accept, or `most` passed
+/// (a peer's connection wakes the acceptor at once, where sleeping between
+/// tries made every group's creation wait).
+fn wait_readable(listener: &TcpListener, most: Duration) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let ms = PollTimeout::from(most.as_millis().min(u16::MAX as u128) as u16);
+    let _ = poll(&mut [PollFd::new(listener.as_fd(), PollFlags::POLLIN)], ms);
 }
 
 #[cfg(test)]
