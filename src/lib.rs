@@ -8,6 +8,8 @@
 //! - [`transport`]: moves bytes between ranks. A [`transport::Transport`]
 //!   drives sets of sends and receives ([`transport::Xfer`]) to completion;
 //!   `tcp` is the real one, `loopback` an in-process one for tests.
+//! - [`tls`]: TLS sessions for TCP links (`RUSTCCL_TLS`), and the
+//!   non-blocking connection, plain or encrypted, that links read and write.
 //! - [`bootstrap`]: rendezvous through a key-value [`bootstrap::Store`],
 //!   hands back connected links.
 //! - [`collectives`] holds the algorithms (ring, recursive doubling, trees, pairwise)
@@ -32,6 +34,7 @@ pub mod cuda;
 pub mod error;
 pub mod hostprof;
 pub mod tensor;
+pub mod tls;
 pub mod transport;
 pub mod types;
 pub mod work;

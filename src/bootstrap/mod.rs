@@ -9,6 +9,9 @@
 //!    `addr|host identity|pid`, and reads everyone else's.
 //! 4. Rank r connects to every lower rank (two connections: collectives and
 //!    point-to-point) and accepts from every higher one, concurrently.
+//! 5. With TLS (`RUSTCCL_TLS`), every connection whose bytes will travel
+//!    over TCP (to another host, or any with `RUSTCCL_TRANSPORT=tcp`) runs
+//!    a TLS handshake; ranks that disagree on TLS fail here, on every rank.
 #![forbid(unsafe_code)]
 
 pub mod addr;
@@ -16,13 +19,16 @@ mod handshake;
 pub mod store;
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use store::{MemStore, Store};
 
 use crate::config::log_at;
 use crate::config::LogLevel;
+use crate::config::TransportMode;
 use crate::error::{Error, Result};
+use crate::tls::Tls;
 use crate::types::Rank;
 
 /// Connections are of two kinds, kept apart so that point-to-point traffic
@@ -43,6 +49,30 @@ pub struct BootstrapOpts {
     /// `|`): published with the rank's address, so that each rank can
     /// compare its peers' with its own.
     pub settings: String,
+    /// TLS on the connections whose bytes travel over TCP (None: plain).
+    pub tls: Option<Arc<Tls>>,
+    /// Whether ranks of one host link over TCP (then TLS covers them too).
+    pub transport: TransportMode,
+}
+
+/// What a rank adds to its published settings when it uses TLS: ranks
+/// compare it before any connection, so a plain rank among TLS ranks fails
+/// every rank at once instead of a handshake that waits for it.
+const TLS_MARK: &str = "RUSTCCL_TLS=1";
+
+impl BootstrapOpts {
+    /// The settings line this rank publishes.
+    fn published(&self) -> String {
+        match (&self.tls, self.settings.is_empty()) {
+            (None, _) => self.settings.clone(),
+            (Some(_), true) => TLS_MARK.to_string(),
+            (Some(_), false) => format!("{},{TLS_MARK}", self.settings),
+        }
+    }
+}
+
+fn uses_tls(settings: &str) -> bool {
+    settings.split(',').any(|s| s == TLS_MARK)
 }
 
 #[derive(Debug, Clone)]
@@ -74,8 +104,13 @@ impl PeerInfo {
     }
 }
 
-/// A connected stream to a peer and the peer's address (for messages).
-pub type Conn = (TcpStream, String);
+/// A connected stream to a peer, the peer's address (for messages), and
+/// the TLS session the link's bytes go through (None: plain).
+pub struct Conn {
+    pub stream: TcpStream,
+    pub addr: String,
+    pub tls: Option<rustls::Connection>,
+}
 
 pub struct Endpoints {
     pub rank: Rank,
@@ -130,7 +165,7 @@ pub struct Listening {
 pub fn listen(rank: Rank, opts: &BootstrapOpts) -> Result<Listening> {
     let listener = TcpListener::bind((opts.listen_ip, 0)).map_err(|e| berr(rank, format!("cannot listen on {}: {e}", opts.listen_ip)))?;
     let local = listener.local_addr().map_err(|e| berr(rank, e.to_string()))?;
-    let me = PeerInfo { rank, addr: local, host: opts.host.clone(), pid: std::process::id(), settings: opts.settings.replace('|', "/") };
+    let me = PeerInfo { rank, addr: local, host: opts.host.clone(), pid: std::process::id(), settings: opts.published().replace('|', "/") };
     Ok(Listening { listener, me })
 }
 
@@ -163,6 +198,13 @@ pub fn rendezvous(store: &dyn Store, rank: Rank, size: usize, opts: &BootstrapOp
         let v = store.get(&format!("{prefix}/peer/{p}"), opts.timeout).map_err(|e| berr(rank, e))?;
         peers.push(PeerInfo::decode(p, &v).map_err(|e| berr(rank, e))?);
     }
+    if let Some(p) = peers.iter().find(|p| uses_tls(&p.settings) != opts.tls.is_some()) {
+        let (here, there) = if opts.tls.is_some() { ("uses", "does not") } else { ("does not use", "does") };
+        return Err(berr(
+            rank,
+            format!("this rank {here} TLS and rank {} ({}) {there}: set RUSTCCL_TLS the same on every rank", p.rank, p.addr),
+        ));
+    }
     connect(l, peers, &secret, generation, opts)
 }
 
@@ -187,9 +229,37 @@ pub fn connect(l: Listening, peers: Vec<PeerInfo>, secret: &[u8; 32], generation
     });
     let mut conns: [Vec<Option<Conn>>; CHANNELS] = std::array::from_fn(|_| (0..size).map(|_| None).collect());
     for (peer, channel, stream) in connected.map_err(|e| berr(rank, e))?.into_iter().chain(accepted.map_err(|e| berr(rank, e))?) {
-        conns[channel as usize][peer] = Some((stream, peers[peer].addr.to_string()));
+        conns[channel as usize][peer] = Some(Conn { stream, addr: peers[peer].addr.to_string(), tls: None });
+    }
+    if let Some(tls) = &opts.tls {
+        secure(tls, &mut conns, &peers, rank, opts.transport, deadline)?;
     }
     Ok(Endpoints { rank, size, peers, conns, generation, token })
+}
+
+/// Step 5: the TLS handshake on every connection whose bytes travel over
+/// TCP. Each rank takes its peers in rank order, so that the pairs
+/// (lower, higher) run in the same order everywhere and no two ranks wait
+/// for each other's next handshake.
+fn secure(
+    tls: &Tls,
+    conns: &mut [Vec<Option<Conn>>; CHANNELS],
+    peers: &[PeerInfo],
+    rank: Rank,
+    transport: TransportMode,
+    deadline: Instant,
+) -> Result<()> {
+    let me = &peers[rank].host;
+    for p in peers.iter().filter(|p| p.rank != rank && (transport == TransportMode::Tcp || &p.host != me)) {
+        for channel in conns.iter_mut() {
+            let Some(c) = channel[p.rank].as_mut() else { continue };
+            let session = tls
+                .handshake(&mut c.stream, p.rank < rank, deadline)
+                .map_err(|why| berr(rank, format!("TLS with rank {} ({}): {why}", p.rank, p.addr)))?;
+            c.tls = Some(session);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -205,6 +275,8 @@ mod tests {
             listen_ip: "127.0.0.1".parse().unwrap(),
             host: "test".into(),
             settings: String::new(),
+            tls: None,
+            transport: TransportMode::Auto,
         }
     }
 
@@ -244,8 +316,8 @@ mod tests {
             }
             // Bytes written on a's stream to b arrive on b's stream from a.
             if n >= 2 {
-                let (s01, _) = eps[0].conns[0][1].take().unwrap();
-                let (s10, _) = eps[1].conns[0][0].take().unwrap();
+                let s01 = eps[0].conns[0][1].take().unwrap().stream;
+                let s10 = eps[1].conns[0][0].take().unwrap().stream;
                 (&s01).write_all(b"ping").unwrap();
                 let mut buf = [0u8; 4];
                 (&s10).read_exact(&mut buf).unwrap();

@@ -82,7 +82,7 @@ pub struct Communicator {
     nccl: Mutex<Option<Arc<nccl::NcclEngine>>>,
     stats: Arc<stats::Stats>,
     flight: Arc<flight::FlightRecorder>,
-    /// Link kind per peer ("shm" / "tcp").
+    /// Link kind per peer ("shm" / "tcp" / "tls": TCP through TLS).
     links: Vec<&'static str>,
     /// Control exchanges over the point-to-point links so far (monitored
     /// barriers, shrinks); each uses its own tag, see `control_tag`.
@@ -95,6 +95,10 @@ pub struct Communicator {
     /// (`options::settings_warning`), for Python to warn of.
     settings_warning: Option<String>,
 }
+
+/// Why a group with TLS fails where ranks of one host cannot share memory:
+/// their TCP connections were set up without TLS.
+const TLS_NEEDS_SHM: &str = "with RUSTCCL_TLS=1, ranks of one host that cannot share memory would talk over unencrypted TCP: set RUSTCCL_TRANSPORT=tcp to encrypt their links too";
 
 /// The fault of `opts` if it targets this rank and group.
 fn fault_for(opts: &CommOptions, rank: Rank) -> Option<crate::config::FaultSpec> {
@@ -150,7 +154,8 @@ impl Communicator {
     pub fn bootstrap(store: &dyn Store, rank: Rank, size: usize, opts: CommOptions, listen_ip: std::net::IpAddr) -> Result<Communicator> {
         let host = opts.host_id.clone().unwrap_or_else(bootstrap::addr::host_identity);
         let settings = Config::get().shared_settings(opts.group_config());
-        let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip, host, settings };
+        let (tls, transport) = (opts.tls.clone(), opts.transport);
+        let bopts = BootstrapOpts { group: opts.group.clone(), timeout: opts.timeout, listen_ip, host, settings, tls, transport };
         let ep = bootstrap::rendezvous(store, rank, size, &bopts)?;
         let warning = options::settings_warning(&opts.group, rank, &ep.peers);
         if let Some(w) = &warning {
@@ -231,6 +236,9 @@ impl Communicator {
         let deadline = std::time::Instant::now() + opts.timeout;
         match shm::connect(rank, &local, &ep.token, opts.shm, coll, deadline) {
             Ok(setup) => {
+                if opts.tls.is_some() && setup.links.len() + 1 < local.len() {
+                    return Err(Error::Bootstrap { rank, detail: TLS_NEEDS_SHM.into() });
+                }
                 if opts.transport == TransportMode::Shm && setup.links.len() + 1 < local.len() {
                     return Err(Error::Bootstrap {
                         rank,
@@ -245,6 +253,7 @@ impl Communicator {
             Err(e) if opts.transport == TransportMode::Shm => {
                 Err(Error::Bootstrap { rank, detail: format!("RUSTCCL_TRANSPORT=shm, but shared memory failed: {e}") })
             }
+            Err(e) if opts.tls.is_some() => Err(Error::Bootstrap { rank, detail: format!("{TLS_NEEDS_SHM} ({e})") }),
             Err(e) => {
                 log_at!(LogLevel::Warn, "rank {rank}: shared memory unavailable ({e}); using TCP between the ranks of this host");
                 Ok(None)
@@ -312,7 +321,7 @@ impl Communicator {
     pub fn transport_kind(&self) -> &'static str {
         self.transport_kind
     }
-    /// Link kind per peer: "shm" or "tcp" ("" for this rank).
+    /// Link kind per peer: "shm", "tcp" or "tls" ("" for this rank).
     pub fn link_kinds(&self) -> &[&'static str] {
         &self.links
     }

@@ -3,11 +3,13 @@
 //! them: `pg_options`).
 #![forbid(unsafe_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bootstrap::PeerInfo;
 use crate::config::{setting_differences, AlgoConfig, Config, FaultSpec, GroupConfig, ShmConfig, TransportMode};
 use crate::error::{Error, Result};
+use crate::tls::Tls;
 use crate::types::Rank;
 
 /// A communicator's options (`Communicator::bootstrap`).
@@ -29,6 +31,9 @@ pub struct CommOptions {
     pub host_id: Option<String>,
     /// The group's own settings (`pg_options`), over the process's.
     pub settings: Vec<(String, String)>,
+    /// TLS on the TCP links (`RUSTCCL_TLS`), loaded; groups made from this
+    /// one keep it.
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl CommOptions {
@@ -42,8 +47,16 @@ impl CommOptions {
     /// environment) over the process's; an error names the setting that a
     /// group cannot set or whose value does not parse.
     pub fn with_settings(group: impl Into<String>, timeout: Duration, settings: Vec<(String, String)>) -> Result<CommOptions> {
-        let g = Config::get().for_group(&settings).map_err(|reason| Error::invalid("pg_options", reason))?;
-        Ok(CommOptions::from_group(group.into(), timeout, g, settings))
+        let config = Config::get();
+        let g = config.for_group(&settings).map_err(|reason| Error::invalid("pg_options", reason))?;
+        let group = group.into();
+        let tls = match config.tls_for(&settings).map_err(|why| Error::invalid("init_process_group", why))? {
+            Some(mode) => {
+                Some(Arc::new(Tls::load(mode, &group).map_err(|why| Error::invalid("init_process_group", format!("TLS: {why}")))?))
+            }
+            None => None,
+        };
+        Ok(CommOptions { tls, ..CommOptions::from_group(group, timeout, g, settings) })
     }
 
     fn from_group(group: String, timeout: Duration, g: GroupConfig, settings: Vec<(String, String)>) -> CommOptions {
@@ -57,6 +70,7 @@ impl CommOptions {
             fault: Config::get().fault.clone(),
             host_id: None,
             settings,
+            tls: None,
         }
     }
 

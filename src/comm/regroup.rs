@@ -81,7 +81,15 @@ impl Communicator {
     fn child_bootstrap(&self, op: &'static str, group: &str, timeout: Duration) -> Result<BootstrapOpts> {
         let me = self.peers.get(self.rank).ok_or_else(|| Error::unsupported(op, "this communicator was not bootstrapped from a store"))?;
         // (no settings to compare: a new group keeps its parent's)
-        Ok(BootstrapOpts { group: group.to_string(), timeout, listen_ip: me.addr.ip(), host: me.host.clone(), settings: String::new() })
+        Ok(BootstrapOpts {
+            group: group.to_string(),
+            timeout,
+            listen_ip: me.addr.ip(),
+            host: me.host.clone(),
+            settings: String::new(),
+            tls: self.opts.tls.clone(),
+            transport: self.opts.transport,
+        })
     }
 
     /// The device of this group's NCCL communicator, -1 without one.

@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use super::env::Vars;
-use super::{AlgoConfig, Config, ShmConfig, TransportMode, SETTINGS};
+use super::{AlgoConfig, Config, ShmConfig, TransportMode, SETTINGS, TLS_SETTINGS};
 
 /// The settings a communicator copies at creation (`comm::CommOptions`):
 /// the host algorithms' thresholds, the transport and its shared-memory
@@ -33,7 +33,9 @@ const GROUP_SETTINGS: &[&str] = &[
 /// the shared-memory settings but the tensor arena's, and
 /// [`GROUP_SETTINGS`].
 pub fn group_scoped(name: &str) -> bool {
-    GROUP_SETTINGS.contains(&name) || (name.starts_with("RUSTCCL_SHM_") && !name.starts_with("RUSTCCL_SHM_TENSORS"))
+    GROUP_SETTINGS.contains(&name)
+        || TLS_SETTINGS.contains(&name)
+        || (name.starts_with("RUSTCCL_SHM_") && !name.starts_with("RUSTCCL_SHM_TENSORS"))
 }
 
 /// Group settings a rank may hold apart from its peers: each rank applies
@@ -62,6 +64,13 @@ const MAY_DIFFER: &[&str] = &[
     "RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES",
     "RUSTCCL_SHM_SCATTER_ROOT_SHARE",
     "RUSTCCL_SHM_GATHER_ROOT_SHARE",
+    // Paths of each rank's own files; whether a rank uses TLS at all is
+    // compared at the rendezvous (`bootstrap`), which fails on a difference.
+    "RUSTCCL_TLS",
+    "RUSTCCL_TLS_CA",
+    "RUSTCCL_TLS_CERT",
+    "RUSTCCL_TLS_KEY",
+    "RUSTCCL_TLS_SECRET_FILE",
 ];
 
 /// The settings that differ between two [`Config::shared_settings`]
@@ -147,7 +156,9 @@ mod tests {
     #[test]
     fn a_group_sets_exactly_the_settings_its_communicator_copies() {
         let base = Config::get().group();
-        for s in SETTINGS {
+        // the TLS settings travel in the communicator's options apart
+        // (`comm::CommOptions::tls`), loaded with their files
+        for s in SETTINGS.iter().filter(|s| !TLS_SETTINGS.contains(&s.name)) {
             let changed = ["3", "1", "0", "tcp", "off"].iter().any(|v| with(s.name, v).is_ok_and(|g| g != base));
             if group_scoped(s.name) {
                 assert!(changed, "{} is a group's setting but no value changed the group's part", s.name);

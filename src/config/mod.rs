@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 mod env;
 mod group;
 mod settings;
+mod tls;
 
 /// Defaults of `RUSTCCL_SHM_TENSORS_MIN_BYTES` / `_CACHE_BYTES`.
 const SHM_TENSORS_MIN: usize = 64 << 10;
@@ -306,6 +307,7 @@ use env::Vars;
 pub use env::{env_flag, parse_size};
 pub use group::{group_scoped, setting_differences, GroupConfig};
 pub use settings::{Setting, SETTINGS};
+pub use tls::{TlsMode, TLS_SETTINGS};
 
 /// `RUSTCCL_SHM_TENSORS_MIN_BYTES` and `_CACHE_BYTES`, read now: the arena
 /// reads them when `import rustccl` enables it, before anything reads
@@ -573,7 +575,17 @@ impl Config {
             ("RUSTCCL_CHECK", (self.check as u8).to_string()),
             ("RUSTCCL_FAULT", self.fault.as_ref().map(|f| format!("{f:?}")).unwrap_or_default()),
             ("RUSTCCL_DEBUG", format!("{:?}", self.debug).to_uppercase()),
+            ("RUSTCCL_TLS", self.env_value("RUSTCCL_TLS").unwrap_or_else(|| "0".into())),
+            ("RUSTCCL_TLS_CA", self.env_value("RUSTCCL_TLS_CA").unwrap_or_default()),
+            ("RUSTCCL_TLS_CERT", self.env_value("RUSTCCL_TLS_CERT").unwrap_or_default()),
+            ("RUSTCCL_TLS_KEY", self.env_value("RUSTCCL_TLS_KEY").unwrap_or_default()),
+            ("RUSTCCL_TLS_SECRET_FILE", self.env_value("RUSTCCL_TLS_SECRET_FILE").unwrap_or_default()),
         ]
+    }
+
+    /// `name`'s value in the environment as the process read it.
+    fn env_value(&self, name: &str) -> Option<String> {
+        self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
     }
 }
 

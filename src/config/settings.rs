@@ -256,6 +256,31 @@ pub const SETTINGS: &[Setting] = &[
         doc: "1: before every collective, ranks compare (op, dtype, sizes, root) over the CPU links and fail with both sides' calls on a mismatch (slow; for debugging)",
     },
     Setting {
+        name: "RUSTCCL_TLS",
+        default: "0",
+        doc: "1: TLS 1.3 on every TCP link between ranks (between hosts, and within one with RUSTCCL_TRANSPORT=tcp), authenticated by RUSTCCL_TLS_SECRET_FILE or by RUSTCCL_TLS_CA / _CERT / _KEY; every rank must set it alike",
+    },
+    Setting {
+        name: "RUSTCCL_TLS_CA",
+        default: "",
+        doc: "PEM file of the CA that signed every rank's certificate (with RUSTCCL_TLS=1; both directions verified, no host-name check)",
+    },
+    Setting {
+        name: "RUSTCCL_TLS_CERT",
+        default: "",
+        doc: "PEM file of this rank's certificate chain (with RUSTCCL_TLS=1 and RUSTCCL_TLS_CA)",
+    },
+    Setting {
+        name: "RUSTCCL_TLS_KEY",
+        default: "",
+        doc: "PEM file of this rank's private key (with RUSTCCL_TLS=1 and RUSTCCL_TLS_CERT)",
+    },
+    Setting {
+        name: "RUSTCCL_TLS_SECRET_FILE",
+        default: "",
+        doc: "file holding a secret (16 bytes or more) that every rank gets from its launcher; with RUSTCCL_TLS=1 and no certificates, the ranks derive the group's key from it",
+    },
+    Setting {
         name: "RUSTCCL_FAULT",
         default: "",
         doc: "fault injection for tests: action:rank=R:seq=S[:ms=N][:group=G], action delay (needs ms), drop, kill or panic (the rank's collective panics in its algorithm: it fails naming the panic and closes its links, so its peers fail at once, as with kill); CPU transport only",

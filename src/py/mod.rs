@@ -119,10 +119,7 @@ impl PyCommunicator {
         let cfg = Config::get();
         let timeout = Duration::from_secs_f64(timeout_s.max(0.001));
         cfg.check_process().map_err(|reason| to_py(Error::invalid("init_process_group", reason)))?;
-        let opts = match settings {
-            Some(s) if !s.is_empty() => CommOptions::with_settings(group, timeout, s).map_err(to_py)?,
-            _ => CommOptions::new(group, timeout),
-        };
+        let opts = CommOptions::with_settings(group, timeout, settings.unwrap_or_default()).map_err(to_py)?;
         let listen =
             addr::listen_ip(cfg.socket_ifname.as_deref(), host_hint.as_deref()).map_err(|e| to_py(Error::Bootstrap { rank, detail: e }))?;
         let store = PyStore(store);

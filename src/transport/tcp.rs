@@ -1,54 +1,64 @@
-//! A TCP link: one non-blocking connection to a peer (any host).
+//! A TCP link: one non-blocking connection to a peer (any host), plain or
+//! through TLS ([`Socket`]).
 //!
 //! A send writes header and payload with one vectored write, a receive
 //! reads header and payload with one vectored read straight into the
 //! caller's buffer; both stop at `WouldBlock` and report how far they got.
+//! A send is done once its bytes left for the socket (through TLS, sealed
+//! records may wait in the session for room).
 //! Bytes read past a frame that the receiver does not take (a frame of a
 //! collective given up) go back to the front of the stream (`give_back`).
 #![forbid(unsafe_code)]
 
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut};
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
+
+use crate::tls::Socket;
 
 use super::frame::{Seen, HEADER_LEN};
 use super::{Progress, Step};
 
 pub struct TcpLink {
-    stream: TcpStream,
+    stream: Socket,
     pub addr: String,
     /// Bytes given back to the stream: reads take them first.
     given_back: Vec<u8>,
 }
 
 impl TcpLink {
-    pub fn new(std_stream: std::net::TcpStream, addr: String) -> io::Result<TcpLink> {
+    pub fn new(std_stream: std::net::TcpStream, addr: String, tls: Option<rustls::Connection>) -> io::Result<TcpLink> {
         std_stream.set_nonblocking(true)?;
         std_stream.set_nodelay(true)?;
-        Ok(TcpLink { stream: TcpStream::from_std(std_stream), addr, given_back: Vec::new() })
+        Ok(TcpLink { stream: Socket::new(TcpStream::from_std(std_stream), tls), addr, given_back: Vec::new() })
+    }
+
+    /// Whether the link's bytes go through TLS.
+    pub fn is_tls(&self) -> bool {
+        self.stream.is_tls()
     }
 
     pub fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
-        registry.register(&mut self.stream, token, Interest::READABLE | Interest::WRITABLE)
+        registry.register(self.stream.sock(), token, Interest::READABLE | Interest::WRITABLE)
     }
 
     pub fn shutdown(&self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        self.stream.shutdown();
     }
 
     pub fn send_step(&mut self, data: &[u8], st: &mut Progress) -> io::Result<Step> {
         let mut moved = false;
         loop {
+            if st.hdr_done == HEADER_LEN && st.body_done == data.len() {
+                return Ok(if self.stream.flushed()? { Step::Done } else { Step::Blocked(moved) });
+            }
             let bufs = [IoSlice::new(&st.hdr[st.hdr_done..]), IoSlice::new(&data[st.body_done..])];
             match self.stream.write_vectored(&bufs) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes")),
                 Ok(k) => {
                     moved = true;
                     st.advance(k);
-                    if st.hdr_done == HEADER_LEN && st.body_done == data.len() {
-                        return Ok(Step::Done);
-                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Blocked(moved)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -16,3 +16,4 @@ mod shm_blocks;
 mod shm_direct;
 mod shm_host_rule;
 mod shm_one_round;
+mod tls;

@@ -290,7 +290,7 @@ fn shared_memory_setup_that_breaks_off_is_not_taken_for_unavailable() {
     let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     drop(l.accept().unwrap());
     let token = format!("broken-setup-{}", std::process::id());
-    let mut conns = vec![None, Some((client, "peer".to_string()))];
+    let mut conns = vec![None, Some(rustccl::bootstrap::Conn { stream: client, addr: "peer".to_string(), tls: None })];
     let r = shm::connect(0, &[0, 1], &token, TINY_SHM, &mut conns, Instant::now() + Duration::from_secs(5));
     assert!(matches!(r, Err(shm::SetupError::Broken(_))), "{:?}", r.err());
     assert!(!std::path::Path::new(&format!("/dev/shm/rustccl-{token}-0")).exists());

@@ -359,7 +359,14 @@ impl EventLoop {
             if peer.dead.is_some() {
                 return moved;
             }
-            let Some(o) = peer.out.front_mut() else { return moved };
+            let Some(o) = peer.out.front_mut() else {
+                // Through TLS, the last message's sealed records may still
+                // wait for room in the socket.
+                return match peer.link.flushed() {
+                    Ok(_) => moved,
+                    Err(e) => self.kill(p, format!("sending failed: {e}")) || moved,
+                };
+            };
             let body: &[u8] = match (&o.ctl, &o.buf) {
                 (Some(c), _) => c,
                 (None, Some(b)) => b.bytes(),

@@ -19,7 +19,7 @@
 //! and flags the peers it saw events for.
 #![forbid(unsafe_code)]
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -30,6 +30,7 @@ use mio::{Events, Poll, Token, Waker};
 
 use crate::config::log_at;
 use crate::config::LogLevel;
+use crate::tls::Socket;
 use crate::transport::shm::{Channel, RingRx, RingTx, ShmLocal};
 
 pub const WAKE: Token = Token(usize::MAX);
@@ -41,7 +42,7 @@ const YIELD_FOR: Duration = Duration::from_micros(60);
 pub const ALIVE_EVERY: Duration = Duration::from_millis(50);
 
 pub enum PeerLink {
-    Tcp(TcpStream),
+    Tcp(Socket),
     Shm { tx: Arc<ShmTx>, rx: RingRx, watch: TcpStream },
 }
 
@@ -111,7 +112,7 @@ impl PeerLink {
     /// The TCP stream to register with the poll (data, or the watch).
     pub fn stream(&mut self) -> &mut TcpStream {
         match self {
-            PeerLink::Tcp(s) => s,
+            PeerLink::Tcp(s) => s.sock(),
             PeerLink::Shm { watch, .. } => watch,
         }
     }
@@ -150,6 +151,15 @@ impl PeerLink {
                     Ok(n)
                 }
             }
+        }
+    }
+
+    /// Whether every byte written so far left for the socket (through TLS,
+    /// sealed records may wait for room); sends what it can of the rest.
+    pub fn flushed(&mut self) -> io::Result<bool> {
+        match self {
+            PeerLink::Tcp(s) => s.flushed(),
+            PeerLink::Shm { .. } => Ok(true),
         }
     }
 

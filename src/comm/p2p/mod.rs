@@ -61,6 +61,7 @@ use crate::bootstrap::Conn;
 use crate::collectives::Op;
 use crate::error::{Error, Result};
 use crate::tensor::HostTensor;
+use crate::tls::Socket;
 use crate::transport::frame::P2pHeader;
 use crate::transport::frame::{self, P2pKind, P2P_HEADER_LEN};
 use crate::transport::shm::{RingRx, ShmLink, ShmLocal};
@@ -303,12 +304,12 @@ impl P2pEngine {
         let mut peers = Vec::with_capacity(self.size);
         for (p, c) in links.conns.into_iter().enumerate() {
             peers.push(match c {
-                Some((s, addr)) => {
+                Some(Conn { stream: s, addr, tls }) => {
                     s.set_nonblocking(true).map_err(internal("socket"))?;
                     let stream = TcpStream::from_std(s);
                     let mut link = match (shm_rxs[p].take(), &self.txs[p]) {
                         (Some(rx), Some(tx)) => PeerLink::Shm { tx: tx.clone(), rx, watch: stream },
-                        _ => PeerLink::Tcp(stream),
+                        _ => PeerLink::Tcp(Socket::new(stream, tls)),
                     };
                     // A shared-memory peer's connection only ever becomes readable (closed).
                     let interest = if link.is_shm() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };

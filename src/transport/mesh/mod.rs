@@ -88,10 +88,10 @@ impl Mesh {
         }
         let mut n_tcp = 0;
         for (p, c) in tcp.into_iter().enumerate() {
-            if let Some((stream, addr)) = c {
-                addrs[p] = addr.clone();
+            if let Some(c) = c {
+                addrs[p] = c.addr.clone();
                 if links[p].is_none() {
-                    let mut l = TcpLink::new(stream, addr)?;
+                    let mut l = TcpLink::new(c.stream, c.addr, c.tls)?;
                     l.register(poll.registry(), Token(p))?;
                     links[p] = Some(Link::Tcp(l));
                     n_tcp += 1;
@@ -141,6 +141,7 @@ impl Mesh {
             .iter()
             .map(|l| match l {
                 Some(Link::Shm(_)) => "shm",
+                Some(Link::Tcp(l)) if l.is_tls() => "tls",
                 Some(Link::Tcp(_)) => "tcp",
                 None => "",
             })

@@ -55,6 +55,7 @@ use host::{quick_leads_for, quick_threads_for, root_threads_for, slot_bytes_for,
 pub use place::moves as thread_moves;
 use reads::{gather_root_share, reads_for, scatter_root_share, scatter_split_max};
 
+use crate::bootstrap::Conn;
 use crate::config::log_at;
 use crate::config::{LogLevel, ShmConfig, ATTACH_FROM_HOST, STAGE_FROM_HOST};
 use crate::types::Rank;
@@ -214,16 +215,10 @@ pub enum SetupError {
 
 /// Sends `out` to every other local rank and returns what each sent back
 /// (by local index; ours stays 0), in the same order on every rank.
-fn exchange_with_all(
-    ranks: &[Rank],
-    my_idx: usize,
-    conns: &mut [Option<(TcpStream, String)>],
-    out: u8,
-    deadline: Instant,
-) -> io::Result<Vec<u8>> {
+fn exchange_with_all(ranks: &[Rank], my_idx: usize, conns: &mut [Option<Conn>], out: u8, deadline: Instant) -> io::Result<Vec<u8>> {
     let mut got = vec![0u8; ranks.len()];
     for (i, &r) in ranks.iter().enumerate().filter(|(i, _)| *i != my_idx) {
-        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
+        let s = &mut conns[r].as_mut().expect("local peer has a connection").stream;
         got[i] = exchange_byte(s, out, deadline)?;
     }
     Ok(got)
@@ -252,7 +247,7 @@ fn agree_attach(
     my_idx: usize,
     segs: &[Arc<Segment>],
     try_it: bool,
-    conns: &mut [Option<(TcpStream, String)>],
+    conns: &mut [Option<Conn>],
     deadline: Instant,
 ) -> io::Result<Option<Vec<i32>>> {
     let pids: Vec<i32> = segs.iter().map(|s| s.attach_info().0.load(Ordering::Relaxed) as i32).collect();
@@ -283,7 +278,7 @@ pub fn connect(
     ranks: &[Rank],
     token: &str,
     sizes: ShmConfig,
-    conns: &mut [Option<(TcpStream, String)>],
+    conns: &mut [Option<Conn>],
     deadline: Instant,
 ) -> Result<ShmSetup, SetupError> {
     let n = ranks.len();
@@ -368,7 +363,7 @@ pub fn connect(
                 }
             }
         };
-        let (s, _) = conns[r].as_mut().expect("local peer has a connection");
+        let s = &mut conns[r].as_mut().expect("local peer has a connection").stream;
         agreed[i] = exchange_byte(s, ok as u8, deadline)? == 1 && ok;
     }
     // 3. every local rank has mapped what it could: drop the names
@@ -442,7 +437,7 @@ pub fn connect(
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {
         if i != my_idx && agreed[i] {
-            let (s, _) = conns[r].as_ref().expect("local peer has a connection");
+            let s = &conns[r].as_ref().expect("local peer has a connection").stream;
             links.push((r, ShmLink::new(&local, i, Channel::Coll, Some(s.try_clone()?))?));
             p2p.push((r, ShmLink::new(&local, i, Channel::P2p, None)?));
         }
