@@ -77,8 +77,25 @@ def new_process_group(store, rank: int, size: int, timeout, group: str,
     return ProcessGroup.unbox(boxed), comm
 
 
+# The TLS settings the default group got through pg_options: torch's
+# new_group passes no options of its own, and a group made from an
+# encrypted one must not travel in clear.
+_default_tls: list[tuple[str, str]] = []
+
+
+def _with_default_tls(backend_options):
+    pairs = _settings(backend_options) or []
+    tls = [(k, v) for k, v in pairs if k.startswith("RUSTCCL_TLS")]
+    if not dist.is_initialized():
+        _default_tls[:] = tls
+    elif not tls and _default_tls:
+        return Options(dict(pairs + _default_tls))
+    return backend_options
+
+
 def _create_backend(opts, backend_options=None):
     group = str(opts.group_id) if opts.group_id is not None else "default"
+    backend_options = _with_default_tls(backend_options)
     pg, _ = new_process_group(opts.store, opts.group_rank, opts.group_size, opts.timeout, group, backend_options)
     return pg._get_backend(torch.device("cpu"))
 
