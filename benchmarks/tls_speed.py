@@ -1,0 +1,158 @@
+"""TLS against plain TCP between two simulated hosts, in the same processes.
+
+    python benchmarks/tls_speed.py --link 1gbit --rounds 5 --out benchmarks/results/devbox-2core/tls-1gbit
+
+Two network namespaces joined by a veth pair shaped to ``--link``
+(``rustccl.bench.netns``), one rank in each. Every rank makes four groups
+over the same two processes: plain, TLS (a shared-secret file), and each
+with the int8 compression between hosts (``rustccl.set_compression``:
+compress, then encrypt). Round by round, alternating the groups, it times a
+32 MiB all_reduce and a 32 MiB send / recv each way, and the process CPU
+time each took: the CPU time TLS adds over plain is the cipher's (both
+ends encrypt and decrypt on the same cores on a small machine). Median and
+spread over ``--rounds``. Writes ``OUT.jsonl`` and ``OUT.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MIB = 1 << 20
+VARIANTS = ("plain", "tls", "plain+int8", "tls+int8")
+
+
+def rank_main() -> None:
+    import torch
+    import torch.distributed as dist
+
+    import rustccl
+
+    rounds, size = int(os.environ["ROUNDS"]), int(os.environ["BYTES"])
+    dist.init_process_group("rustccl")
+    rank = dist.get_rank()
+    tls = rustccl.Options(RUSTCCL_TLS=1, RUSTCCL_TLS_SECRET_FILE=os.environ["SECRET"])
+    groups = {
+        "plain": dist.group.WORLD,
+        "tls": dist.new_group([0, 1], pg_options=tls),
+        "plain+int8": dist.new_group([0, 1]),
+        "tls+int8": dist.new_group([0, 1], pg_options=tls),
+    }
+    for name in ("plain+int8", "tls+int8"):
+        rustccl.set_compression(groups[name], "int8")
+    x = torch.randn(size // 4)
+    rows = []
+
+    def timed(fn):
+        dist.barrier()
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        return time.perf_counter() - w0, time.process_time() - c0
+
+    for rnd in range(rounds + 1):  # round 0 warms up
+        order = VARIANTS if rnd % 2 else VARIANTS[::-1]
+        for v in order:
+            g = groups[v]
+            y = x.clone()
+            wall, cpu = timed(lambda: dist.all_reduce(y, group=g))
+            if rnd:
+                rows.append({"variant": v, "op": "all_reduce", "round": rnd, "s": wall, "cpu_s": cpu})
+            if v.endswith("int8"):
+                continue  # compression applies to all_reduce only
+
+            def sendrecv():
+                for src in (0, 1):
+                    if rank == src:
+                        dist.send(x, 1 - src, group=g)
+                    else:
+                        dist.recv(y, src, group=g)
+
+            wall, cpu = timed(sendrecv)
+            if rnd:
+                rows.append({"variant": v, "op": "send_recv", "round": rnd, "s": wall / 2, "cpu_s": cpu / 2})
+    links = {v: rustccl.stats(g)["links"][1 - rank] for v, g in groups.items()}
+    if rank == 0:
+        Path(os.environ["OUT_FILE"]).write_text(json.dumps({"rows": rows, "links": links}))
+    dist.destroy_process_group()
+
+
+def run(link: str, rounds: int, size: int) -> tuple[dict, str]:
+    from rustccl.bench import netns
+
+    why = netns.available()
+    if why:
+        raise SystemExit(f"tls_speed: {why}")
+    with tempfile.TemporaryDirectory() as d, netns.two_hosts(link, prefix="rctlsb") as hosts:
+        secret = Path(d) / "secret"
+        secret.write_bytes(os.urandom(32))
+        out = Path(d) / "out.json"
+        port = str(random.randint(20000, 40000))
+        procs = []
+        for r, h in enumerate(hosts):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("RUSTCCL_")}
+            env.update(RANK=str(r), WORLD_SIZE="2", MASTER_ADDR=hosts[0].ip, MASTER_PORT=port, OMP_NUM_THREADS="1",
+                       ROUNDS=str(rounds), BYTES=str(size), SECRET=str(secret), OUT_FILE=str(out), TLS_SPEED_RANK="1")
+            cmd = ["ip", "netns", "exec", h.ns, sys.executable, __file__]
+            procs.append(subprocess.Popen(cmd, env=env))
+        for p in procs:
+            if p.wait(timeout=1800) != 0:
+                raise SystemExit("tls_speed: a rank failed")
+        return json.loads(out.read_text()), hosts[0].shaping
+
+
+def report(res: dict, link: str, shaping: str, size: int, machine: str) -> str:
+    rows = res["rows"]
+    out = [f"# TLS against plain TCP, {link} link ({machine})", "",
+           f"`python benchmarks/tls_speed.py --link {link}`: two network namespaces ({shaping}), one rank in",
+           f"each; {size // MIB} MiB, the four groups alternating round by round in the same processes; median",
+           "(min-max) over the rounds. Throughput is the payload over the wall time (all_reduce: the input's",
+           "bytes per call); CPU is the process CPU time per call on rank 0. Links: "
+           + ", ".join(f"{v} {k}" for v, k in res["links"].items()) + ".", "",
+           "| op | group | time (ms) | throughput (MB/s) | speed vs the same group without TLS | CPU (ms) |", "|---|---|---|---|---|---|"]
+    med = {}
+    for op in ("all_reduce", "send_recv"):
+        for v in VARIANTS:
+            rs = [r for r in rows if r["op"] == op and r["variant"] == v]
+            if not rs:
+                continue
+            ts = sorted(r["s"] for r in rs)
+            med[op, v] = statistics.median(ts)
+            cpu = statistics.median(r["cpu_s"] for r in rs)
+            base = med.get((op, v.replace("tls", "plain"))) if v.startswith("tls") else None
+            ratio = f"{base / med[op, v]:.2f}" if base else "-"
+            out.append(f"| {op} | {v} | {med[op, v] * 1e3:.1f} ({ts[0] * 1e3:.1f}-{ts[-1] * 1e3:.1f}) | "
+                       f"{size / med[op, v] / 1e6:.0f} | {ratio} | {cpu * 1e3:.1f} |")
+    out.append("")
+    return "\n".join(out)
+
+
+def main() -> None:
+    if os.environ.get("TLS_SPEED_RANK"):
+        return rank_main()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--link", default="1gbit", help="1gbit, 10gbit, 25gbit or none")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--bytes", type=int, default=32 * MIB)
+    ap.add_argument("--machine", default=os.uname().nodename)
+    ap.add_argument("--out", required=True, help="path without suffix")
+    args = ap.parse_args()
+    res, shaping = run(args.link, args.rounds, args.bytes)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".jsonl").write_text(
+        "".join(json.dumps(dict(r, link=args.link, machine=args.machine)) + "\n" for r in res["rows"]))
+    md = report(res, args.link, shaping, args.bytes, args.machine)
+    out.with_suffix(".md").write_text(md + "\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
