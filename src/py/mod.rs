@@ -173,6 +173,14 @@ impl PyCommunicator {
         self.inner.failed_ranks()
     }
 
+    /// Compresses this group's later float SUM / AVG all-reduces between
+    /// hosts with `codec` (None / "none": exact), as `rustccl.set_compression`.
+    #[pyo3(signature = (codec, error_feedback=true))]
+    fn set_compression(&self, codec: Option<&str>, error_feedback: bool) -> PyResult<()> {
+        self.inner.set_compression(codec_setting(codec, error_feedback, "Communicator.set_compression")?);
+        Ok(())
+    }
+
     /// Creates this group's NCCL communicator on CUDA device `device` now
     /// (every rank must call it) instead of on the first CUDA collective.
     fn connect_cuda(&self, py: Python<'_>, device: i32) -> PyResult<()> {
