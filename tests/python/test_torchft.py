@@ -208,3 +208,16 @@ def test_a_killed_replica_rejoins_and_matches_its_donor(tmp_path):
         # the restarted replica equals its donor from the step it joined on
         assert r["checksum"] == zero[r["step"]]["checksum"], f"step {r['step']}: parameters differ"
     assert rejoined[-1]["step"] == zero[max(zero)]["step"] == steps
+
+
+def test_every_group_it_builds_gets_the_codec(store):
+    pgs = [ProcessGroupRustccl(timeout=LONG, compression="int8") for _ in range(2)]
+    for q in (1, 2):
+        on_threads(lambda r: pgs[r].configure(f"localhost:{store.port}/codec{q}", "replica", r, 2, quorum_id=q), range(2))
+        assert rustccl.compression(f"torchft_quorum_{q}_rank_0") == ("int8", True)
+        # one host: the codec applies between hosts only, so the sum is exact
+        got = on_threads(lambda r: allreduce(pgs[r], torch.full((1000,), 0.1 * (r + 1))), range(2))
+        assert all(torch.equal(x, torch.full((1000,), 0.1) + torch.full((1000,), 0.2)) for x in got)
+    bad = [ProcessGroupRustccl(timeout=LONG, compression="int3") for _ in range(2)]
+    errs = on_threads(lambda r: bad[r].configure(f"localhost:{store.port}/bad", "replica", r, 2), range(2))
+    assert all("int3" in str(e) for e in errs), errs
