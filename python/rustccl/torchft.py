@@ -32,6 +32,7 @@ from torchft.process_group import ProcessGroupWrapper
 
 from ._rustccl import Communicator
 from .backend import new_process_group
+from .compression import CODECS
 from .options import Options
 
 __all__ = ["ProcessGroupRustccl"]
@@ -52,6 +53,8 @@ class ProcessGroupRustccl(ProcessGroupWrapper):
     def __init__(self, timeout: timedelta = timedelta(seconds=60), options: Options | None = None,
                  compression: str | None = None) -> None:
         super().__init__(timeout=timeout)
+        if compression is not None and compression not in CODECS:
+            raise ValueError(f"rustccl.torchft: compression {compression!r} is not one of {CODECS}")
         self._options = options
         self._compression = compression
         self._comm: Communicator | None = None

@@ -218,6 +218,5 @@ def test_every_group_it_builds_gets_the_codec(store):
         # one host: the codec applies between hosts only, so the sum is exact
         got = on_threads(lambda r: allreduce(pgs[r], torch.full((1000,), 0.1 * (r + 1))), range(2))
         assert all(torch.equal(x, torch.full((1000,), 0.1) + torch.full((1000,), 0.2)) for x in got)
-    bad = [ProcessGroupRustccl(timeout=LONG, compression="int3") for _ in range(2)]
-    errs = on_threads(lambda r: bad[r].configure(f"localhost:{store.port}/bad", "replica", r, 2), range(2))
-    assert all("int3" in str(e) for e in errs), errs
+    with pytest.raises(ValueError, match="int3"):
+        ProcessGroupRustccl(compression="int3")
