@@ -12,20 +12,16 @@ use crate::config::{LogLevel, ShmConfig, BROADCAST_FROM_HOST, MAX_ROOT_SHARE, SP
 use crate::types::Rank;
 
 /// The collectives' single-copy threshold when the setting is left to the
-/// host (`config::ATTACH_FROM_HOST`): 16 MiB where a rank has two or more
-/// threads, as measured on a 32-core host (4-8 threads per rank: reading
-/// the peers' tensors won from 16-32 MiB, and for all_to_all blocks from
-/// 2 MiB). With one thread per rank,
-/// the two ranks' user-space copies through shared memory run side by side
-/// where a single-copy read is one thread's kernel copy, so reads must be
-/// nearly as fast as copies to pay: on a 2-core VM they ran at 13 GB/s
-/// against 45 GB/s for copies, and without them 16 MiB all_reduce was 2x
-/// and 1-4 MiB all_to_all and scatter 1.3-2x faster; only single large
-/// transfers still gained. Where reads are slower than [`READ_VS_COPY`]
-/// of a copy (or cannot be measured): no collective reads (`usize::MAX`;
-/// blocks and sends: `Reads::slow`), except all_reduce, reduce_scatter and
-/// reduce with many local ranks ([`many_few_thread_ranks`],
-/// [`pushed_reduce_attach_min`]).
+/// host (`config::ATTACH_FROM_HOST`): [`ATTACH_MIN`] where a rank has two or
+/// more threads, where reading the peers' tensors won for large transfers.
+/// With one thread per rank, the two ranks' user-space copies through shared
+/// memory run side by side where a single-copy read is one thread's kernel
+/// copy, so reads must be nearly as fast as copies to pay: where they are
+/// slower than [`READ_VS_COPY`] of a copy (or cannot be measured), no
+/// collective reads (`usize::MAX`; blocks and sends: `Reads::slow`), except
+/// all_reduce, reduce_scatter and reduce with many local ranks
+/// ([`many_few_thread_ranks`], [`pushed_reduce_attach_min`]). The
+/// measurements: `docs/decisions/0004`.
 fn host_attach_min(me: Rank, threads: usize) -> usize {
     if threads >= 2 {
         return ATTACH_MIN;
@@ -60,15 +56,11 @@ pub(super) struct Reads {
     pub block: usize,
     pub broadcast: usize,
     /// Reads through the kernel are slower than copies here and a rank has
-    /// one thread (`host_attach_min`): sends over [`SINGLE_READER_MIN`]
-    /// are read by the receiver, not staged (`connect` makes no staging
-    /// area). On the 2-core VM, settings alternating (two runs each), the
-    /// 2-stage pipeline step (1 MiB micro-batches) took 1.83 / 2.12 ms so
-    /// against 3.08 / 3.77 ms when sends up to 4 MiB went through the
-    /// rings, and one-way 2-4 MiB 327-564 us against 395-981 us; staging
-    /// them instead made the step 3.10 / 2.17 ms. Blocks of all_to_all,
-    /// gather and scatter are read over the single-reader threshold
-    /// (`Attach::agreed`).
+    /// one thread (`host_attach_min`): sends over [`SINGLE_READER_MIN`] are read
+    /// by the receiver, not staged (`connect` makes no staging area), since both
+    /// ring copies and staging cost the sender's one thread a copy the read
+    /// saves. Blocks of all_to_all, gather and scatter are read over the
+    /// single-reader threshold (`Attach::agreed`).
     pub slow: bool,
     /// Sends this rank receives by rendezvous from this size are split
     /// (`comm::p2p::rendezvous`); not agreed: the receiver asks.
@@ -118,9 +110,9 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
         set => set,
     };
     // Broadcast reads the root only with two or more threads a rank: with
-    // one (2 ranks on 2 cores) the pipelined copies were 1.1-1.2x faster
-    // at 4-16 MiB even with shared tensors; unless the root, idle
-    // otherwise, writes half of it ([`PAIR_BROADCAST_READ_MIN`]).
+    // one the pipelined copies stay faster even with shared tensors;
+    // unless the root, idle otherwise, writes half of it
+    // ([`PAIR_BROADCAST_READ_MIN`]).
     let broadcast = match sizes.broadcast_min {
         BROADCAST_FROM_HOST if shared && threads > 1 => SHARED_BROADCAST_READ_MIN,
         BROADCAST_FROM_HOST if slow && n == 2 && sizes.gather_push => PAIR_BROADCAST_READ_MIN,
@@ -141,12 +133,10 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     Reads { attach, single, all_reduce, reduce_scatter, reduce, all_gather, block, broadcast, slow, split_send }
 }
 
-/// The largest scatter block a root splits with its receiver (the
-/// setting; `usize::MAX`: any): 2 MiB. On the 64-core host (settings
-/// alternating twice) splitting made 8 MiB scatters 0.80x / 0.82x the
-/// time with 8 / 4 ranks (1 / 2 MiB blocks), but 32 MiB ones (4 / 8 MiB
-/// blocks) 1.58 / 1.8x longer: there the root's threads, writing half of
-/// every block, are the slowest part
+/// The largest scatter block a root splits with its receiver (the setting;
+/// `usize::MAX`: any): [`SCATTER_SPLIT_MAX`]. Splitting lets the idle root
+/// write part of a block while its receiver reads the rest; on large blocks
+/// the root's threads, writing part of every block, become the slowest part
 /// (`docs/decisions/0004`).
 pub(super) fn scatter_split_max(sizes: ShmConfig) -> usize {
     match sizes.scatter_split_max {
@@ -159,16 +149,10 @@ const SCATTER_SPLIT_MAX: usize = 2 << 20;
 
 /// Of a block it splits, a scatter root writes the last 1 / this: the
 /// setting, or half where the root has threads of its own for its solo
-/// phases (`root_threads` over 1), else 1 / `local_ranks`, so that the
-/// root with its one thread writes (n - 1) / n of a block, as much as each
-/// receiver reads; clamped to 2 ..= `MAX_ROOT_SHARE`. On the
-/// 16-core host with 16 ranks (a thread each, settings alternating twice)
-/// the root writing half of every block was the slowest part: 1 / 16 made
-/// 32 MiB scatters 0.24x the time (2.4x -> 9.6x gloo), not splitting at
-/// all 0.21x, 1 / 4 0.45x; at 8 MiB 1 / 4 and no split 0.56-0.61x. With 8
-/// ranks of 2 threads (root 8) 1 / 8, 1 / 4 and no split were all within
-/// 0.92-1.2x of half at 512 KiB - 32 MiB, 4 ranks' 1 / 4 within
-/// 1.0-1.15x (`docs/decisions/0004`).
+/// phases (`root_threads` over 1), else 1 / `local_ranks`, so that the root
+/// with its one thread writes (n - 1) / n of a block, as much as each
+/// receiver reads, and is no longer the slowest part; clamped to 2 ..=
+/// `MAX_ROOT_SHARE` (`docs/decisions/0004`).
 pub(super) fn scatter_root_share(sizes: ShmConfig, local_ranks: usize, root_threads: usize) -> usize {
     let share = match sizes.scatter_root_share {
         0 if root_threads <= 1 => local_ranks,
@@ -198,88 +182,59 @@ pub(super) fn gather_root_share(sizes: ShmConfig, local_ranks: usize, threads: u
 const PAIR_GATHER_ROOT_SHARE: usize = 4;
 
 /// Rendezvous sends from this size are split between receiver and sender
-/// where the receiver takes pushes ([`Reads::split_send`]); staged sends
-/// (where reads are fast, up to the staging area's size when it is free)
-/// are not. On the 2-core VM (reads slow, every send over 256 KiB read by
-/// its receiver) 4-16 MiB messages one way took 0.3-0.55x the time, the
-/// 4-stage pipeline step 0.68x; on the 32-core host (sends up to 8 MiB
-/// staged) 16-32 MiB ones 0.62-0.76x with 2 and 8 ranks, the pipeline
-/// step 0.74x / 0.84x with 4 / 8 ranks (its sends split when the staging
-/// area is busy), while splitting 1-8 MiB sends instead of staging them
-/// took 1.3-2x longer with 2 ranks
-/// (`docs/decisions/0004`).
+/// where the receiver takes pushes ([`Reads::split_send`]): the sender, idle
+/// while its receiver reads, writes part of the message. Staged sends (where
+/// reads are fast, up to the staging area's size when it is free) are not:
+/// for those, staging beat splitting (`docs/decisions/0004`).
 const SPLIT_SEND_MIN: usize = 512 << 10;
 
 /// Where a rank's tensors are shared (`arena.rs`, `RUSTCCL_SHM_TENSORS=1`)
 /// and the thresholds are left to the host: the smallest collective (bytes
-/// per rank) that reads peers' tensors. On the 16-core host reading shared
-/// tensors made 1-16 MiB reduce_scatter 1.1-2x faster than the slots with
-/// 4 and 8 ranks, reduce 1.2-1.7x with 8 (but 1.2-1.3x slower with 4 at
-/// 1-4 MiB), all_gather 1.0-1.25x with 8 (0.8-1.0x with 4)
-/// (`docs/decisions/0004`).
+/// per rank) that reads peers' tensors, which then is a plain copy in user
+/// space, not the kernel's (`docs/decisions/0004`).
 const SHARED_READ_MIN: usize = 256 << 10;
-/// The same for all_reduce, which reads every peer twice: at 1 MiB the
-/// slots were 1.8x faster with 4 ranks and as fast with 8, at 4 MiB
-/// reading was as fast or 1.14x faster, at 16 MiB 1.45-1.7x.
+/// The same for all_reduce, which reads every peer twice: it pays from a
+/// larger size on.
 const SHARED_ALL_REDUCE_READ_MIN: usize = 4 << 20;
 /// The same for reduce with shared tensors on at most [`BLOCK_SLOT_RANKS`]
-/// local ranks: with 4 ranks on the 16-core host reading took 1.1-1.4x
-/// longer than the pipelined slots at 256 KiB - 4 MiB (two runs of two
-/// sweeps each), and was 1.0-1.1x faster at 16 MiB; with 8 and 16 ranks
-/// reading was 1.2-1.8x faster from 1 MiB.
+/// local ranks, where the pipelined slots keep up with reading until large
+/// sizes (`docs/decisions/0004`).
 const SHARED_FEW_RANKS_REDUCE_READ_MIN: usize = 16 << 20;
 /// With shared tensors on more than [`BLOCK_SLOT_RANKS`] local ranks,
-/// all_to_all / gather / scatter blocks over this size are read: with 8
-/// ranks 1 MiB all_to_all (128 KiB blocks) and scatter took 1.8x less time
-/// so than through the slots on the 16-core host, 2.2x / 2.8x on the
-/// 32-core one (`docs/decisions/0004`);
-/// with 4 ranks it made no difference (over 256 KiB they are read).
+/// all_to_all / gather / scatter blocks over this size are read: many small
+/// blocks through the slots cost more than one read each
+/// (`docs/decisions/0004`); with fewer ranks, those over 256 KiB are read.
 const SHARED_BLOCK_READ_MIN: usize = 32 << 10;
 /// The same for broadcast (every rank reads the root's tensor), where a
-/// rank has two or more threads: 1.6-2x faster than the pipelined copies
-/// from 1 MiB with 4 and 8 ranks on the 16-core host, 1.2-1.55x with 16 on
-/// the 32-core one; with one thread a rank (the 2-core VM) 0.84-0.92x.
+/// rank has two or more threads; with one, the pipelined copies stay faster
+/// (`docs/decisions/0004`).
 const SHARED_BROADCAST_READ_MIN: usize = 1 << 20;
 
 /// With shared tensors on a crowded host ([`crowded`]) all_gather reads
-/// peers' tensors from this size (bytes per rank) on. On the 64-core host
-/// with 8 and 16 ranks (4-8 threads each) reading made all_gather of
-/// 256 KiB - 4 MiB per rank 0.73-0.96x as fast as the pipelined slots and
-/// 16 MiB 1.14-1.25x faster; keeping the slots below 16 MiB made 1-8 MiB
-/// 1.1-1.5x faster (`run4/`); on the 16-core host (8 ranks, 2 threads
-/// each) reading was 1.1-1.25x faster from 256 KiB
+/// peers' tensors from this size (bytes per rank) on: below it, the
+/// pipelined slots, which gain from the ranks' threads, are faster
 /// (`docs/decisions/0004`).
 const SHARED_CROWDED_ALL_GATHER_READ_MIN: usize = 16 << 20;
-/// The same for all_reduce: on the 64-core host the slots were 1.2-1.5x
-/// faster at 4 MiB with 8 and 16 ranks, reading 1.2-1.4x faster at 8 MiB
-/// (`run4/`); on the 16-core host with 8 ranks reading was 1.3x faster
-/// at 4 MiB ([`SHARED_ALL_REDUCE_READ_MIN`]).
+/// The same for all_reduce ([`SHARED_ALL_REDUCE_READ_MIN`] elsewhere).
 const SHARED_CROWDED_ALL_REDUCE_READ_MIN: usize = 8 << 20;
 
 /// Whether `local_ranks` ranks of `threads` threads each crowd the host's
-/// memory when they all read peers' shared tensors at once: 8 or more
-/// local ranks and 32 or more threads among them. The pipelined slots'
-/// copies gained more from threads than the reads did: with 8 ranks of 8
-/// threads (64-core host) the slots' 4 MiB all_reduce ran 1.7x faster
-/// than with 2 threads (16-core host), the reads not at all; 4 ranks of
-/// 8 threads still read faster. On the 32-core host (8 ranks of 4
-/// threads, 16 of 2) the rule came out even (`run5-32core/`).
+/// memory when they all read peers' shared tensors at once: 8 or more local
+/// ranks and 32 or more threads among them. The pipelined slots' copies gain
+/// more from threads than the reads do, so on such hosts the slots stay
+/// ahead to larger sizes (`docs/decisions/0004`).
 fn crowded(local_ranks: usize, threads: usize) -> bool {
     local_ranks >= 8 && local_ranks * threads >= 32
 }
 
 /// The all_reduce's single-copy threshold when left to the host: with
-/// [`many_few_thread_ranks`], [`MANY_ALL_REDUCE_READ_MIN`] (even where
-/// reads are slow); else from 4 MiB per local rank (each rank then reads
-/// slices of at least 4 MiB from each peer, twice), at least the
-/// collectives' `attach_min`. The
-/// single-copy all_reduce reads every peer twice (its reduce-scatter and
-/// its all-gather), and the kernel's reads of a few MiB from one process
-/// do not get faster with more readers: on the 16-core host with 8 ranks,
-/// 16 MiB all_reduce took 4480-5237 us with two copies and 6596-6794 us
-/// reading (32 MiB: even), while reduce and reduce_scatter (one read
-/// phase) were 1.1-1.3x faster reading from 16 MiB; on the 64-core host
-/// with 8 ranks the same (2308-2672 against 3696-3959 us at 16 MiB).
+/// [`many_few_thread_ranks`], [`MANY_ALL_REDUCE_READ_MIN`] (even where reads
+/// are slow); else from 4 MiB per local rank (each rank then reads slices of
+/// at least 4 MiB from each peer, twice), at least the collectives'
+/// `attach_min`. The single-copy all_reduce reads every peer twice (its
+/// reduce-scatter and its all-gather), and the kernel's reads of a few MiB
+/// from one process do not get faster with more readers, so it pays later
+/// than reduce and reduce_scatter, which read once (`docs/decisions/0004`).
 fn all_reduce_attach_min(attach_min: usize, local_ranks: usize, threads: usize) -> usize {
     if many_few_thread_ranks(local_ranks, threads) {
         return MANY_ALL_REDUCE_READ_MIN;
@@ -298,32 +253,10 @@ fn reduce_scatter_attach_min(attach_min: usize, local_ranks: usize, threads: usi
 }
 
 /// More than [`MANY_LOCAL_RANKS`] local ranks of at most
-/// [`MID_READ_THREADS`] threads each: there one read phase of many
-/// readers beats the slots' copies from a few MiB, even where one thread
-/// reads through the kernel more slowly than it copies. Settings
-/// alternating in one process against the old thresholds (16 MiB
-/// reduce_scatter, 64 MiB all_reduce; never with one-thread ranks whose
-/// reads are slow), forty-fifth session
-/// (`docs/decisions/0004`):
-/// - 16 ranks of 2 threads (32-core host), three sweeps: reading made
-///   8 MiB reduce_scatters 0.66-0.70x the time, 16 / 32 MiB all_reduces
-///   0.70-0.78x / 0.80-0.86x; 8 MiB all_reduces 0.75-0.98x, 4 MiB ones
-///   1.30-1.35x longer, 4 MiB reduce_scatters 0.73-1.11x; with the rule,
-///   against the old thresholds: 16 / 32 MiB all_reduces 1.18-1.29x
-///   faster, 8 MiB reduce_scatters 1.28 / 1.50x; 12 ranks of 2 threads:
-///   32 MiB all_reduces 1.16 / 1.21x;
-/// - 16 ranks of one thread (16-core host, where one thread reads slower
-///   than it copies), one quiet sweep: reduce_scatters of 4-32 MiB
-///   0.67-0.86x, all_reduces 0.87-0.96x; with the rule, two sweeps:
-///   8 MiB reduce_scatters 1.36 / 1.51x faster, all_reduces even
-///   (0.97-1.08x);
-/// - 8 ranks (2 threads on the 16-core host, 4 on the 32-core one):
-///   all_reduces below 16 MiB 0.93-1.70x, 8 MiB reduce_scatters
-///   0.81-0.95x on the 32-core host but 0.84 / 1.16x on the 16-core one;
-///   they keep the old thresholds, as do 16 ranks of 4 threads (64-core
-///   host, unmeasured) and 10 ranks of 3 (32-core host: one sweep,
-///   16 / 32 MiB all_reduces 0.81 / 0.75x reading, 8 MiB reduce_scatters
-///   1.06x).
+/// [`MID_READ_THREADS`] threads each: there one read phase of many readers
+/// beats the slots' copies from a few MiB, even where one thread reads
+/// through the kernel more slowly than it copies; with fewer ranks or more
+/// threads, the slots' copies keep up (`docs/decisions/0004`).
 fn many_few_thread_ranks(local_ranks: usize, threads: usize) -> bool {
     local_ranks > MANY_LOCAL_RANKS && threads <= MID_READ_THREADS
 }
@@ -343,39 +276,11 @@ const MANY_REDUCE_SCATTER_READ_MIN: usize = 8 << 20;
 /// [`PUSHED_REDUCE_MID_READ_MIN`] with 5-8 local ranks of at most
 /// [`MID_READ_THREADS`] threads each, from [`PUSHED_REDUCE_READ_MIN`] with
 /// 5-8 of more threads and with 3-4 of at most [`FEW_THREADS`]; else
-/// `attach_min`. The
-/// two-copy reduce leaves the root to copy every other rank's part out
-/// of its slot alone while they wait; with pushes nobody waits for one
-/// rank's copies. On the 64-core host (settings alternating, reading from
-/// 512 KiB against the default) reading with pushes made 8-rank reduces of
-/// 8 MiB 0.76x the time but 512 KiB / 2 MiB ones 1.45 / 1.23x longer (two
-/// runs), 16-rank ones of 512 KiB - 32 MiB 0.60-0.93x (one run), 4-rank
-/// ones 1.13-1.49x longer below 32 MiB; reading without pushes (the root
-/// reads every part) took 1.2-2x as long as with them at every size
-/// (`docs/decisions/0004`). Those 4 ranks had
-/// 8 threads each, whose two copies outran the kernel's; with 4 threads
-/// (16-core host, reading from 1 MiB against the default, alternating
-/// twice) 8 MiB reduces took 0.81x the time reading (4.1x -> 5.1x gloo),
-/// 2 MiB ones 1.36x longer
-/// (`docs/decisions/0004`). With 16
-/// ranks of one thread on the 16-core host, where a rank's reads through
-/// the kernel are slower than its copies, reading with pushes made 2-32 MiB
-/// reduces 0.55-0.88x the time (8 MiB 2.2x -> 3.8x gloo), 512 KiB even,
-/// against the two copies that leave the root's one thread to copy every
-/// part out (settings alternating twice, reading from 512 KiB and 2 MiB,
-/// and from 8 MiB in another call: 0.50 / 0.65x at 8 / 32 MiB;
-/// `docs/decisions/0004`). With 8 ranks of 2
-/// threads on the 16-core host, reading made 4 MiB reduces 0.74-0.96x the
-/// time in all seven alternations of two calls (2.6x -> 3.0x gloo), 2 MiB
-/// ones 1.08-1.41x longer
-/// (`docs/decisions/0004`); 8 ranks of 4 threads (32-core host) keep
-/// 8 MiB: reading from 4 MiB made 4 MiB reduces 1.25x longer, timed in one
-/// process against the default and an A/A group (1.05x) in two quiet
-/// sweeps (`docs/decisions/0004`;
-/// separate sweeps under steal had given 0.41-1.96x); ranks of 8 threads
-/// are unmeasured and keep 8 MiB too; ranks of one thread whose reads are
-/// fast take 4 MiB unmeasured (on the hosts measured, one-thread ranks read
-/// slowly).
+/// `attach_min`. The two-copy reduce leaves the root to copy every other
+/// rank's part out of its slot alone while they wait; with pushes nobody
+/// waits for one rank's copies. Where ranks have many threads, their two
+/// copies outrun the kernel's reads up to larger sizes
+/// (`docs/decisions/0004`).
 fn pushed_reduce_attach_min(attach_min: usize, local_ranks: usize, threads: usize) -> usize {
     match local_ranks {
         n if n > MANY_LOCAL_RANKS => PUSHED_REDUCE_MANY_READ_MIN,
@@ -396,12 +301,8 @@ const MID_READ_THREADS: usize = 2;
 /// size read the root's tensor, the root writing the second half into the
 /// other's (`collectives::shm_attach::broadcast`, where the root takes
 /// pushes): both ranks' one thread copies, where the pipelined copies
-/// through the root's slot move every byte twice, one copy on each. On the
-/// 2-core VM (settings alternating) 2-32 MiB broadcasts took 0.46-0.69x the
-/// time of the pipelined ones (two runs) and 1 MiB 0.77x, 128-512 KiB
-/// 1.3-2x longer (three runs); reading the whole buffer without the
-/// root's half took 1.03-1.3x longer at 2-32 MiB
-/// (`docs/decisions/0004`).
+/// through the root's slot move every byte twice, one copy on each; below
+/// it, the pipelined copies are faster (`docs/decisions/0004`).
 const PAIR_BROADCAST_READ_MIN: usize = 1 << 20;
 
 /// See [`pushed_reduce_attach_min`].
