@@ -1,5 +1,5 @@
 //! The TLS settings (`RUSTCCL_TLS*`), of the process or of one group
-//! (`pg_options`): read here, loaded by `crate::tls`.
+//! (`pg_options`): read here, loaded by the `tls` module.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use super::Config;
 /// The TLS settings' names: a group may set them apart from the process.
 pub const TLS_SETTINGS: &[&str] = &["RUSTCCL_TLS", "RUSTCCL_TLS_CA", "RUSTCCL_TLS_CERT", "RUSTCCL_TLS_KEY", "RUSTCCL_TLS_SECRET_FILE"];
 
-/// How a group's ranks prove they belong to it (`crate::tls`).
+/// How a group's ranks prove they belong to it (the `tls` module loads it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TlsMode {
     /// Each rank's certificate and key, both directions checked against the CA.

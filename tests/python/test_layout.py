@@ -15,7 +15,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 LAYERS = [
     {"types", "error"},
     {"config", "hostprof"},
-    {"tensor", "cuda", "work", "bootstrap"},
+    {"tensor", "cuda", "work", "bootstrap", "tls"},
     {"transport"},
     {"collectives"},
     {"comm"},
