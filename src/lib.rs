@@ -1,27 +1,30 @@
 //! rustccl: the engine of a `torch.distributed` backend.
 //!
-//! Layers, bottom up (each only uses the ones above it in this list):
+//! Layers, bottom up; a module uses only its own layer and those below
+//! (`tests/python/test_layout.py` checks it):
 //!
-//! - [`error`], [`types`], [`config`]: vocabulary shared by everything.
-//! - [`tensor`]: borrowed views of caller memory (DLPack); the only place
-//!   DLPack pointers are dereferenced.
-//! - [`transport`]: moves bytes between ranks. A [`transport::Transport`]
-//!   drives sets of sends and receives ([`transport::Xfer`]) to completion;
-//!   `tcp` is the real one, `loopback` an in-process one for tests.
-//! - [`tls`]: TLS sessions for TCP links (`RUSTCCL_TLS`), and the
-//!   non-blocking connection, plain or encrypted, that links read and write.
-//! - [`bootstrap`]: rendezvous through a key-value [`bootstrap::Store`],
-//!   hands back connected links.
-//! - [`collectives`] holds the algorithms (ring, recursive doubling, trees, pairwise)
-//!   written against `Transport`; `plan` holds the chunk arithmetic and
-//!   `reduce` the element-wise kernels.
-//! - [`work`]: the async handle returned for every submitted operation.
-//! - [`cuda`]: the CUDA driver (streams, events, contexts), loaded at run
-//!   time; `comm::nccl` runs CUDA collectives through NCCL on top of it.
-//! - [`comm`]: the `Communicator` that owns a group's transport, worker
-//!   thread, point-to-point engine and sequence numbers.
-//! - `capi` (extern "C", used by the C++ c10d shim) and `py` (PyO3 module),
-//!   both only with the `python` feature.
+//! 1. [`error`], [`types`]: vocabulary shared by everything.
+//! 2. [`config`] (the `RUSTCCL_*` settings), [`hostprof`].
+//! 3. [`tensor`]: borrowed views of caller memory (DLPack), the only place
+//!    DLPack pointers are dereferenced; [`cuda`]: the CUDA driver, loaded
+//!    at run time; [`work`]: the async handle of every operation;
+//!    [`bootstrap`]: rendezvous through a key-value [`bootstrap::Store`],
+//!    handing back connected links; [`tls`]: TLS sessions for TCP links
+//!    (`RUSTCCL_TLS`) and the non-blocking socket, plain or encrypted, that
+//!    links read and write.
+//! 4. [`transport`]: moves bytes between ranks. [`transport::mesh`] drives
+//!    sets of sends and receives ([`transport::Xfer`]) over shared memory
+//!    within a host and TCP between hosts; `loopback` is an in-process one
+//!    for tests.
+//! 5. [`collectives`]: the algorithms (ring, recursive doubling, trees,
+//!    pairwise, shared-memory phases) written against
+//!    [`transport::Transport`]; `plan` holds the chunk arithmetic and
+//!    `reduce` the element-wise kernels.
+//! 6. [`comm`]: the `Communicator` that owns a group's transport, worker
+//!    thread, point-to-point engine and sequence numbers; `comm::nccl` runs
+//!    CUDA collectives through NCCL and rustccl's kernels.
+//! 7. `capi` (extern "C", used by the C++ c10d shim) and 8. `py` (PyO3
+//!    module), both only with the `python` feature.
 // These docs are for the engine's developers: they link private items
 // (helpers, constants) on purpose.
 #![allow(rustdoc::private_intra_doc_links)]
