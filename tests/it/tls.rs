@@ -278,3 +278,29 @@ impl Ca {
         TlsMode::Certs { ca, cert: c, key: k }
     }
 }
+
+/// Groups made from an encrypted group (split, shrink) are encrypted too,
+/// and work.
+#[test]
+fn split_and_shrunk_groups_keep_tls() {
+    let d = tmpdir("children");
+    let mode = secret(&d, "s", b"the job's secret, 32 bytes......");
+    let comms: Vec<Communicator> =
+        bootstrap(&[0, 1, 2], TransportMode::Auto, |_| Some(mode.clone())).into_iter().map(|c| c.unwrap()).collect();
+    on_ranks(&comms, |r, c| {
+        let child = c.split(&[0, 2], "pair", Duration::from_secs(20)).unwrap();
+        let shrunk = c.shrink(&[1], false, Duration::from_secs(20));
+        if r == 1 {
+            assert!(child.is_none());
+            return;
+        }
+        for g in [child.unwrap(), shrunk.unwrap()] {
+            assert!(g.link_kinds().iter().all(|k| k.is_empty() || *k == "tls"), "{:?}", g.link_kinds());
+            let b = buf(DType::F32, &vec![r as f64; 1 << 16]);
+            let mut s = spec(OpKind::AllReduce);
+            s.inputs = vec![t(&b)];
+            g.submit(vec![s], None, None).unwrap().wait(None).unwrap();
+            assert_eq!(read(DType::F32, &b), vec![2.0; 1 << 16]);
+        }
+    });
+}
