@@ -59,9 +59,13 @@ class ProcessGroupRustccl(ProcessGroupWrapper):
         self._compression = compression
         self._comm: Communicator | None = None
         self._errored: Exception | None = None
+        # Which configuration a work belongs to: a late failure of an old
+        # group's work must not mark the new group errored.
+        self._generation = 0
 
     def _create_pg(self, store: Store, rank: int, world_size: int) -> BaseProcessGroup:
         self._errored = None
+        self._generation += 1
         pg, self._comm = new_process_group(store, rank, world_size, self._timeout, self._quorum_group(), self._options)
         if self._compression is not None:
             self._comm.set_compression(self._compression)
@@ -74,10 +78,10 @@ class ProcessGroupRustccl(ProcessGroupWrapper):
         return f"torchft_quorum_{self._quorum_id}_rank_{group_rank % group_size}"
 
     def _wrap_work(self, work: Work, opts: object) -> Work:
-        return _Work(self, work)
+        return _Work(self, work, self._generation)
 
-    def _failed(self, e: Exception) -> None:
-        if self._errored is None:
+    def _failed(self, e: Exception, generation: int) -> None:
+        if self._errored is None and generation == self._generation:
             self._errored = e
 
     def abort(self, errored: bool = True) -> None:
@@ -111,16 +115,17 @@ class _Work(Work):
     """A rustccl work whose ``wait()`` reports a failure to the process
     group's ``errored()`` and returns False; its future keeps the error."""
 
-    def __init__(self, pg: ProcessGroupRustccl, work: Work) -> None:
+    def __init__(self, pg: ProcessGroupRustccl, work: Work, generation: int) -> None:
         super().__init__()
         self._pg = pg
         self._work = work
+        self._generation = generation
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         try:
             return self._work.wait() if timeout is None else self._work.wait(timeout)
         except Exception as e:  # noqa: BLE001 - reported through errored()
-            self._pg._failed(e)
+            self._pg._failed(e, self._generation)
             return False
 
     def get_future(self) -> torch.futures.Future[object]:
