@@ -86,79 +86,41 @@ fn peer_arena(seg: &Segment, pid: i32) -> Option<PeerArena> {
         .ok()
 }
 
-/// On the 32-core host, blocks of 128-512 KiB took about as long either
-/// way, smaller ones longer (a system call and page pinning each), larger
-/// ones up to 3x less.
+/// Blocks from this size are read by their one reader: smaller ones cost
+/// more in the system call and page pinning than the copy saves
+/// (`docs/decisions/0004`).
 pub const SINGLE_READER_MIN: usize = 256 << 10;
 
 /// all_to_all / gather / scatter blocks up to this size go through the
 /// senders' input slots where reads are fast (when they fit one: a slot
 /// holds 2 MiB with 8 threads a rank, 1 MiB with 4; with 2 local ranks a
-/// block may fill both, `collectives::shm_attach::block_max`) and the
-/// host has at most
-/// [`BLOCK_SLOT_RANKS`] local ranks: on the 16-core host with 4 ranks,
-/// 1-4 MiB all_to_all took 1.3-1.5x less time so and 4 MiB scatter
-/// 1.5-1.8x (`docs/decisions/0004`). It
-/// was 1 MiB until 2 MiB blocks were timed through the slots of 4 ranks of
-/// 8 threads, settings alternating: on the 64-core host (four pairs of
-/// runs) 8 MiB all_to_all took 0.56-1.03x the time (median 0.80), 8 MiB
-/// scatter 0.61-0.93x (0.76), gathers of 2 MiB blocks 0.70-1.21x (0.82)
-/// (`docs/decisions/0004`); on the 32-core
-/// host all_to_all and scatter 0.87-0.88x, gather 1.08x (one run of three
-/// pairs, `docs/decisions/0004`).
-/// With 8 ranks on the 64-core host 2 MiB blocks through the slots made
-/// 16 MiB all_to_all and gather 1.3x slower (two pairs, same folder), and
-/// with 16 ranks 8 MiB all_to_all (512 KiB blocks, every rank copying
-/// twice at once) was 25% slower: there blocks over `single_min` are
-/// read, as before.
+/// block may fill both, `collectives::shm_attach::block_max`) and the host
+/// has at most [`BLOCK_SLOT_RANKS`] local ranks: there the threads' copies
+/// through the slots beat the kernel's reads. With more ranks, every rank
+/// copying twice at once is slower, and blocks over `single_min` are read
+/// (`docs/decisions/0004`).
 pub const BLOCK_READ_MIN: usize = 2 << 20;
 /// The most local ranks for which [`BLOCK_READ_MIN`] applies.
 pub const BLOCK_SLOT_RANKS: usize = 4;
 /// [`BLOCK_READ_MIN`] for a host with 2 local ranks where reads are fast:
-/// blocks up to 4 MiB go through the sender's two input slots (2 MiB
-/// each with 8 threads a rank, one block filling both). On the 32-core
-/// host (2 ranks of 8 threads, builds alternating three times) 2 MiB
-/// blocks took 0.5-0.78x the time of the kernel's reads and writes in
-/// all_to_all and scatter and 0.83-1x in gather: all_to_all 4 MiB
-/// 264-286 us against 365-525, scatter 4 MiB 182-229 against 285-333,
-/// gather of 2 MiB blocks 263-278 against 279-316
-/// (`docs/decisions/0004`; with 4
-/// ranks the same threshold was mixed, 0.87-1.08x). 4 MiB blocks, which
-/// fit only both slots, were read until those were taken together:
-/// 8 MiB scatters then took 0.48-0.74x the time on the 32-core host and
-/// 0.59x on the 64-core one (3.5x -> 5.1-5.9x gloo), 8 MiB all_to_alls
-/// 0.51-0.91x (builds alternating twice on each,
-/// `docs/decisions/0004`).
+/// blocks up to 4 MiB go through the sender's two input slots (2 MiB each
+/// with 8 threads a rank, one block filling both), taken together, which
+/// beats the kernel's reads and writes (`docs/decisions/0004`).
 pub const PAIR_FAST_BLOCK_READ_MIN: usize = 4 << 20;
 /// Scatter blocks over this size are read where no collective reads (one
 /// thread a rank, reads slower than copies) and the host has more than
-/// [`MANY_SLOW_RANKS`] local ranks: through the root's slots its one
-/// thread copies every block, where reads spread them over the
-/// receivers. On the 16-core host with 16 ranks (settings alternating
-/// twice) 512 KiB / 2 MiB scatters (32 / 128 KiB blocks) took 0.67 /
-/// 0.52x the time (2.8x -> 3.8x, 1.9x -> 3.4x gloo); gathers' blocks
-/// pushed from the same size gained nothing (0.86-1.17x), and with 8
-/// ranks of 2 threads scatter was 0.84-1.39x
-/// (`docs/decisions/0004`). Builds
-/// alternating three times: 512 KiB 0.86x, 2 MiB 0.72x in every pair
-/// (1.8x -> 2.5x gloo; `block-builds/` there).
+/// [`MANY_SLOW_RANKS`] local ranks: through the root's slots its one thread
+/// copies every block, where reads spread them over the receivers
+/// (`docs/decisions/0004`).
 pub const SLOW_MANY_SCATTER_BLOCK_READ_MIN: usize = 16 << 10;
 /// See [`SLOW_MANY_SCATTER_BLOCK_READ_MIN`].
 pub const MANY_SLOW_RANKS: usize = 8;
-/// Gather blocks over this size are pushed into the root's buffer by
-/// their senders (`RUSTCCL_SHM_GATHER_PUSH`; read by the root where it
-/// takes no pushes, which was not measured) under the same conditions as
-/// [`SLOW_MANY_SCATTER_BLOCK_READ_MIN`]: as messages through the rings
-/// the root's one thread copies every block. On the 16-core host with 16
-/// ranks (settings alternating twice) gathers of 256 KiB blocks took 0.52x
-/// the time pushed (2.7x -> 5.0x gloo; 256 KiB went as messages, the
-/// general threshold being "over 256 KiB"), of 128 KiB blocks 0.83x,
-/// 512 KiB - 8 MiB blocks (pushed either way) 0.88-1.05x; pushed from
-/// 16 KiB, 128 KiB blocks took 0.94x
-/// (`docs/decisions/0004`). The
-/// thirty-seventh session's pushes from 16 KiB gained nothing at 32 /
-/// 128 KiB blocks (0.86-1.17x): 15 senders writing into one process
-/// through the kernel at once contend (`benchmarks/attach_read_probe.py`).
+/// Gather blocks over this size are pushed into the root's buffer by their
+/// senders (`RUSTCCL_SHM_GATHER_PUSH`; read by the root where it takes no
+/// pushes) under the same conditions as [`SLOW_MANY_SCATTER_BLOCK_READ_MIN`]:
+/// as messages through the rings the root's one thread copies every block.
+/// Smaller blocks gain nothing: many senders writing into one process
+/// through the kernel at once contend (`docs/decisions/0004`).
 pub const SLOW_MANY_GATHER_BLOCK_READ_MIN: usize = 64 << 10;
 
 /// Whose blocks a block threshold is for: all_to_all's, gather's or
@@ -221,14 +183,7 @@ impl Attach {
             // than copies: `reads::host_attach_min`), blocks over `single_min`
             // are read all the same (or a gather's pushed): that spreads
             // a gather's or scatter's copies over every rank, where shared
-            // memory leaves them all to the root. On the 2-core VM, 2 ranks,
-            // 2 / 8 MiB scatters took 0.71 / 0.47x the time of copies
-            // through shared memory (blocks read only from 4 MiB), 1 / 4
-            // MiB gathers 0.52 / 0.57x
-            // (`docs/decisions/0004`);
-            // with 16 ranks on the 16-core host (blocks read over 64 KiB
-            // against 4 MiB) 8 / 32 MiB gathers 0.40 / 0.14x, scatters
-            // 0.69 / 0.82x (`docs/decisions/0004`).
+            // memory leaves them all to the root (`docs/decisions/0004`).
             0 => single_min,
             set => set,
         };
