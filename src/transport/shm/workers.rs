@@ -13,11 +13,8 @@ use super::team::Team;
 
 /// Below this many bytes per thread the pool is not started (unless the
 /// shared-memory segment setting is smaller, as in tests): waking sleeping
-/// threads costs tens of microseconds, as much as one core needs to copy
-/// ~100-200 KiB (with 8 ranks x 8 threads, waking the pools for 8 KiB
-/// pieces made a 512 KiB all-reduce 8x slower than a 128 KiB one; with 4
-/// ranks, 64 KiB pieces still cost ~300 us per 512 KiB all-reduce; both
-/// measured with rayon's pool, whose threads slept between phases).
+/// threads costs about as long as one core needs to copy a piece this
+/// size (`docs/decisions/0004`).
 pub const MIN_PIECE: usize = 256 << 10;
 
 /// The threads beside the caller's.
@@ -25,12 +22,9 @@ pub const MIN_PIECE: usize = 256 << 10;
 enum Pool {
     /// Spinning when idle, where the host has cores to spare.
     Team(Arc<Team>),
-    /// Sleeping soon when idle: on a host whose cores are all taken, the
-    /// team's spinning made most collectives 1.2-5x slower, and the team
-    /// without spinning (its threads yield 32 times and sleep, the caller
-    /// too) made 8-rank all_reduce and reduce 1.3-2.9x slower than rayon
-    /// (fastest of two runs each;
-    /// `docs/decisions/0004`).
+    /// Sleeping soon when idle: on a host whose cores are all taken, a
+    /// spinning team takes the cores the ranks need, and a team that
+    /// yields and sleeps did worse than rayon (`docs/decisions/0004`).
     Rayon(Arc<rayon::ThreadPool>),
 }
 
@@ -59,15 +53,9 @@ struct Quick {
 }
 
 /// Bytes a phase may hold per thread of a quick team to run there, and
-/// the smallest piece the team takes. On the 64-core host (4 ranks with 4
-/// quick threads, 8 with 2), pieces from 32 KiB instead of 256 KiB made
-/// 512 KiB - 1 MiB all_to_all take 0.68-0.82x the time and left the
-/// other reductions and sizes within the runs' spread, on a quiet host
-/// (builds alternating twice). Phases of up to 512 KiB a thread were
-/// 0.5-0.8x at 512 KiB - 2 MiB where the hypervisor took 5-30 s of CPU a
-/// sweep, but on a quiet host made 2 MiB all_reduce 1.37x (4 ranks) and
-/// 1-2 MiB ones 1.13-1.24x (8 ranks) slower, so phases stay at 256 KiB a
-/// thread (`docs/decisions/0004`).
+/// the smallest piece the team takes: its threads spin, so small pieces
+/// cost no wake-up; larger phases go to the workers, which a quick team's
+/// few threads would hold up on a quiet host (`docs/decisions/0004`).
 pub const QUICK_BYTES_PER_THREAD: usize = 256 << 10;
 /// The quick team's smallest piece (see [`QUICK_BYTES_PER_THREAD`]).
 pub const QUICK_MIN_PIECE: usize = 32 << 10;
@@ -75,16 +63,10 @@ pub const QUICK_MIN_PIECE: usize = 32 << 10;
 /// (into the sender's slots, out of them) the quick team takes
 /// ([`Workers::with_quick_bytes`]) where it does not lead the larger
 /// phases (`Workers::add_quick`; where it does, they keep
-/// [`QUICK_BYTES_PER_THREAD`]). On the 64-core host with 8 ranks a
-/// 1 MiB all_to_all's 896 KiB phases went to the 8 sleeping workers, and
-/// every rank waited ~190 us of a 375 us call for the rank whose workers
-/// woke last (2-29 us on the 2 spinning threads). Builds alternating three
-/// times: 8 ranks 1 / 2 MiB 0.52 / 0.78x the time, 4 ranks 2-4 MiB
-/// 0.32-0.57x (64-core host, with steal; 0.61-0.82x in the quietest pair) and 1 MiB 0.60x (32-core host),
-/// other sizes and 2 ranks within the runs' spread. The copies of other
-/// collectives keep [`QUICK_BYTES_PER_THREAD`]: that limit raised for
-/// every phase made 1-2 MiB all_gathers and 2-4 MiB scatters 1.25-1.44x
-/// slower (`docs/decisions/0004`).
+/// [`QUICK_BYTES_PER_THREAD`]): sent to sleeping workers, every rank of
+/// an all_to_all waits for the rank whose workers wake last. The copies
+/// of other collectives keep [`QUICK_BYTES_PER_THREAD`], where the larger
+/// limit made them slower (`docs/decisions/0004`).
 pub const QUICK_ALL_TO_ALL_BYTES_PER_THREAD: usize = 1 << 20;
 
 impl Workers {
@@ -192,11 +174,8 @@ impl Workers {
     /// The same threads for the reductions of `inputs` buffers (at least
     /// 2): a byte of such a phase reads `inputs` bytes, so its pieces may
     /// be that much smaller for the same work, and only a phase that much
-    /// smaller runs on the quick team. On the 64-core host, with the quick
-    /// team taking reductions by their output alone, 2 MiB all_reduce,
-    /// reduce and reduce_scatter with 4 and 8 ranks took 1.3-1.7x longer
-    /// (the 256-512 KiB reduction, reading 2 MiB, on 2-4 threads) while
-    /// 512 KiB ones took 0.55-0.63x the time
+    /// smaller runs on the quick team, whose few threads would otherwise
+    /// take reductions that read far more than they write
     /// (`docs/decisions/0004`).
     pub fn reducing(&self, inputs: usize) -> Workers {
         let inputs = inputs.max(2);
@@ -239,7 +218,7 @@ impl Workers {
     /// in all and that is at least two pieces: one start of the pool for
     /// a whole phase of an algorithm, none for a phase too small to be
     /// worth it (one item per peer of a few bytes each would otherwise wake
-    /// it: 8 B all_gathers on 8 ranks took 131 us instead of 25 us).
+    /// it for nothing).
     /// The pool's threads are all started at once (one job each, not
     /// rayon's chain of splits) and, with the calling thread, take items
     /// from a shared counter until none is left. A phase of at most the
@@ -309,9 +288,8 @@ impl Workers {
     /// threads take of its smallest piece, if that is more (so pieces may
     /// be as small as the team's): the phase the buffer is part of may
     /// still be too large for the team, and then its workers get at least
-    /// their own number of pieces (cutting a 2 MiB buffer for 4 quick
-    /// threads alone instead of 8 workers made 4-rank 8 MiB all_gathers and
-    /// scatters 1.3x slower).
+    /// their own number of pieces (cut for the quick team's threads alone,
+    /// the workers would idle).
     fn piece(&self, len: usize) -> usize {
         let mut used = self.threads.min(len / self.min_piece).max(1);
         if let Some(q) = self.quick_for(len) {
