@@ -11,11 +11,8 @@ use std::time::Duration;
 
 /// Threads per rank: the setting, or the cores left per local rank (at
 /// most 8), so a 2-core machine keeps one and a 64-core host uses several.
-/// Fewer were tried where the ranks take every core: on the 64-core host
-/// 8 ranks of 6 threads took 0.73-0.89x the time of 8 at 2 MiB in sweeps
-/// with 43-128 s of steal, but on a quiet host 8 MiB all_reduce 1.22x
-/// and 32 MiB all_to_all 1.15x longer; 4 ranks of 3 on the 16-core host
-/// 1.23-1.44x longer at 8-32 MiB (`docs/decisions/0004`).
+/// Fewer, to leave cores free where the ranks take every one, helped only
+/// under heavy steal and cost time on a quiet host (`docs/decisions/0004`).
 pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
     if sizes.threads > 0 {
         return sizes.threads;
@@ -37,18 +34,11 @@ pub(super) fn slot_bytes_for(sizes: ShmConfig, local_ranks: usize, threads: usiz
 }
 
 /// Smallest slot with up to 4 local ranks ([`slot_bytes_for`]), where
-/// ranks of 4-7 threads would have less (with 8, `segment_bytes` x
-/// threads is this already): an 8 MiB scatter's 2 MiB blocks then go through one
-/// of the root's slots each, and an 8 MiB all_reduce's 2 MiB chunks take
-/// one round instead of two. On the 16-core host (4 ranks of 4 threads,
-/// 1 MiB slots before; settings alternating five times): 8 MiB scatter
-/// 0.64x the time (4.0x -> 6.2x gloo), all_reduce 0.79x (4.6x -> 5.3x),
-/// gather 0.81x, but reduce 8-32 MiB 1.09-1.12x (alone, timed by its
-/// spans, the same: 890-912 us against 886-947) and 32 MiB scatter 1.19x
-/// longer, the rest within the runs' spread; 3 ranks of 5 (with the
-/// quick team, against neither) 0.67-1.03x at 512 KiB - 1 MiB
-/// (`docs/decisions/0004`). Every
-/// rank's segment grows by (n + 1) x the difference (4 ranks: 5 MiB).
+/// ranks of 4-7 threads would have less (with 8, `segment_bytes` x threads
+/// is this already): an 8 MiB scatter's 2 MiB blocks then go through one of
+/// the root's slots each, and an 8 MiB all_reduce's 2 MiB chunks take one
+/// round instead of two (`docs/decisions/0004`). Every rank's segment grows
+/// by (n + 1) x the difference (4 ranks: 5 MiB).
 const FEW_RANKS_SLOT: usize = 2 << 20;
 
 /// Fewest threads a rank needs for [`FEW_RANKS_SLOT`]: measured with 4
@@ -58,21 +48,11 @@ const FEW_RANKS_SLOT_THREADS: usize = 4;
 
 /// How long a rank's idle worker threads spin before they sleep: the
 /// setting, or [`SPIN`] where the local ranks' threads take at most a
-/// quarter of the host's cores, else none (rayon's pool then, as before:
-/// its idle threads look for work a few dozen times, yielding, and
-/// sleep). On the 64-core host (VM, 256 KiB pieces) spinning made
-/// 512 KiB - 8 MiB collectives with 2 ranks of 8 threads 1.1-2x faster
-/// (two runs), was mixed with 4 (2 MiB 1.3-1.6x faster, 8 MiB all_reduce
-/// 1.4x slower) and made nearly everything 1.2-5x slower with 8 ranks of
-/// 8 threads and 16 of 4, every core then busy
-/// (`docs/decisions/0004`). On the
-/// 32-core host, 2 ranks of 8 threads (half the cores) spinning (with
-/// 64 KiB pieces) made 512 KiB - 2 MiB collectives 1.8-2.4x faster in
-/// some sweeps and 4-18x slower in others, in which the VM lost 6-8 s of
-/// CPU time a 20 s sweep to the hypervisor (steal), against < 1 s in the
-/// sweeps without spinning between them (`docs/decisions/0004`):
-/// a VM whose spinning threads the hypervisor takes away loses far more
-/// than the wake-ups cost, so the rule stays at a quarter.
+/// quarter of the host's cores, else none (rayon's pool then: its idle
+/// threads look for work a few dozen times, yielding, and sleep). Spinning
+/// saves the wake-ups where cores are free, and costs far more where every
+/// core is busy or where a hypervisor takes the spinning threads' time away,
+/// so the rule stays at a quarter (`docs/decisions/0004`).
 pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> Duration {
     if sizes.spin_us != SPIN_FROM_HOST {
         return Duration::from_micros(sizes.spin_us as u64);
@@ -95,11 +75,9 @@ pub(super) fn wait_window_for(sizes: ShmConfig, local_ranks: usize, threads: usi
 /// or where the rank's own `threads` sleep when idle (no [`room_to_spin`],
 /// and no spin set), the share of a quarter of the cores each local rank
 /// may spin on (as `room_to_spin` allows), at most `threads`; 0 (none)
-/// below 2. On the 64-core host, 8 ranks' 512 KiB all_reduce, reduce and
-/// reduce_scatter took 0.3-0.55x the time with 2 spinning threads a rank
-/// as with 8 sleeping ones (4 ranks, 4 spinning against 8 sleeping:
-/// 0.3-0.5x), but 8 MiB ones 1.1-1.7x longer: hence only for the small
-/// phases (`docs/decisions/0004`).
+/// below 2. A few spinning threads beat many sleeping ones on small phases
+/// (no wake-up) and lose on large ones: hence only for the small phases
+/// (`docs/decisions/0004`).
 /// A share of one thread (the caller alone) becomes a team of 2 where
 /// the team `leads` the larger phases ([`quick_leads_for`]) or with
 /// [`MANY_LOCAL_RANKS`] or more local ranks: see there.
@@ -130,31 +108,12 @@ fn quick_share(local_ranks: usize, threads: usize, cores: usize, leads: bool) ->
 /// cores is one thread still gets a quick team of 2 (its caller and one
 /// spinning helper: the quarter counted in helpers rather than threads).
 /// Every phase waits for the rank whose sleeping workers woke last, and
-/// the more ranks, the later that one: on the 64-core host 16 ranks of 4
-/// sleeping workers took 0.51-0.62x the time with a team of 2 for 512 KiB
-/// all_reduce, all_to_all, broadcast and reduce_scatter (scatter, gather
-/// 0.80-0.87x, reduce 1.07x), 8 MiB ones 0.85-1.18x, small ones mostly
-/// within the runs' spread (a few 1.1-1.35x), settings alternating twice;
-/// builds alternating twice, 512 KiB all_reduce, broadcast, all_to_all and
-/// send_recv 0.61-0.72x, but all_gathers of 128 KiB parts 1.45x slower
-/// (1.11x in the settings runs; untested guess: the helper, still
-/// spinning after the rank's copy-in, beside its 4 workers' copy-out) (`docs/decisions/0004`);
-/// a team of 3 was no better. With 8 ranks of 4 on the 32-core host the
-/// same team was a wash (512 KiB all_to_all and reduce 0.82x, 2 MiB
-/// all_to_all and small all_gathers 1.3x slower:
-/// `docs/decisions/0004`):
-/// there the team does not lead, so it took all_to_all's 1.75 MiB phases
-/// alone, on 2 threads instead of the rank's 4.
+/// the more ranks, the later that one; a team of 3 was no better. With
+/// fewer ranks a team that does not lead takes some phases alone, on fewer
+/// threads than the rank's, which evens out its gain.
 ///
 /// Where the team leads, a phase too large for it starts on it and the
-/// workers join, so it never holds such a phase alone: with 4 ranks of 4
-/// on the 16-core host a team of 2 (settings alternating twice) made
-/// 512 KiB all_reduce, reduce, broadcast, scatter, all_to_all and
-/// send/recv take 0.63-0.83x the time, 2 MiB reduce, broadcast and
-/// scatter 0.77-0.82x, 8 MiB ones and gathers within the runs' spread
-/// (builds alternating twice: 512 KiB 0.52-0.77x, all_gather and
-/// gather 0.93-0.94x); with 3 ranks of 5 (with 2 MiB slots, against neither)
-/// 512 KiB - 1 MiB 0.67-1.03x
+/// workers join, so it never holds such a phase alone
 /// (`docs/decisions/0004`).
 const MANY_LOCAL_RANKS: usize = 16;
 
@@ -166,19 +125,10 @@ pub(super) fn quick_leads_for(setting: Option<bool>, local_ranks: usize) -> bool
     setting.unwrap_or(local_ranks <= LEAD_MAX_LOCAL_RANKS)
 }
 
-/// Up to this many local ranks the quick team leads the larger phases. On
-/// the 32-core host, settings alternating (2 and 4 ranks, two and three
-/// pairs of runs, all_to_all's copies then led from the quick team's
-/// usual 256 KiB a thread), 2 MiB collectives took 0.54-0.93x the time
-/// (a few 4-rank ones up to 1.05x), 8 MiB ones 0.73-0.96x (4-rank
-/// reduce_scatter and scatter 1.16-1.30x, each one run of two at twice the
-/// other), 512 KiB ones mostly within the runs' spread (2-rank broadcast
-/// and scatter 1.1-1.2x); on the 64-core host 4 ranks' 512 KiB - 8 MiB
-/// ones 0.23-0.89x (one pair). With 8 ranks there (every core a worker's,
-/// 10-45 s of steal a sweep) all_reduce and all_gather took 1.1-3.4x
-/// longer, reduce_scatter and all_to_all 0.3-0.8x: the sleeping team that
-/// replaces rayon's pool there did worse than rayon before too
-/// (`docs/decisions/0004`).
+/// Up to this many local ranks the quick team leads the larger phases: it
+/// starts them while the workers wake. With more ranks every core is a
+/// worker's, and the sleeping team that replaces rayon's pool there does
+/// worse (`docs/decisions/0004`).
 const LEAD_MAX_LOCAL_RANKS: usize = 4;
 
 /// Whether `local_ranks` ranks of `threads` threads take at most a
@@ -210,20 +160,9 @@ pub(super) fn root_threads_for(sizes: ShmConfig, local_ranks: usize, threads: us
 /// at most 8 MiB. A staged send is two copies (the sender's threads in,
 /// the receiver's out); unstaged, the receiver reads it from the sender's
 /// tensor through the kernel, the sender writing half of it meanwhile
-/// (`Reads::split_send`). With 8 ranks of 2 threads on the 16-core host
-/// (settings alternating twice, every pair of ranks sending at once)
-/// unstaged 256 KiB - 4 MiB messages took 0.70-0.90x the time (512 KiB
-/// 1.5x -> 2.1x gloo), 8 MiB 0.93x, and the 4-stage pipeline step 0.89x;
-/// with 4 ranks of 4 threads staging stayed faster (unstaged 1.22-1.35x
-/// longer at 256 KiB - 4 MiB, the pipeline step 1.10x;
-/// `docs/decisions/0004`). Earlier, on the same
-/// host: 8 MiB messages took 234-318 us staged instead of 448-532 read
-/// with 2 ranks (8 threads each) and 417-461 instead of 481-509 with 4
-/// (4 threads) (`docs/decisions/0004`).
-/// Against sends read in halves, 4 MiB for ranks of 4 threads made 8 MiB
-/// one-way sends 0.82-1.04x the time, but a 4-stage pipeline step with
-/// 6-8 MiB micro-batches 1.10-1.13x longer (a staged send completes once
-/// copied in, a read one when its receiver has read it); not taken
+/// (`Reads::split_send`). Ranks with few threads copy too slowly for the
+/// two copies to pay; with more, staging wins, and a larger area made
+/// pipeline steps longer, since a staged send completes once copied in
 /// (`docs/decisions/0004`).
 pub(super) fn stage_for(threads: usize) -> usize {
     if threads <= UNSTAGED_THREADS {
@@ -256,9 +195,8 @@ fn l2_bytes() -> usize {
 /// 16 KiB to 256 KiB (2 MiB L2: 256 KiB for 2 ranks, 64 KiB for 4, 16 KiB
 /// from 8). In one round every rank reads all n copies, so the all-reduce
 /// costs n reads per byte where the pipelined one moves ~3, and all ranks
-/// read the same slots at once. Measured on a 32-core host with 2 MiB L2
-/// and 8 ranks: one round took 73 / 120 / 174 us at 32 / 64 / 128 KiB, the
-/// pipelined all-reduce 47 / 53 / 82 us (16 KiB and below: the same).
+/// read the same slots at once: it pays only while those copies stay in
+/// cache (`docs/decisions/0004`).
 pub fn one_round_max(setting: usize, local_ranks: usize) -> usize {
     if setting > 0 {
         return setting;
