@@ -67,10 +67,7 @@ pub(crate) fn pull_all(win: &Window, w: &dyn PhaseWait, wk: &Workers, mut pulls:
 /// in list order, so in ascending order every rank's threads would start
 /// on the same peer, and where they read the same bytes (all_gather, the
 /// all-gather half of all_reduce) the kernel's reads of one page by
-/// several processes at once contend: on the 32-core host 7 readers of 8
-/// threads read the same 8 MiB at 32 GB/s together, distinct 8 MiB
-/// blocks at 90 GB/s (`benchmarks/attach_read_probe.py`,
-/// `docs/decisions/0004`.md`).
+/// several processes at once contend (`docs/decisions/0004`).
 pub(super) fn staggered<T>(win: &Window, items: &mut [T], peer_of: impl Fn(&T) -> usize) {
     let (n, me) = (win.ranks().len(), win.me());
     items.sort_by_key(|t| (peer_of(t) + n - me - 1) % n);
@@ -97,13 +94,9 @@ pub(super) fn packed(win: &Window, op: BlockOp, lens: &[usize]) -> Vec<Option<Pa
 }
 
 /// The largest block that goes through its sender's input slots: both of
-/// them with 2 local ranks, else one. With 2 ranks of 8 threads (2 MiB
-/// slots) 4 MiB blocks, which the kernel's reads took ~290 us for, made
-/// 8 MiB scatters take 0.48-0.74x the time through both slots and 8 MiB
-/// all_to_alls 0.51-0.91x (32- and 64-core hosts; 0.63x / 0.82x on the
-/// 16-core one); with 4 ranks of 4 threads (1 MiB slots, 16-core host),
-/// 2 MiB blocks through two slots made 8 MiB all_to_alls 1.4-1.5x slower
-/// than reading them (`docs/decisions/0004`).
+/// them with 2 local ranks, where the two slots beat the kernel's reads,
+/// else one: with more ranks, blocks through two slots were slower than
+/// reading them (`docs/decisions/0004`).
 fn block_max(win: &Window) -> usize {
     if win.ranks().len() == 2 {
         win.inputs_capacity()
@@ -267,8 +260,8 @@ pub(super) fn own<'a>(wk: &Workers, dst: &'a mut [u8], src: &'a [u8]) -> impl It
 
 /// After the first publish: the copies of our `blocks` (destination,
 /// data) that [`packed`] puts in our input slots (`at`), cut into `wk`'s
-/// pieces (a root's or an all_to_all's blocks add up: 7 x 256 KiB copied
-/// on one thread took ~350 us); none where they went to our small slot
+/// pieces (a root's or an all_to_all's blocks add up to more than one
+/// thread should copy alone); none where they went to our small slot
 /// (`in_slot`).
 pub(super) fn puts<'a>(wk: &Workers, blocks: &[(usize, &'a [u8])], at: &[Option<Packed>], in_slot: bool) -> Vec<Piece<'a>> {
     let mut items = Vec::new();

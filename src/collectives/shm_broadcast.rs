@@ -14,23 +14,15 @@ use crate::transport::shm::{Area, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
 
 /// Steps a buffer is cut into, when each still gives every worker thread
-/// a piece and two fit the root's area. On the 16-core host (8 ranks,
-/// 2 MiB - 8 MiB, `docs/decisions/0004`)
-/// 4 steps took 0.70-0.76x the time of one copy in and one out; 2 and 8
-/// steps were no better than 4.
+/// a piece and two fit the root's area: the receivers copy one step out
+/// while the root copies the next in (`docs/decisions/0004`).
 const STEPS: usize = 4;
 
 /// Bytes of one step for a buffer of `len` bytes: at least a piece for
 /// every thread. A buffer of at most two pieces, which that floor would
 /// leave a single step (the root's copy in, then the receivers' copy out,
-/// nothing side by side), goes in steps of one piece each. On the 32-core
-/// host (8 ranks of 4 threads, builds alternating three times on a quiet
-/// host) 512 KiB broadcasts took 0.87x the time that way (4.1x -> 5.1x
-/// gloo; 0.57-0.61x in two busier runs), with 16 ranks of 2 threads
-/// 0.81x; on the 16-core host (8 ranks of 2 threads, 4 of 4)
-/// 0.96-1.03x. Cutting 1 MiB into four one-piece steps instead of one
-/// step of four pieces took 1.38x longer
-/// (`docs/decisions/0004`).
+/// nothing side by side), goes in steps of one piece each; larger buffers
+/// keep pieces for every thread (`docs/decisions/0004`).
 fn step_bytes(win: &Window, len: usize) -> usize {
     let wk = win.workers();
     step_len(len, wk.threads(), wk.min_piece(), (win.inputs_capacity() / 2).max(1))
