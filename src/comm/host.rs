@@ -11,8 +11,7 @@
 //! work) or whose wait has a deadline hands the job to the worker at once
 //! ([`Progress::release`]), so the grace is only a safety net for callers
 //! that never wait, and long (10 ms): a worker that woke at each blocking
-//! call's grace took the cores of the callers (2 ranks on 2 cores: 27-35
-//! us per small broadcast against 7.5-13 us; `docs/decisions/0004`).
+//! call's grace took the cores of the callers (`docs/decisions/0004`).
 //! Async work is the worker's at once (its caller may wait only through
 //! the future, which cannot run it),
 //! unless a `wait()` takes it first. Whoever runs holds the engine's
@@ -292,8 +291,7 @@ impl Shared {
     /// its caller's, so for those it sleeps until the job's grace ends
     /// instead. Polling during a loop of blocking calls kept one core per
     /// rank busy in sched_yield and contended for the queue lock with the
-    /// caller (2 ranks on 2 cores: 13-26 us per small broadcast against
-    /// 7.5-13 us).
+    /// caller (`docs/decisions/0004`).
     fn work(&self) {
         let mut q = lock(&self.queue);
         let mut last_ran = Instant::now();
