@@ -461,7 +461,7 @@ impl Config {
     /// Size limits of the NVLink kernels for a group of `world` ranks:
     /// (one-shot all_reduce, any all_reduce, all_gather / reduce_scatter).
     /// Auto values where they beat NCCL on H200 NVLink, measured with
-    /// 2 GPUs (the CUDA probes in `benchmarks/results/` at commit 237b52a).
+    /// 2 GPUs (`docs/performance.md` names the CUDA results).
     /// With more ranks only the one-shot limit is measured (4 GPUs,
     /// before the two-shot kernel existed): the two-shot kernel stays off
     /// and the copy kernels small until measured there.

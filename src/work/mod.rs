@@ -343,9 +343,9 @@ impl Work {
         // collective: run by this thread, unless the wait has a deadline,
         // which running it could overshoot). Otherwise no
         // polling before sleeping: the worker running this operation needs
-        // a core, and a caller polling for it took one (measured on the
-        // 2-core machine: small all-reduces settled at ~60 us in half the
-        // runs); a condition-variable wake-up costs a few microseconds.
+        // a core, and a caller polling for it took one (on a machine with as
+        // many cores as ranks, small all-reduces slowed severalfold); a
+        // condition-variable wake-up costs a few microseconds.
         let skip = timeout.is_some() && self.0.progress.get().is_some_and(|p| p.blocks());
         if skip || !self.drive(timeout.map_or(PROGRESS_FOR, |t| t.min(PROGRESS_FOR))) {
             self.release();

@@ -26,8 +26,8 @@
 //! Only threads waiting for their own operations look (`ShmLocal::pause`:
 //! a thread driving a point-to-point work, a collective's waits), not the
 //! point-to-point engine's thread: where it moved too, it chased the
-//! waiting threads (2 KiB ping-pongs after gloo's rounds 32-43 us one way
-//! against 27-29 without moves and 14 with the waiting threads' alone).
+//! waiting threads, and small ping-pongs got slower than without any
+//! moves (`docs/decisions/0004`).
 #![forbid(unsafe_code)]
 
 use std::cell::Cell;
