@@ -16,9 +16,26 @@ import multiprocessing as mp
 import os
 import queue
 import socket
+import subprocess
 import tempfile
 import time
 import traceback
+
+
+def communicate_all(procs, timeout: float, what: str) -> list[str]:
+    """Each process's output once all ended; if one does not end within
+    `timeout` seconds, kills them all and fails naming `what`."""
+    import pytest
+
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"{what} did not finish in {timeout:.0f} s:\n" + "\n".join(logs))
+    return logs
 
 
 def free_port() -> int:

@@ -15,6 +15,8 @@ import pytest
 
 from rustccl.bench import netns
 
+import launch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -40,14 +42,7 @@ def test_two_hosts_two_ranks_each(two_hosts):
                f"--node_rank={node}", "--nproc_per_node=2", f"--master_addr={ip_a}", f"--master_port={port}",
                os.path.join(HERE, "multihost_job.py")]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=240)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("the two-host job did not finish in 240 s:\n" + "\n".join(logs))
+    logs = launch.communicate_all(procs, 240, "the two-host job")
     assert all(p.returncode == 0 for p in procs), "\n----\n".join(log[-3000:] for log in logs)
     for r in range(4):
         with open(os.path.join(out_dir, f"rank{r}.json")) as f:

@@ -16,6 +16,8 @@ import pytest
 
 from rustccl.bench import netns
 
+import launch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -48,14 +50,7 @@ def _run(two_hosts, tmp_path, env_of):
         env.update(env_of(r))
         cmd = ["ip", "netns", "exec", ns, sys.executable, os.path.join(HERE, "tls_job.py")]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=120)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("a rank hung:\n" + "\n".join(logs))
+    logs = launch.communicate_all(procs, 120, "a TLS job")
     took = time.monotonic() - t0
     results = []
     for r in range(2):
