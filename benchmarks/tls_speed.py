@@ -1,8 +1,8 @@
 """TLS against plain TCP between two simulated hosts, in the same processes.
 
-    python benchmarks/tls_speed.py --link 1gbit --rounds 5 --out benchmarks/results/devbox-2core/tls-1gbit
+    python benchmarks/tls_speed.py --links 1gbit,10gbit --rounds 5 --out benchmarks/results/devbox-2core/tls
 
-Two network namespaces joined by a veth pair shaped to ``--link``
+Two network namespaces joined by a veth pair shaped to each of ``--links`` in turn
 (``rustccl.bench.netns``), one rank in each. Every rank makes four groups
 over the same two processes: plain, TLS (a shared-secret file), and each
 with the int8 compression between hosts (``rustccl.set_compression``:
@@ -10,7 +10,8 @@ compress, then encrypt). Round by round, alternating the groups, it times a
 32 MiB all_reduce and a 32 MiB send / recv each way, and the process CPU
 time each took: the CPU time TLS adds over plain is the cipher's (both
 ends encrypt and decrypt on the same cores on a small machine). Median and
-spread over ``--rounds``. Writes ``OUT.jsonl`` and ``OUT.md``.
+spread over ``--rounds``. Writes ``OUT.jsonl`` (every link's rows) and
+``OUT.md`` (a table per link).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def run(link: str, rounds: int, size: int) -> tuple[dict, str]:
 def report(res: dict, link: str, shaping: str, size: int, machine: str) -> str:
     rows = res["rows"]
     out = [f"# TLS against plain TCP, {link} link ({machine})", "",
-           f"`python benchmarks/tls_speed.py --link {link}`: two network namespaces ({shaping}), one rank in",
+           f"`python benchmarks/tls_speed.py --links {link}`: two network namespaces ({shaping}), one rank in",
            f"each; {size // MIB} MiB, the four groups alternating round by round in the same processes; median",
            "(min-max) over the rounds. Throughput is the payload over the wall time (all_reduce: the input's",
            "bytes per call); CPU is the process CPU time per call on rank 0. Links: "
@@ -138,18 +139,21 @@ def main() -> None:
     if os.environ.get("TLS_SPEED_RANK"):
         return rank_main()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--link", default="1gbit", help="1gbit, 10gbit, 25gbit or none")
+    ap.add_argument("--links", default="1gbit", help="comma-separated: 1gbit, 10gbit, 25gbit, none")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bytes", type=int, default=32 * MIB)
     ap.add_argument("--machine", default=os.uname().nodename)
     ap.add_argument("--out", required=True, help="path without suffix")
     args = ap.parse_args()
-    res, shaping = run(args.link, args.rounds, args.bytes)
+    rows, mds = [], []
+    for link in args.links.split(","):
+        res, shaping = run(link, args.rounds, args.bytes)
+        rows += [dict(r, link=link, machine=args.machine) for r in res["rows"]]
+        mds.append(report(res, link, shaping, args.bytes, args.machine))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".jsonl").write_text(
-        "".join(json.dumps(dict(r, link=args.link, machine=args.machine)) + "\n" for r in res["rows"]))
-    md = report(res, args.link, shaping, args.bytes, args.machine)
+    out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = "\n".join(mds)
     out.with_suffix(".md").write_text(md + "\n")
     print(md)
 
