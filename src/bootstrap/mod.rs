@@ -200,12 +200,28 @@ pub fn rendezvous(store: &dyn Store, rank: Rank, size: usize, opts: &BootstrapOp
     }
     if let Some(p) = peers.iter().find(|p| uses_tls(&p.settings) != opts.tls.is_some()) {
         let (here, there) = if opts.tls.is_some() { ("uses", "does not") } else { ("does not use", "does") };
-        return Err(berr(
-            rank,
-            format!("this rank {here} TLS and rank {} ({}) {there}: set RUSTCCL_TLS the same on every rank", p.rank, p.addr),
-        ));
+        let why = format!("this rank {here} TLS and rank {} ({}) {there}: set RUSTCCL_TLS the same on every rank", p.rank, p.addr);
+        fail_together(store, &prefix, size, opts.timeout);
+        return Err(berr(rank, why));
     }
     connect(l, peers, &secret, generation, opts)
+}
+
+/// Waits, for a bounded time, until every rank has read the records and
+/// seen the same mistake, before this rank raises: the store may live in
+/// the process of a rank that exits on its error, and a rank still reading
+/// would then get a lost connection instead of the cause.
+fn fail_together(store: &dyn Store, prefix: &str, size: usize, timeout: Duration) {
+    let done = format!("{prefix}/failed/all");
+    match store.add(&format!("{prefix}/failed"), 1) {
+        Ok(n) if n as usize >= size => {
+            let _ = store.set(&done, b"1");
+        }
+        Ok(_) => {
+            let _ = store.get(&done, timeout.min(Duration::from_secs(10)));
+        }
+        Err(_) => {}
+    }
 }
 
 /// Step 4, once every rank knows every record and the group's secret:
@@ -375,6 +391,65 @@ mod tests {
         for ep in &eps {
             let got: Vec<&str> = ep.peers.iter().map(|p| p.settings.as_str()).collect();
             assert_eq!(got, ["X=0", "X=1", "X=2"]);
+        }
+    }
+
+    /// The store of a torchrun-less job lives in rank 0's process, which
+    /// exits on its error: a slower rank must still learn the cause, not
+    /// a lost store connection.
+    #[test]
+    fn a_tls_mismatch_reaches_a_slow_rank_although_the_store_leaves_with_rank_0() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        struct Hosted<'a> {
+            inner: &'a MemStore,
+            gone: &'a AtomicBool,
+            slow: bool,
+        }
+        impl Store for Hosted<'_> {
+            fn set(&self, key: &str, value: &[u8]) -> Result<(), String> {
+                if self.gone.load(Ordering::SeqCst) {
+                    Err("connection closed".into())
+                } else {
+                    self.inner.set(key, value)
+                }
+            }
+            fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, String> {
+                if self.slow && key.contains("/peer/") {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                if self.gone.load(Ordering::SeqCst) {
+                    Err("connection closed".into())
+                } else {
+                    self.inner.get(key, timeout)
+                }
+            }
+            fn add(&self, key: &str, delta: i64) -> Result<i64, String> {
+                if self.gone.load(Ordering::SeqCst) {
+                    Err("connection closed".into())
+                } else {
+                    self.inner.add(key, delta)
+                }
+            }
+        }
+        let file = std::env::temp_dir().join(format!("rustccl-bootstrap-secret-{}", std::process::id()));
+        std::fs::write(&file, b"the job's secret, 32 bytes......").unwrap();
+        let tls = Arc::new(Tls::load(crate::tls::TlsMode::Secret { file }, "t").unwrap());
+        let (inner, gone) = (MemStore::new(), AtomicBool::new(false));
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let host = s.spawn(|| {
+                let store = Hosted { inner: &inner, gone: &gone, slow: false };
+                let res = rendezvous(&store, 0, 2, &BootstrapOpts { tls: Some(tls.clone()), ..opts() });
+                gone.store(true, Ordering::SeqCst);
+                res.err().map(|e| e.to_string()).unwrap_or_default()
+            });
+            let slow = s.spawn(|| {
+                let store = Hosted { inner: &inner, gone: &gone, slow: true };
+                rendezvous(&store, 1, 2, &opts()).err().map(|e| e.to_string()).unwrap_or_default()
+            });
+            vec![host.join().unwrap(), slow.join().unwrap()]
+        });
+        for e in &errs {
+            assert!(e.contains("set RUSTCCL_TLS the same on every rank"), "{errs:?}");
         }
     }
 
