@@ -5,13 +5,13 @@
 //! AVG sums at both levels and divides once, on the leaders.
 //!
 //! With a compression request (float SUM / AVG only), the leaders' exchange
-//! goes through a codec ([`super::compressed`]); the steps within a host stay
+//! goes through a codec ([`super::compress`]); the steps within a host stay
 //! exact, and every rank ends with the same bits.
 #![forbid(unsafe_code)]
 
-use super::codec;
-use super::compressed::{self, Compression};
-use super::reduce::{finish_avg, Scratch};
+use super::compress::codec;
+use super::compress::{self, Compression};
+use super::kernels::{finish_avg, Scratch};
 use super::{all_reduce_bytes, all_reduce_shm, tree, AlgoName};
 use crate::config::AlgoConfig;
 use crate::error::Result;
@@ -47,7 +47,7 @@ pub fn all_reduce(
         match (&codec_req, comp.as_deref_mut()) {
             (Some(_), Some(c)) => {
                 let avg = (op == ReduceOp::Avg).then_some(n);
-                compressed::leaders_all_reduce(&mut sub, buf, dtype, avg, c, scratch)?;
+                compress::leaders_all_reduce(&mut sub, buf, dtype, avg, c, scratch)?;
             }
             _ => {
                 all_reduce_bytes(&mut sub, buf, dtype, sum, cfg, scratch)?;

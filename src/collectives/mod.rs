@@ -20,32 +20,21 @@
 //! | barrier         | dissemination                 |                             |
 #![forbid(unsafe_code)]
 
-pub mod chain;
-pub mod codec;
-pub mod compressed;
+pub mod compress;
 mod describe;
-pub mod direct;
 pub mod hierarchical;
+pub mod kernels;
+pub mod net;
 pub mod op;
 pub mod plan;
-pub mod recursive_doubling;
-pub mod reduce;
-pub mod ring;
-pub mod shm_all_gather;
-pub mod shm_attach;
-pub mod shm_attach_reduce;
-pub mod shm_attach_scatter;
-pub mod shm_blocks;
-pub mod shm_broadcast;
-pub mod shm_one_round;
-pub mod shm_pipelined;
-pub mod shm_reduce_scatter;
-pub mod tree;
+pub mod shm;
 
-pub use compressed::Compression;
+pub use compress::Compression;
 pub use describe::wire_what;
+pub use kernels::Scratch;
 pub use op::{into_host, Op, OpSpec, Parts};
-pub use reduce::Scratch;
+
+use net::{chain, direct, recursive_doubling, ring, tree};
 
 use crate::config::AlgoConfig;
 use crate::error::{Error, Result};
@@ -108,13 +97,13 @@ fn all_reduce_bytes_with(
 /// the small slot's size, pipelined between.
 pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<AlgoName> {
     if win.all_reduce_attach_min().is_some_and(|m| buf.len() >= m) {
-        shm_attach_reduce::all_reduce(win, w, buf, dtype, op)?;
+        shm::attach::reduce::all_reduce(win, w, buf, dtype, op)?;
         Ok("shm_attach")
     } else if buf.len() <= win.one_round_max() {
-        shm_one_round::all_reduce(win, w, buf, dtype, op, None)?;
+        shm::one_round::all_reduce(win, w, buf, dtype, op, None)?;
         Ok("shm_one_round")
     } else {
-        shm_pipelined::all_reduce(win, w, buf, dtype, op)?;
+        shm::pipelined::all_reduce(win, w, buf, dtype, op)?;
         Ok("shm_pipelined")
     }
 }
@@ -136,20 +125,20 @@ fn reduce_shm(
     let (n, me) = (win.ranks().len(), win.me());
     if win.reduce_attach_min().is_some_and(|m| buf.nbytes() >= m) {
         let part = plan::bytes(&plan::even_chunks(buf.nbytes() / dtype.size(), n)[me], dtype.size()).len();
-        shm_attach_reduce::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(part))?;
+        shm::attach::reduce::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(part))?;
         Ok("shm_attach")
     } else if buf.nbytes() <= win.one_round_max() {
         if me == root {
-            shm_one_round::all_reduce(win, w, buf.bytes_mut(), dtype, op, Some(root))?;
+            shm::one_round::all_reduce(win, w, buf.bytes_mut(), dtype, op, Some(root))?;
         } else {
             // Reused scratch (aligned for every dtype).
             let copy = scratch.get(buf.nbytes());
             copy.copy_from_slice(buf.bytes());
-            shm_one_round::all_reduce(win, w, copy, dtype, op, Some(root))?;
+            shm::one_round::all_reduce(win, w, copy, dtype, op, Some(root))?;
         }
         Ok("shm_one_round")
     } else {
-        shm_pipelined::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(win.slot_capacity()))?;
+        shm::pipelined::reduce(win, w, buf.bytes_mut(), dtype, op, root, scratch.get(win.slot_capacity()))?;
         Ok("shm_pipelined")
     }
 }
@@ -228,7 +217,7 @@ fn reduce_ring(
         t.exchange(&mut x)?;
     }
     if op == ReduceOp::Avg {
-        reduce::finish_avg(dtype, buf, n)?;
+        kernels::finish_avg(dtype, buf, n)?;
     }
     Ok(())
 }
@@ -340,14 +329,14 @@ pub fn run(
                 Ok("local")
             } else if let Some((win, wait)) = whole_host(t) {
                 if win.broadcast_attach_min().is_some_and(|m| buf.nbytes() >= m) {
-                    shm_attach::broadcast(&win, wait, buf.bytes_mut(), *root)?;
+                    shm::attach::broadcast(&win, wait, buf.bytes_mut(), *root)?;
                     return Ok("shm_attach");
                 }
                 if buf.nbytes() <= win.small_capacity() {
-                    shm_one_round::broadcast(&win, wait, buf.bytes_mut(), *root)?;
+                    shm::one_round::broadcast(&win, wait, buf.bytes_mut(), *root)?;
                     return Ok("shm_one_round");
                 }
-                shm_broadcast::broadcast(&win, wait, buf.bytes_mut(), *root)?;
+                shm::broadcast::broadcast(&win, wait, buf.bytes_mut(), *root)?;
                 Ok("shm_direct")
             } else if buf.nbytes() <= cfg.small_broadcast_bytes {
                 tree::broadcast(t, buf.bytes_mut(), *root)?;
@@ -386,14 +375,14 @@ pub fn run(
                 // threshold with shared tensors on a crowded host
                 // (`Attach::all_gather_min`, `docs/decisions/0004`).
                 if win.all_gather_attach_min().is_some_and(|m| len >= m) {
-                    shm_attach::all_gather(&win, wait, &mut outputs.views_mut())?;
+                    shm::attach::all_gather(&win, wait, &mut outputs.views_mut())?;
                     return Ok("shm_attach");
                 }
                 if total <= win.small_capacity() {
-                    shm_one_round::all_gather(&win, wait, &mut outputs.views_mut())?;
+                    shm::one_round::all_gather(&win, wait, &mut outputs.views_mut())?;
                     return Ok("shm_one_round");
                 }
-                shm_all_gather::all_gather(&win, wait, &mut outputs.views_mut())?;
+                shm::all_gather::all_gather(&win, wait, &mut outputs.views_mut())?;
                 return Ok("shm_direct");
             }
             ring::all_gather(t, &mut outputs.views_mut(), cfg.segment_bytes)?;
@@ -418,10 +407,10 @@ pub fn run(
                 // many ranks of few threads
                 // (`Window::reduce_scatter_attach_min`).
                 if win.reduce_scatter_attach_min().is_some_and(|m| ins.byte_lens().iter().sum::<usize>() >= m) {
-                    shm_attach_reduce::reduce_scatter(&win, wait, &ins.views(), output.bytes_mut(), dtype, *op)?;
+                    shm::attach::reduce::reduce_scatter(&win, wait, &ins.views(), output.bytes_mut(), dtype, *op)?;
                     return Ok("shm_attach");
                 }
-                shm_reduce_scatter::reduce_scatter(&win, wait, &ins.views(), output.bytes_mut(), dtype, *op)?;
+                shm::reduce_scatter::reduce_scatter(&win, wait, &ins.views(), output.bytes_mut(), dtype, *op)?;
                 return Ok("shm_direct");
             }
             if any_overlap(&inputs.spans(), &[output.span()]) {
@@ -450,7 +439,7 @@ pub fn run(
             if n > 1 {
                 if let Some((win, wait)) = attach_host(t, BlockOp::AllToAll, None) {
                     // Our own block too, in the phase of its other copies.
-                    shm_attach::all_to_all(&win, wait, &inputs.views(), &mut outputs.views_mut())?;
+                    shm::attach::all_to_all(&win, wait, &inputs.views(), &mut outputs.views_mut())?;
                     return Ok("shm_attach");
                 }
             }
@@ -481,7 +470,7 @@ pub fn run(
                         }
                         o.views_mut()
                     });
-                    shm_attach::gather(&win, wait, input.bytes(), outs.as_deref_mut(), *root, own)?;
+                    shm::attach::gather(&win, wait, input.bytes(), outs.as_deref_mut(), *root, own)?;
                     return Ok("shm_attach");
                 }
             }
@@ -503,7 +492,7 @@ pub fn run(
                     // others read: then after them.
                     let own = inputs.as_ref().is_some_and(|ins| !any_overlap(&ins.spans(), &[output.span()]));
                     let views = inputs.as_ref().map(|i| i.views());
-                    shm_attach_scatter::scatter(&win, wait, views.as_deref(), output.bytes_mut(), *root, own)?;
+                    shm::attach::scatter::scatter(&win, wait, views.as_deref(), output.bytes_mut(), *root, own)?;
                     if let (false, Some(ins)) = (own, inputs.as_ref()) {
                         let (src, so, len) = locate(ins, r);
                         copy_own(Some(&win), output, 0, src, so, len);
@@ -524,7 +513,7 @@ pub fn run(
         Op::Barrier => {
             if n > 1 {
                 if let Some((win, wait)) = whole_host(t) {
-                    shm_one_round::barrier(&win, wait)?;
+                    shm::one_round::barrier(&win, wait)?;
                     return Ok("shm_one_round");
                 }
             }

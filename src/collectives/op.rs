@@ -4,7 +4,7 @@
 //! alike; a rejected call sends nothing and leaves the group usable.
 #![forbid(unsafe_code)]
 
-use crate::collectives::reduce;
+use crate::collectives::kernels;
 use crate::error::{Error, Result};
 use crate::tensor::{first_overlap, HostTensor, Tensor};
 use crate::types::{DType, Device, OpKind, Rank, ReduceOp};
@@ -331,7 +331,7 @@ impl Check {
         let op = ReduceOp::from_i32(v).ok_or_else(|| {
             Error::unsupported(self.op, format!("reduce op {v} is not supported (PREMUL_SUM carries a factor the engine never sees: the torch backend scales the inputs and asks for SUM)"))
         })?;
-        reduce::check(op, dtype).map_err(|why| Error::unsupported(self.op, why))?;
+        kernels::check(op, dtype).map_err(|why| Error::unsupported(self.op, why))?;
         Ok(op)
     }
 

@@ -18,7 +18,7 @@
 use std::cell::RefCell;
 use std::sync::Mutex;
 
-use crate::collectives::codec::{self, Codec, Request};
+use crate::collectives::compress::codec::{self, Codec, Request};
 use crate::collectives::Op;
 use crate::tensor::Tensor;
 

@@ -39,7 +39,7 @@ use std::thread::JoinHandle;
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use crate::collectives::codec::Request;
+use crate::collectives::compress::codec::Request;
 use crate::collectives::{self, AlgoName, Compression, Op, Scratch};
 use crate::config::log_at;
 use crate::config::{AlgoConfig, FaultAction, FaultSpec, LogLevel};
@@ -238,8 +238,8 @@ impl Exec {
             // A peer of this host may still be writing into our buffers
             // where this rank gave up on it (a timeout, a lost peer, an
             // abort): a gather's or reduce's root, the receiver of a split
-            // broadcast or scatter (`collectives::shm_attach`,
-            // `shm_attach_scatter`). The first
+            // broadcast or scatter (`collectives::shm::attach`,
+            // `collectives::shm::attach::scatter`). The first
             // such operation's memory is kept from the caller, so that a
             // late write cannot land in memory it reuses (the group is
             // unusable after it; later operations never reach a peer).

@@ -425,7 +425,7 @@ impl Communicator {
         sync: bool,
         timeout: Duration,
         callback: Option<Callback>,
-        compress: Option<crate::collectives::codec::Request>,
+        compress: Option<crate::collectives::compress::codec::Request>,
     ) -> Result<Work> {
         let first = ops[0].kind();
         let name = first.name();

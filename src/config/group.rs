@@ -56,7 +56,7 @@ const MAY_DIFFER: &[&str] = &[
     "RUSTCCL_SHM_SPIN_US",
     "RUSTCCL_SHM_WAIT_SPIN_US",
     // How long this rank's threads wait for a sender's chunk before the
-    // rank waits for the whole block (`shm_blocks::copy`): the sender
+    // rank waits for the whole block (`collectives::shm::blocks::copy`): the sender
     // flags every chunk either way.
     "RUSTCCL_SHM_BLOCK_WAIT_US",
     "RUSTCCL_SHM_KEEP_APART",

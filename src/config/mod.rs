@@ -127,9 +127,9 @@ pub struct ShmConfig {
     /// moves to a free one (`transport::shm::place`).
     pub keep_apart: bool,
     /// A gather's root lets its senders write the blocks no slot takes
-    /// into its outputs (`collectives::shm_attach::gather`), a reduce's
+    /// into its outputs (`collectives::shm::attach::gather`), a reduce's
     /// root the others their reduced parts into its buffer
-    /// (`collectives::shm_attach_reduce::reduce`).
+    /// (`collectives::shm::attach::reduce::reduce`).
     pub gather_push: bool,
     /// A large send to a rank of this host that goes by rendezvous (read
     /// by the receiver) from this many bytes is split: the receiver reads
@@ -140,7 +140,7 @@ pub struct ShmConfig {
     pub split_send_min: usize,
     /// A scatter root splits the blocks its receivers would read of at
     /// most this many bytes (it writes their second halves,
-    /// `collectives::shm_attach_scatter::scatter`); 0: from the host
+    /// `collectives::shm::attach::scatter::scatter`); 0: from the host
     /// (`transport::shm::reads::scatter_split_max`); `usize::MAX`: any size.
     pub scatter_split_max: usize,
     /// A scatter root that splits a block writes its last 1 / this of it
@@ -154,7 +154,7 @@ pub struct ShmConfig {
     /// How long (microseconds) a thread that copies a block out of a
     /// peer's input slots waits for a chunk before the rank's own thread
     /// takes the wait over, with the group's timeout and dead-peer checks
-    /// (`collectives::shm_blocks`); 0: it hands over at once.
+    /// (`collectives::shm::blocks`); 0: it hands over at once.
     pub block_wait_us: usize,
 }
 

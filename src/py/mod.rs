@@ -473,7 +473,7 @@ fn _failed_ranks(group: &str) -> PyResult<Vec<usize>> {
 }
 
 fn codec_setting(codec: Option<&str>, error_feedback: bool, who: &str) -> PyResult<Option<crate::comm::compression::Setting>> {
-    use crate::collectives::codec::Codec;
+    use crate::collectives::compress::codec::Codec;
     match codec {
         None | Some("none") | Some("") => Ok(None),
         Some(name) => Codec::from_name(name)

@@ -261,7 +261,7 @@ pub fn reference(dtype: DType, op: ReduceOp, contribs: &[Vec<f64>]) -> Vec<f64> 
 /// Whether the engine supports `op` on `dtype` (bitwise ops need integers,
 /// AVG is not defined for bool).
 pub fn supported(dtype: DType, op: ReduceOp) -> bool {
-    rustccl::collectives::reduce::check(op, dtype).is_ok()
+    rustccl::collectives::kernels::check(op, dtype).is_ok()
 }
 
 pub fn assert_close(dtype: DType, op: ReduceOp, got: &[f64], want: &[f64], what: &str) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common;
 use crate::common::*;
-use rustccl::collectives::codec::{Codec, INT8_BLOCK};
+use rustccl::collectives::compress::codec::{Codec, INT8_BLOCK};
 use rustccl::comm::compression::{set_next, Setting};
 use rustccl::config::{ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, OpKind, ReduceOp};

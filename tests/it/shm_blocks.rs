@@ -1,5 +1,5 @@
 //! Blocks of all_to_all, gather and scatter streamed through their
-//! senders' input slots (`collectives::shm_blocks`): the sender copies a
+//! senders' input slots (`collectives::shm::blocks`): the sender copies a
 //! block in after the operation's first step, flagging every 16 KiB
 //! chunk, while its receivers copy each chunk out once flagged. Against
 //! local references, with blocks of many chunks, chunk boundaries inside

@@ -1,6 +1,6 @@
 //! How a [`Mesh`] waits for its local peers' shared-memory progress
 //! (`PhaseWait`): their phases, and the block flags of a streamed block
-//! (`collectives::shm_blocks`), with the operation's deadline, interrupt
+//! (`collectives::shm::blocks`), with the operation's deadline, interrupt
 //! and dead-peer checks.
 #![forbid(unsafe_code)]
 

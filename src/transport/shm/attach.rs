@@ -94,7 +94,7 @@ pub const SINGLE_READER_MIN: usize = 256 << 10;
 /// all_to_all / gather / scatter blocks up to this size go through the
 /// senders' input slots where reads are fast (when they fit one: a slot
 /// holds 2 MiB with 8 threads a rank, 1 MiB with 4; with 2 local ranks a
-/// block may fill both, `collectives::shm_attach::block_max`) and the host
+/// block may fill both, `collectives::shm::attach::block_max`) and the host
 /// has at most [`BLOCK_SLOT_RANKS`] local ranks: there the threads' copies
 /// through the slots beat the kernel's reads. With more ranks, every rank
 /// copying twice at once is slower, and blocks over `single_min` are read
@@ -154,7 +154,7 @@ pub fn split_point(len: usize) -> usize {
 /// Where a transfer of `len` bytes is cut so that the part after it is
 /// the last 1 / `share` (at least 2): rounded up to a cache line, at most
 /// `len`; [`split_point`] with 2. A scatter root's share of a split block
-/// and a gather root's share of a pushed one (`collectives::shm_blocks`)
+/// and a gather root's share of a pushed one (`collectives::shm::blocks`)
 /// start here.
 pub fn split_at(len: usize, share: usize) -> usize {
     let share = share.max(2);
@@ -254,7 +254,7 @@ impl Attach {
     }
 
     /// Whether every gather and scatter runs the single-copy algorithms
-    /// (`collectives::shm_attach`, whose blocks up to `block_min` go
+    /// (`collectives::shm::attach`, whose blocks up to `block_min` go
     /// through the senders' slots): unless no collective reads
     /// (`min_bytes` from [`NO_COLLECTIVE_READS`]: where reads are slow,
     /// `reads::host_attach_min`), where only those of blocks read directly do.

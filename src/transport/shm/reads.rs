@@ -299,7 +299,7 @@ const MID_READ_THREADS: usize = 2;
 
 /// Where reads are slow and a host has 2 local ranks, broadcasts from this
 /// size read the root's tensor, the root writing the second half into the
-/// other's (`collectives::shm_attach::broadcast`, where the root takes
+/// other's (`collectives::shm::attach::broadcast`, where the root takes
 /// pushes): both ranks' one thread copies, where the pipelined copies
 /// through the root's slot move every byte twice, one copy on each; below
 /// it, the pipelined copies are faster (`docs/decisions/0004`).

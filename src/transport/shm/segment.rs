@@ -34,7 +34,7 @@
 //!        two small slots (`small` bytes each, by phase parity), input area (n x `seg`), output area (`seg`),
 //!        table (2n x (address, length): the buffers a rank lets peers read),
 //!        block flags: a ready flag per `BLOCK_CHUNK` of a block in the input area (one cache
-//!        line each; `collectives::shm_blocks`),
+//!        line each; `collectives::shm::blocks`),
 //!        staging area: a ready flag per `STAGE_CHUNK` (one cache line each), then `stage` bytes
 //!        (the owner's staged point-to-point send, `stage.rs`)
 //!
@@ -93,7 +93,7 @@ pub const STAGE_CHUNK: usize = 64 << 10;
 
 /// Bytes of a block in the input area covered by one block flag: the
 /// receiver of a block a sender copies there takes each such chunk as
-/// soon as its flag says it is in (`collectives::shm_blocks`).
+/// soon as its flag says it is in (`collectives::shm::blocks`).
 /// Smaller than a worker's piece of a 512 KiB block (64 KiB with 8
 /// threads), so that each receiving thread starts while the sending
 /// thread of the same piece still copies.
@@ -326,7 +326,7 @@ impl Segment {
     }
 
     /// Block flag `k` of the input area: the number of the last operation
-    /// that wrote the chunk it covers (`collectives::shm_blocks`).
+    /// that wrote the chunk it covers (`collectives::shm::blocks`).
     pub fn block_flag(&self, k: usize) -> &AtomicU64 {
         let off = self.layout.flags_off + 64 * k;
         assert!(k < Layout::block_flags(self.layout.n, self.layout.seg), "block_flag({k}) beyond the input area's flags");

@@ -7,13 +7,13 @@
 //! An algorithm writes its own areas only after every peer reached the
 //! phase at which it stopped reading them, and reads a peer's areas only
 //! after the peer published the phase at which it finished writing them,
-//! or (a block streamed through the input area, `collectives::shm_blocks`)
+//! or (a block streamed through the input area, `collectives::shm::blocks`)
 //! a chunk of them once the block flag after it holds the operation's
 //! number ([`Window::set_block_flag`], [`Window::wait_block_flag`]).
 //! The window checks bounds; the phase protocol is the algorithm's promise
 //! (breaking it gives wrong bytes, never an access outside the mapping).
 //! One deliberate exception: the failure bit of a header's first word
-//! (`collectives::shm_attach::FAILED`) is set while slower peers may
+//! (`collectives::shm::attach::FAILED`) is set while slower peers may
 //! still read that header: every other bit keeps its value, so they read
 //! the same decisions whichever bytes they get, and the bit itself is read
 //! only after a later phase.
@@ -305,7 +305,7 @@ impl Window {
     }
 
     /// Whether all_to_all, gather and scatter run the single-copy
-    /// algorithms (`collectives::shm_attach`) for blocks of `block` bytes
+    /// algorithms (`collectives::shm::attach`) for blocks of `block` bytes
     /// (None: all_to_all, whose blocks differ between ranks) rather than
     /// the point-to-point rings: gathers and scatters always where reads
     /// are fast, else only for blocks read directly (`Attach::all_blocks`);

@@ -1,5 +1,5 @@
 //! Scatter among the ranks of one host, single-copy (steps and posting as
-//! in `shm_attach`, the root's header and blocks as in `shm_blocks`):
+//! in `attach`, the root's header and blocks as in `blocks`):
 //! every receiver takes its
 //! block from the root, out of the root's small slot, its input slots or
 //! its tensor, and where the root takes pushes it writes the last part
@@ -11,21 +11,21 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::shm_attach::{desc, first_failed, set_slot_word, set_slot_word_at, slot_word, slot_word_at, Step, FAILED, POSTED_FOR_PUSHES};
-use super::shm_blocks::{
-    self, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header,
+use super::super::blocks::{
+    self as blocks, all_in_slots, blocks_at, deliver, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header,
 };
+use super::{desc, first_failed, set_slot_word, set_slot_word_at, slot_word, slot_word_at, Step, FAILED, POSTED_FOR_PUSHES};
 use crate::error::Result;
 use crate::transport::shm::{split_at, Area, AttachError, BlockOp, PhaseWait, Window, Workers};
 
 /// A scatter root's bits for the receivers whose blocks it splits
-/// ([`split_bit`]), above its share's (`shm_blocks::share_flags`).
+/// ([`split_bit`]), above its share's (`blocks::share_flags`).
 const SPLIT_BITS: u64 = u64::MAX << 8;
 
 /// Every rank reads its part of the root's `ins`. The root copies the
 /// blocks that go through its slots on its solo-phase threads once it
 /// published the first step, and the receivers copy each chunk out as it
-/// lands (`shm_blocks`). A block
+/// lands (`blocks`). A block
 /// read from the root's tensor, of at most the root's
 /// [`Window::scatter_split_max`] bytes, is split where the root takes
 /// pushes ([`Window::gather_push`]): its receiver reads the first part
@@ -72,7 +72,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
         let deliver_ours = |&mine: &bool, seq| {
             let mut ours = puts(solo, &blocks, &at, mine);
             if own {
-                ours.extend(shm_blocks::own(solo, out, ins[me]));
+                ours.extend(blocks::own(solo, out, ins[me]));
             }
             deliver(win, solo, seq, ours);
         };

@@ -1,5 +1,5 @@
-//! How the blocks of all_to_all, gather and scatter (`shm_attach`,
-//! `shm_attach_scatter`) go from a sender to their receivers on one host,
+//! How the blocks of all_to_all, gather and scatter (`attach`,
+//! `attach::scatter`) go from a sender to their receivers on one host,
 //! and the reads of peers' tensors the single-copy collectives share.
 //!
 //! A sender writes a header in its small slot in every operation, before
@@ -34,7 +34,7 @@ const CHUNK: usize = Window::BLOCK_CHUNK;
 
 /// Where a root's header says what share of a split block it takes
 /// over (a scatter root writes, a gather root reads, the last 1 / share):
-/// five bits above the push flags (`shm_attach::POSTED_FOR_PUSHES`,
+/// five bits above the push flags (`attach::POSTED_FOR_PUSHES`,
 /// `FAILED`); under 2: none.
 const SHARE_SHIFT: u32 = 3;
 const SHARE_MASK: u64 = MAX_ROOT_SHARE as u64;
@@ -144,7 +144,7 @@ pub(super) fn eager(win: &Window, op: BlockOp, len: usize) -> bool {
 
 /// Where the blocks of all_to_all, gather and scatter start in a small
 /// slot: after a header of one word of flags (whether the sender's blocks
-/// are in it, [`IN_SLOT`], and those of `shm_attach`), and one word per
+/// are in it, [`IN_SLOT`], and those of `attach`), and one word per
 /// local rank with the length of its block.
 pub(super) fn blocks_at(n: usize) -> usize {
     (8 * (n + 1)).div_ceil(64) * 64
@@ -156,8 +156,8 @@ const IN_SLOT: u64 = 1;
 /// A sender's header, as written by [`offer`].
 pub(super) struct Header {
     pub in_slot: bool,
-    /// The first word: [`IN_SLOT`], `shm_attach::POSTED_FOR_PUSHES` and
-    /// `FAILED`, a scatter root's `shm_attach_scatter::split_bit`s.
+    /// The first word: [`IN_SLOT`], `attach::POSTED_FOR_PUSHES` and
+    /// `FAILED`, a scatter root's `attach::scatter::split_bit`s.
     pub flags: u64,
     pub lens: Vec<usize>,
 }

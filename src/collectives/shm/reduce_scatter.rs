@@ -8,8 +8,8 @@
 //! that it is done reading. Phases as in `transport::shm::window`.
 #![forbid(unsafe_code)]
 
-use super::plan::segments;
-use super::reduce::{finish_avg, reduce_into};
+use crate::collectives::kernels::{finish_avg, reduce_into};
+use crate::collectives::plan::segments;
 use crate::error::Result;
 use crate::transport::shm::{Area, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};

@@ -7,8 +7,8 @@
 //! power of two m. A reduce runs the same tree upwards.
 #![forbid(unsafe_code)]
 
-use super::plan::sub_mod;
-use super::reduce::{finish_avg, reduce_into, Scratch};
+use crate::collectives::kernels::{finish_avg, reduce_into, Scratch};
+use crate::collectives::plan::sub_mod;
 use crate::error::Result;
 use crate::transport::{Transport, Xfer};
 use crate::types::{DType, ReduceOp};

@@ -5,7 +5,7 @@
 //! r + 2^k, receive from r - 2^k; empty messages).
 #![forbid(unsafe_code)]
 
-use super::plan::sub_mod;
+use crate::collectives::plan::sub_mod;
 use crate::error::Result;
 use crate::transport::{Transport, Xfer};
 

@@ -14,8 +14,8 @@
 //! in `transport::shm::window`.
 #![forbid(unsafe_code)]
 
-use super::plan::{bytes, even_chunks, segments};
-use super::reduce::{finish_avg, reduce_into};
+use crate::collectives::kernels::{finish_avg, reduce_into};
+use crate::collectives::plan::{bytes, even_chunks, segments};
 use crate::error::{Error, Result};
 use crate::transport::shm::{Area, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};

@@ -9,21 +9,21 @@
 //! peers left the previous operation, post and publish (`p+1`); read from
 //! the peers; publish `p+2` and wait until every peer did, because a peer
 //! may read this rank's tensors until then and the caller may change them
-//! as soon as the operation returns. The reducing ones (`shm_attach_reduce`)
+//! as soon as the operation returns. The reducing ones (`attach::reduce`)
 //! add a step in the middle.
 //!
 //! all_to_all, gather and scatter send their blocks through their
 //! senders' slots where they are not read from the senders' tensors
-//! (`shm_blocks`: the headers, the packing, the blocks streamed through
+//! (`blocks`: the headers, the packing, the blocks streamed through
 //! the input slots); when every rank's blocks fit its small slot, nobody
 //! reads a tensor or an input slot and the operation ends after the first
-//! step, as the one-step collectives of `shm_one_round` do (the small
+//! step, as the one-step collectives of `one_round` do (the small
 //! slots alternate between operations).
 //!
 //! A gather whose blocks no slot takes is where data goes the other way
 //! (so do a 2-rank broadcast's second half, [`broadcast`], a reduce's
-//! parts, `shm_attach_reduce`, and the second half of a scatter's read
-//! blocks up to `RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES`, `shm_attach_scatter`): where tensors are read through the kernel, the root
+//! parts, `attach::reduce`, and the second half of a scatter's read
+//! blocks up to `RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES`, `attach::scatter`): where tensors are read through the kernel, the root
 //! posts its outputs and says so in its header ([`POSTED_FOR_PUSHES`]),
 //! and each sender writes its block into them itself (`Window::push`),
 //! side by side, while the root copies its own part; the root waits for
@@ -32,8 +32,11 @@
 //! a rank failed a part that others would read).
 #![forbid(unsafe_code)]
 
-use super::shm_blocks::{
-    self, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header,
+pub mod reduce;
+pub mod scatter;
+
+use super::blocks::{
+    self as blocks, all_in_slots, deliver, eager, fits_small, offer, packed_blocks, pull_all, puts, share_flags, share_of, take, Header,
 };
 use crate::error::Result;
 use crate::transport::shm::{split_at, split_point, Area, AttachError, BlockOp, Desc, PhaseWait, Window};
@@ -56,7 +59,7 @@ impl Step {
     /// [`Step::begin`], with `then` run between the publish and the wait
     /// on what `fill` returned and the operation's number ([`Step::seq`]):
     /// a sender's copies into its input slots, which its receivers take
-    /// chunk by chunk as they land (`shm_blocks::deliver`), start before
+    /// chunk by chunk as they land (`blocks::deliver`), start before
     /// the slowest peer arrives.
     pub fn begin_then<T>(
         win: &Window,
@@ -80,7 +83,7 @@ impl Step {
         Ok((Step { p }, filled))
     }
 
-    /// This operation's number in the block flags (`shm_blocks`): larger
+    /// This operation's number in the block flags (`blocks`): larger
     /// than any earlier operation's.
     pub fn seq(&self) -> u64 {
         self.p + 1
@@ -111,11 +114,11 @@ impl Step {
 }
 
 /// A gather's root posted its outputs for the senders to push into (a
-/// reduce's root its buffer, `shm_attach_reduce`).
+/// reduce's root its buffer, `attach::reduce`).
 pub(super) const POSTED_FOR_PUSHES: u64 = 2;
 /// This rank failed its share of the operation where a peer would
 /// otherwise take it as done: a push into a peer's buffer, or a part the
-/// peers read once reduced (`shm_attach_reduce`). Written over its small
+/// peers read once reduced (`attach::reduce`). Written over its small
 /// slot's first word before the publish after which the peers look.
 pub(super) const FAILED: u64 = 4;
 
@@ -203,7 +206,7 @@ pub fn all_to_all(win: &Window, w: &mut dyn PhaseWait, ins: &[&[u8]], outs: &mut
     let mut gets = Vec::new();
     for (c, o) in outs.iter_mut().enumerate() {
         if c == me {
-            ours.extend(shm_blocks::own(wk, o, ins[me]));
+            ours.extend(blocks::own(wk, o, ins[me]));
         } else {
             gets.push((c, me, &mut **o));
         }
@@ -336,7 +339,7 @@ fn gather_take(
     // each piece has a thread: `Window::solo_workers`).
     let solo = win.solo_workers(blocks.iter().map(|b| b.2.len()).sum());
     let ours = match (own, mine) {
-        (Some(input), Some(dst)) => shm_blocks::own(solo, dst, input).collect(),
+        (Some(input), Some(dst)) => blocks::own(solo, dst, input).collect(),
         _ => Vec::new(),
     };
     take(win, w, solo, BlockOp::Gather, slot, headers, seq, ours, blocks)?;

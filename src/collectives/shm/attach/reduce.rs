@@ -1,5 +1,5 @@
 //! Single-copy reductions among the ranks of one host (steps and posting
-//! as in `shm_attach`): every rank reduces its own part by reading the
+//! as in `attach`): every rank reduces its own part by reading the
 //! peers' inputs for that part straight out of their tensors, a
 //! cache-sized block at a time, into its output. all_reduce then reads
 //! every other rank's finished part out of that rank's buffer. Every part
@@ -7,14 +7,14 @@
 //! the peers' in rank order), so all ranks hold the same bits. A reduce's
 //! root lets the others write their finished parts into its buffer
 //! themselves, side by side, where it would read them all (as a gather's,
-//! `shm_attach`).
+//! `attach`).
 #![forbid(unsafe_code)]
 
-use super::plan::{bytes, even_chunks};
-use super::reduce::{finish_avg, reduce_into};
-use super::shm_attach::{first_failed, set_slot_word, slot_word, Step, FAILED, POSTED_FOR_PUSHES};
-use super::shm_blocks::pull_all;
-use super::split_chunks_mut;
+use super::super::blocks::pull_all;
+use super::{first_failed, set_slot_word, slot_word, Step, FAILED, POSTED_FOR_PUSHES};
+use crate::collectives::kernels::{finish_avg, reduce_into};
+use crate::collectives::plan::{bytes, even_chunks};
+use crate::collectives::split_chunks_mut;
 use crate::error::Result;
 use crate::transport::shm::{AttachError, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};

@@ -10,7 +10,7 @@
 //! other; every reduce op is commutative, so all ranks end bitwise equal.
 #![forbid(unsafe_code)]
 
-use super::reduce::{finish_avg, reduce_into, Scratch};
+use crate::collectives::kernels::{finish_avg, reduce_into, Scratch};
 use crate::error::Result;
 use crate::transport::Transport;
 use crate::types::{DType, ReduceOp};

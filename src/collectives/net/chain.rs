@@ -7,7 +7,7 @@
 //! buffers.
 #![forbid(unsafe_code)]
 
-use super::plan::{segments, sub_mod};
+use crate::collectives::plan::{segments, sub_mod};
 use crate::error::Result;
 use crate::tensor::split_rw;
 use crate::transport::{Transport, Xfer};

@@ -12,8 +12,8 @@
 
 use std::ops::Range;
 
-use super::plan::{bytes, ring_neighbours, segments, sub_mod};
-use super::reduce::{finish_avg, reduce_into, reduce_out, Scratch};
+use crate::collectives::kernels::{finish_avg, reduce_into, reduce_out, Scratch};
+use crate::collectives::plan::{bytes, ring_neighbours, segments, sub_mod};
 use crate::error::Result;
 use crate::tensor::split_rw;
 use crate::transport::{Transport, Xfer};
@@ -96,7 +96,7 @@ pub fn all_gather_inplace(
 pub fn all_reduce(t: &mut dyn Transport, buf: &mut [u8], dtype: DType, op: ReduceOp, seg: usize, scratch: &mut Scratch) -> Result<()> {
     let n = t.size();
     let e = dtype.size();
-    let chunks = super::plan::even_chunks(buf.len() / e, n);
+    let chunks = crate::collectives::plan::even_chunks(buf.len() / e, n);
     reduce_scatter_inplace(t, buf, dtype, op, &chunks, seg, scratch)?;
     if op == ReduceOp::Avg {
         let own = &chunks[(t.rank() + 1) % n];

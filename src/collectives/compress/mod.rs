@@ -16,8 +16,10 @@
 //! (and quantise twice).
 #![forbid(unsafe_code)]
 
-use super::codec::{self, Codec, Feedback, Request};
-use super::reduce::Scratch;
+pub mod codec;
+
+use crate::collectives::kernels::Scratch;
+use codec::{Codec, Feedback, Request};
 
 use crate::error::{Error, Result};
 use crate::transport::{Transport, Xfer};

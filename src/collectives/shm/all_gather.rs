@@ -7,7 +7,7 @@
 //! no hop through other ranks. Phases as in `transport::shm::window`.
 #![forbid(unsafe_code)]
 
-use super::plan::segments;
+use crate::collectives::plan::segments;
 use crate::error::{Error, Result};
 use crate::transport::shm::{Area, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};

@@ -22,8 +22,8 @@
 //! `transport::shm::window`.
 #![forbid(unsafe_code)]
 
-use super::reduce::{finish_avg, reduce_into};
-use super::shm_attach::Step;
+use super::attach::Step;
+use crate::collectives::kernels::{finish_avg, reduce_into};
 use crate::error::Result;
 use crate::transport::shm::{Area, Desc, PhaseWait, Window};
 use crate::types::{DType, ReduceOp};
