@@ -4,7 +4,8 @@
 //! (`tests/python/test_layout.py` checks it):
 //!
 //! 1. [`error`], [`types`]: vocabulary shared by everything.
-//! 2. [`config`] (the `RUSTCCL_*` settings), [`hostprof`].
+//! 2. [`config`] (the `RUSTCCL_*` settings), [`profile`] (where the CPU
+//!    time of a call goes).
 //! 3. [`tensor`]: borrowed views of caller memory (DLPack), the only place
 //!    DLPack pointers are dereferenced; [`cuda`]: the CUDA driver, loaded
 //!    at run time; [`work`]: the async handle of every operation;
@@ -16,12 +17,13 @@
 //!    sets of sends and receives ([`transport::Xfer`]) over shared memory
 //!    within a host and TCP between hosts; `loopback` is an in-process one
 //!    for tests.
-//! 5. [`collectives`]: the algorithms (ring, recursive doubling, trees,
-//!    pairwise, shared-memory phases) written against
-//!    [`transport::Transport`]; `plan` holds the chunk arithmetic and
-//!    `reduce` the element-wise kernels.
-//! 6. [`comm`]: the `Communicator` that owns a group's transport, worker
-//!    thread, point-to-point engine and sequence numbers; `comm::nccl` runs
+//! 5. [`collectives`]: the algorithms written against
+//!    [`transport::Transport`]: `net` over links (ring, recursive doubling,
+//!    trees, chain, direct), `shm` among the ranks of one host, `compress`
+//!    the codecs between hosts; `plan` holds the chunk arithmetic and
+//!    `kernels` the element-wise reductions.
+//! 6. [`comm`]: the `Communicator` that owns a group's transport, CPU
+//!    engine (`comm::cpu`), point-to-point engine and sequence numbers; `comm::nccl` runs
 //!    CUDA collectives through NCCL and rustccl's kernels.
 //! 7. `capi` (extern "C", used by the C++ c10d shim) and 8. `py` (PyO3
 //!    module), both only with the `python` feature.
@@ -35,7 +37,7 @@ pub mod comm;
 pub mod config;
 pub mod cuda;
 pub mod error;
-pub mod hostprof;
+pub mod profile;
 pub mod tensor;
 pub mod tls;
 pub mod transport;

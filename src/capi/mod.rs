@@ -208,7 +208,7 @@ pub unsafe extern "C" fn rustccl_submit(
     out_work: *mut *mut RustcclWork,
 ) -> i32 {
     guarded("submit", || {
-        let _t = crate::hostprof::start(crate::hostprof::Span::CapiSubmit);
+        let _t = crate::profile::start(crate::profile::Span::CapiSubmit);
         // Take every tensor first, so that nothing leaks on any error path.
         let descs = if n_ops == 0 || ops.is_null() { &[][..] } else { std::slice::from_raw_parts(ops, n_ops) };
         let mut specs = Vec::with_capacity(descs.len());
@@ -271,13 +271,13 @@ pub unsafe extern "C" fn rustccl_submit(
 /// 1 when `RUSTCCL_HOST_PROFILE=1` (the shim then times its own spans).
 #[no_mangle]
 pub extern "C" fn rustccl_host_profile_enabled() -> i32 {
-    catch_unwind(crate::hostprof::enabled).unwrap_or(false) as i32
+    catch_unwind(crate::profile::enabled).unwrap_or(false) as i32
 }
 
 /// Adds one call of `nanos` to host-profile span `span` (`RUSTCCL_SPAN_*`).
 #[no_mangle]
 pub extern "C" fn rustccl_host_profile_add(span: i32, nanos: u64) {
-    let _ = catch_unwind(|| crate::hostprof::add(usize::try_from(span).unwrap_or(usize::MAX), nanos));
+    let _ = catch_unwind(|| crate::profile::add(usize::try_from(span).unwrap_or(usize::MAX), nanos));
 }
 
 /// Waits for a work; `timeout_ms < 0` waits without bound. Returns its
@@ -308,7 +308,7 @@ pub extern "C" fn rustccl_work_drive(w: *const RustcclWork) -> i32 {
     if w.is_null() {
         return 1;
     }
-    let _t = crate::hostprof::start(crate::hostprof::Span::WorkDrive);
+    let _t = crate::profile::start(crate::profile::Span::WorkDrive);
     // SAFETY: as in `rustccl_work_wait`.
     catch_unwind(AssertUnwindSafe(|| unsafe { (*w).0.drive_briefly() } as i32)).unwrap_or(1)
 }
@@ -333,7 +333,7 @@ pub extern "C" fn rustccl_work_source_rank(w: *const RustcclWork) -> i32 {
 }
 
 /// For work on a GPU: returns its CUDA device and stores the stream it runs
-/// on in `*stream`; -1 for host work.
+/// on in `*stream`; -1 for CPU work.
 #[no_mangle]
 pub extern "C" fn rustccl_work_device(w: *const RustcclWork, stream: *mut u64) -> i32 {
     if w.is_null() {
@@ -360,7 +360,7 @@ pub extern "C" fn rustccl_work_order_stream(w: *const RustcclWork, stream: u64) 
         return fail(&Error::Internal("order_stream: null work".into()));
     }
     guarded("order_stream", || {
-        let _t = crate::hostprof::start(crate::hostprof::Span::OrderStream);
+        let _t = crate::profile::start(crate::profile::Span::OrderStream);
         // SAFETY: as in `rustccl_work_wait`.
         match unsafe { (*w).0.mark() } {
             Some(m) => match m.order_after(stream) {

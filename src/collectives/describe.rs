@@ -3,10 +3,10 @@
 #![forbid(unsafe_code)]
 
 use super::op::{Op, Parts};
-use crate::tensor::HostTensor;
+use crate::tensor::CpuTensor;
 use crate::transport::frame::{self, What};
 
-impl Parts<HostTensor> {
+impl Parts<CpuTensor> {
     /// Elements in all parts together.
     fn total_numel(&self) -> usize {
         match self {
@@ -16,18 +16,18 @@ impl Parts<HostTensor> {
     }
 }
 
-/// What a (possibly coalesced) host operation is, as every rank describes
+/// What a (possibly coalesced) CPU operation is, as every rank describes
 /// it alike (`frame::What`): the message headers carry it, so that ranks
 /// whose messages have the same length but not the same meaning fail.
-pub fn wire_what(ops: &[Op<HostTensor>]) -> What {
+pub fn wire_what(ops: &[Op<CpuTensor>]) -> What {
     let Some(first) = ops.first() else { return What::default() };
-    let reduce = |o: &Op<HostTensor>| match o {
+    let reduce = |o: &Op<CpuTensor>| match o {
         Op::AllReduce { op, .. } | Op::Reduce { op, .. } | Op::ReduceScatter { op, .. } => Some(*op),
         _ => None,
     };
     // The counts every rank shares; all_to_all, gather and scatter may
     // pass other counts on each rank, whose messages' lengths still agree.
-    let shared = |o: &Op<HostTensor>| -> Option<usize> {
+    let shared = |o: &Op<CpuTensor>| -> Option<usize> {
         match o {
             Op::Broadcast { buf, .. } | Op::Reduce { buf, .. } => Some(buf.numel()),
             Op::AllGather { outputs, .. } => Some(outputs.total_numel()),

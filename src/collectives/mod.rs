@@ -32,13 +32,13 @@ pub mod shm;
 pub use compress::Compression;
 pub use describe::wire_what;
 pub use kernels::Scratch;
-pub use op::{into_host, Op, OpSpec, Parts};
+pub use op::{into_cpu, Op, OpSpec, Parts};
 
 use net::{chain, direct, recursive_doubling, ring, tree};
 
 use crate::config::AlgoConfig;
 use crate::error::{Error, Result};
-use crate::tensor::{copy_region, overlaps, HostTensor, Tensor};
+use crate::tensor::{copy_region, overlaps, CpuTensor, Tensor};
 use crate::transport::shm::{BlockOp, PhaseWait, Window};
 use crate::transport::Transport;
 use crate::types::{DType, ReduceOp};
@@ -116,7 +116,7 @@ pub(crate) fn all_reduce_shm(win: &Window, w: &mut dyn PhaseWait, buf: &mut [u8]
 fn reduce_shm(
     win: &Window,
     w: &mut dyn PhaseWait,
-    buf: &mut HostTensor,
+    buf: &mut CpuTensor,
     op: ReduceOp,
     root: usize,
     scratch: &mut Scratch,
@@ -147,7 +147,7 @@ fn reduce_shm(
 /// dtype, one after another otherwise.
 fn all_reduce_many(
     t: &mut dyn Transport,
-    bufs: &mut [HostTensor],
+    bufs: &mut [CpuTensor],
     op: ReduceOp,
     cfg: &AlgoConfig,
     scratch: &mut Scratch,
@@ -167,7 +167,7 @@ fn all_reduce_many(
         return Ok(name);
     }
     let total: usize = bufs.iter().map(|b| b.nbytes()).sum();
-    let mut packed = HostTensor::new(Tensor::zeros(DType::U8, total)).map_err(Error::Internal)?;
+    let mut packed = CpuTensor::new(Tensor::zeros(DType::U8, total)).map_err(Error::Internal)?;
     let mut off = 0;
     for b in bufs.iter() {
         copy_region(&mut packed, off, b, 0, b.nbytes());
@@ -197,7 +197,7 @@ fn reduce_ring(
     let (n, r) = (t.size(), t.rank());
     let e = dtype.size();
     let chunks = plan::even_chunks(buf.len() / e, n);
-    let mut stage = HostTensor::new(Tensor::zeros(DType::U8, buf.len())).map_err(Error::Internal)?;
+    let mut stage = CpuTensor::new(Tensor::zeros(DType::U8, buf.len())).map_err(Error::Internal)?;
     let stage = stage.bytes_mut();
     stage.copy_from_slice(buf);
     let seg = plan::seg_elems(cfg.segment_bytes, e);
@@ -236,7 +236,7 @@ fn split_chunks_mut<'a>(buf: &'a mut [u8], chunks: &[std::ops::Range<usize>], e:
 }
 
 /// Where part `p` of `parts` lives: (tensor, byte offset, byte length).
-fn locate(parts: &Parts<HostTensor>, p: usize) -> (&HostTensor, usize, usize) {
+fn locate(parts: &Parts<CpuTensor>, p: usize) -> (&CpuTensor, usize, usize) {
     match parts {
         Parts::List(v) => (&v[p], 0, v[p].nbytes()),
         Parts::Flat { t, lens } => {
@@ -246,7 +246,7 @@ fn locate(parts: &Parts<HostTensor>, p: usize) -> (&HostTensor, usize, usize) {
     }
 }
 
-fn locate_mut(parts: &mut Parts<HostTensor>, p: usize) -> (&mut HostTensor, usize, usize) {
+fn locate_mut(parts: &mut Parts<CpuTensor>, p: usize) -> (&mut CpuTensor, usize, usize) {
     match parts {
         Parts::List(v) => {
             let n = v[p].nbytes();
@@ -262,10 +262,10 @@ fn locate_mut(parts: &mut Parts<HostTensor>, p: usize) -> (&mut HostTensor, usiz
 }
 
 /// A private copy of `parts` (same layout), for inputs that overlap outputs.
-fn stage_parts(parts: &Parts<HostTensor>) -> Result<Parts<HostTensor>> {
+fn stage_parts(parts: &Parts<CpuTensor>) -> Result<Parts<CpuTensor>> {
     let lens = parts.byte_lens();
     let total: usize = lens.iter().sum();
-    let mut t = HostTensor::new(Tensor::zeros(DType::U8, total)).map_err(Error::Internal)?;
+    let mut t = CpuTensor::new(Tensor::zeros(DType::U8, total)).map_err(Error::Internal)?;
     let mut off = 0;
     for p in 0..lens.len() {
         let (src, so, len) = locate(parts, p);
@@ -290,7 +290,7 @@ fn whole_host(t: &mut dyn Transport) -> Option<(Window, &mut dyn PhaseWait)> {
 /// threads where there is one and the two do not overlap: on one thread
 /// it is 1/n of the bytes (half of them with 2 ranks) while the peers'
 /// parts use every thread.
-fn copy_own(win: Option<&Window>, dst: &mut HostTensor, off: usize, src: &HostTensor, so: usize, len: usize) {
+fn copy_own(win: Option<&Window>, dst: &mut CpuTensor, off: usize, src: &CpuTensor, so: usize, len: usize) {
     let d = dst.bytes().as_ptr() as usize + off;
     let s = src.bytes().as_ptr() as usize + so;
     match win {
@@ -316,7 +316,7 @@ fn attach_host(t: &mut dyn Transport, op: BlockOp, block: Option<usize>) -> Opti
 /// only) carries the engine's compression request and memory.
 pub fn run(
     t: &mut dyn Transport,
-    op: &mut Op<HostTensor>,
+    op: &mut Op<CpuTensor>,
     cfg: &AlgoConfig,
     scratch: &mut Scratch,
     comp: Option<&mut Compression>,
@@ -393,7 +393,7 @@ pub fn run(
             let seg = plan::seg_elems(cfg.segment_bytes, dtype.size());
             if n > 1 && t.window().is_some_and(|(win, _)| win.ranks().len() == n) {
                 let staged;
-                let ins: &Parts<HostTensor> = if any_overlap(&inputs.spans(), &[output.span()]) {
+                let ins: &Parts<CpuTensor> = if any_overlap(&inputs.spans(), &[output.span()]) {
                     staged = stage_parts(inputs)?;
                     &staged
                 } else {
@@ -430,7 +430,7 @@ pub fn run(
                 ));
             }
             let staged;
-            let inputs: &Parts<HostTensor> = if any_overlap(&inputs.spans(), &outputs.spans()) {
+            let inputs: &Parts<CpuTensor> = if any_overlap(&inputs.spans(), &outputs.spans()) {
                 staged = stage_parts(inputs)?;
                 &staged
             } else {

@@ -6,7 +6,7 @@
 
 use crate::collectives::kernels;
 use crate::error::{Error, Result};
-use crate::tensor::{first_overlap, HostTensor, Tensor};
+use crate::tensor::{first_overlap, CpuTensor, Tensor};
 use crate::types::{DType, Device, OpKind, Rank, ReduceOp};
 
 /// An unchecked request.
@@ -55,7 +55,7 @@ pub enum Parts<T> {
 }
 
 /// A validated operation over tensors of type `T` (metadata-only
-/// [`Tensor`], or [`HostTensor`] once the host path took it).
+/// [`Tensor`], or [`CpuTensor`] once the host path took it).
 pub enum Op<T> {
     AllReduce {
         bufs: Vec<T>,
@@ -141,7 +141,7 @@ impl<T> Parts<T> {
     }
 }
 
-impl Parts<HostTensor> {
+impl Parts<CpuTensor> {
     /// Byte length of each part.
     pub fn byte_lens(&self) -> Vec<usize> {
         match self {
@@ -206,7 +206,7 @@ impl<T> Op<T> {
         }
     }
 
-    /// Converts every tensor (e.g. metadata -> host view), keeping the shape
+    /// Converts every tensor (e.g. metadata -> CPU view), keeping the shape
     /// of the operation.
     pub fn map<U>(self, mut f: impl FnMut(T) -> Result<U>) -> Result<Op<U>> {
         let f = &mut f;
@@ -525,10 +525,10 @@ impl Op<Tensor> {
     }
 }
 
-/// Takes the host view of every tensor of a validated operation.
-pub fn into_host(op: Op<Tensor>) -> Result<Op<HostTensor>> {
+/// Takes the CPU view of every tensor of a validated operation.
+pub fn into_cpu(op: Op<Tensor>) -> Result<Op<CpuTensor>> {
     let name = op.kind().name();
-    op.map(|t| HostTensor::new(t).map_err(|why| Error::unsupported(name, why)))
+    op.map(|t| CpuTensor::new(t).map_err(|why| Error::unsupported(name, why)))
 }
 
 #[cfg(test)]

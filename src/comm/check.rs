@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Communicator;
-use crate::collectives::{into_host, Op};
+use crate::collectives::{into_cpu, Op};
 use crate::error::{Error, Result};
 use crate::tensor::{SharedBuf, Tensor};
 use crate::types::DType;
@@ -49,7 +49,7 @@ impl Communicator {
         let lent = |b: &Arc<SharedBuf>| b.tensor().ok_or_else(|| Error::Internal("fresh buffer lent".into()));
         let op =
             Op::AllGather { input: lent(&input)?, outputs: crate::collectives::Parts::Flat { t: lent(&all)?, lens: vec![REC; self.size] } };
-        self.host.submit_blocking(vec![into_host(op)?], REC, timeout)?.wait(None)?;
+        self.cpu.submit_blocking(vec![into_cpu(op)?], REC, timeout)?.wait(None)?;
         let bytes = all.bytes().ok_or_else(|| Error::Internal("buffer still lent".into()))?;
         let text = |r: usize| String::from_utf8_lossy(&bytes[r * REC..(r + 1) * REC]).trim_end_matches('\0').to_string();
         let name = ops[0].kind().name();
@@ -58,7 +58,7 @@ impl Communicator {
                 name,
                 format!(
                 "RUSTCCL_CHECK: ranks disagree about collective {} of group '{}': rank {} (this process) calls {desc}, rank {bad} calls {}",
-                self.host.seq(),
+                self.cpu.seq(),
                 self.opts.group,
                 self.rank,
                 text(bad)

@@ -1,13 +1,13 @@
 //! The [`Communicator`]: one process group's view of its peers. It checks
-//! requests, routes collectives to the host engine (CPU tensors) and sends /
+//! requests, routes collectives to the CPU engine (CPU tensors) and sends /
 //! receives to the point-to-point engine, and hands back a [`Work`].
 // `unsafe` lives only in `nccl` (and the cuda helpers it uses).
 #![deny(unsafe_code)]
 
 mod check;
 pub mod compression;
+pub mod cpu;
 pub mod flight;
-pub mod host;
 pub mod monitor;
 pub mod nccl;
 mod options;
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::{self, BootstrapOpts, PeerInfo, Store, CHANNEL_COLLECTIVE, CHANNEL_P2P};
-use crate::collectives::{into_host, Op, OpSpec};
+use crate::collectives::{into_cpu, Op, OpSpec};
 use crate::config::log_at;
 use crate::config::{Config, LogLevel};
 use crate::error::{Error, Result};
@@ -68,7 +68,7 @@ use crate::transport::Transport;
 use crate::types::{DType, Device, OpKind, Rank};
 use crate::work::{self, Callback, Work};
 
-pub use host::{Done, Observer};
+pub use cpu::{Done, Observer};
 pub use options::CommOptions;
 
 pub struct Communicator {
@@ -77,7 +77,7 @@ pub struct Communicator {
     opts: CommOptions,
     peers: Vec<PeerInfo>,
     transport_kind: &'static str,
-    host: host::HostEngine,
+    cpu: cpu::CpuEngine,
     p2p: Option<p2p::P2pEngine>,
     nccl: Mutex<Option<Arc<nccl::NcclEngine>>>,
     stats: Arc<stats::Stats>,
@@ -105,7 +105,7 @@ fn fault_for(opts: &CommOptions, rank: Rank) -> Option<crate::config::FaultSpec>
     opts.fault.clone().filter(|f| f.rank == rank && f.group.as_deref().is_none_or(|g| g == opts.group))
 }
 
-/// Feeds the host engine's reports into `stats`.
+/// Feeds the CPU engine's reports into `stats`.
 fn observer(stats: Arc<stats::Stats>) -> Observer {
     Box::new(move |d: &Done<'_>| {
         let op = OpKind::from_name(d.op).unwrap_or(OpKind::AllReduce);
@@ -200,7 +200,7 @@ impl Communicator {
         let links = transport.link_kinds();
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
-        let host = host::HostEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
+        let cpu = cpu::CpuEngine::start(Box::new(transport), opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
         let p2p = p2p::P2pEngine::new(rank, size, opts.group.clone(), p2p_conns, p2p_shm, opts.timeout);
         Ok(Communicator {
             rank,
@@ -208,7 +208,7 @@ impl Communicator {
             opts,
             peers: ep.peers,
             transport_kind,
-            host,
+            cpu,
             p2p: Some(p2p),
             nccl: Mutex::new(None),
             stats,
@@ -267,14 +267,14 @@ impl Communicator {
         let stats = Arc::new(stats::Stats::default());
         let fault = fault_for(&opts, rank);
         let th = stats::thresholds(&opts.algo, None);
-        let host = host::HostEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
+        let cpu = cpu::CpuEngine::start(transport, opts.group.clone(), opts.algo, Some(observer(stats.clone())), fault)?;
         Ok(Communicator {
             rank,
             size,
             opts,
             peers: Vec::new(),
             transport_kind: kind,
-            host,
+            cpu,
             p2p: None,
             nccl: Mutex::new(None),
             stats,
@@ -366,7 +366,7 @@ impl Communicator {
 
     /// Collectives submitted so far (the next sequence number).
     pub fn seq(&self) -> u64 {
-        self.host.seq()
+        self.cpu.seq()
     }
 
     /// Checks and submits one operation, or several as one unit of work
@@ -389,7 +389,7 @@ impl Communicator {
             self.check_collective(&ops, timeout_d)?;
         }
         let meta = flight::Meta::of(&ops);
-        // Compression serves the host engine only (CPU tensors).
+        // Compression serves the CPU engine only (CPU tensors).
         let compress = if meta.device == Device::Cpu { self.compression.request_with(next, &ops) } else { None };
         let queued = Instant::now();
         let w = self.dispatch(ops, stream, sync, timeout_d, callback, compress)?;
@@ -465,7 +465,7 @@ impl Communicator {
                     Op::Send { peer, .. } | Op::Recv { peer: Some(peer), .. } => engine.link_kind(*peer),
                     _ => engine.link_kind_any(),
                 };
-                let host = into_host(op)?;
+                let op = into_cpu(op)?;
                 let st = self.stats.clone();
                 let record = move |w: &Work| {
                     let w2 = w.clone();
@@ -479,23 +479,23 @@ impl Communicator {
                     }));
                 };
                 if single {
-                    return engine.submit(host, timeout, |w| {
+                    return engine.submit(op, timeout, |w| {
                         record(w);
                         attach(w);
                     });
                 }
-                works.push(engine.submit(host, timeout, record)?);
+                works.push(engine.submit(op, timeout, record)?);
             }
             let joined = work::join("batch_p2p", 0, works);
             attach(&joined);
             return Ok(joined);
         }
         let bytes = ops.iter().map(|o| o.bytes()).sum();
-        let host_ops = ops.into_iter().map(into_host).collect::<Result<Vec<_>>>()?;
-        self.host.submit(host_ops, bytes, timeout, compress, sync, attach)
+        let cpu_ops = ops.into_iter().map(into_cpu).collect::<Result<Vec<_>>>()?;
+        self.cpu.submit(cpu_ops, bytes, timeout, compress, sync, attach)
     }
 
-    /// Runs a CPU broadcast of `data` from rank 0 on the host engine.
+    /// Runs a CPU broadcast of `data` from rank 0 on the CPU engine.
     fn host_broadcast(&self, data: &mut [u8]) -> Result<()> {
         let buf = SharedBuf::new(DType::U8, data);
         let mut s = OpSpec::new(OpKind::Broadcast);
@@ -512,7 +512,7 @@ impl Communicator {
         if let Some(n) = self.nccl_if_started() {
             n.shutdown(abort, grace);
         }
-        self.host.shutdown(abort, grace);
+        self.cpu.shutdown(abort, grace);
         if let Some(p) = &self.p2p {
             p.shutdown();
         }
@@ -575,14 +575,14 @@ impl Communicator {
     }
 
     /// Reductions NCCL cannot do (bitwise ops, int16, bool XOR) run on the
-    /// host engine over copies in host memory: slower, but every op works.
+    /// CPU engine over copies in CPU memory: slower, but every op works.
     fn cuda_via_host(&self, ops: Vec<Op<Tensor>>, device: i32, stream: u64, timeout: Duration, callback: Option<Callback>) -> Result<Work> {
         let name = ops[0].kind().name();
-        let (host_ops, staged) = nccl::staging::to_host(ops, device, stream)?;
+        let (cpu_ops, staged) = nccl::staging::to_cpu(ops, device, stream)?;
         let bytes = staged.bytes();
-        self.host.submit_blocking(host_ops, bytes, timeout)?.wait(None)?;
+        self.cpu.submit_blocking(cpu_ops, bytes, timeout)?.wait(None)?;
         staged.copy_back()?;
-        let w = Work::done(name, self.host.seq(), Ok(()));
+        let w = Work::done(name, self.cpu.seq(), Ok(()));
         if let Some(cb) = callback {
             w.on_complete(cb);
         }

@@ -166,7 +166,7 @@ impl Communicator {
             if let Some(n) = self.nccl_if_started() {
                 n.shutdown(true, grace);
             }
-            self.host.shutdown(true, grace);
+            self.cpu.shutdown(true, grace);
         }
         let survivors: Vec<Rank> = (0..self.size).filter(|r| !excluded.contains(r)).collect();
         let new_rank = survivors.iter().position(|&r| r == self.rank).unwrap_or_default();

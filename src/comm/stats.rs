@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use super::host;
+use super::cpu;
 use crate::config::AlgoConfig;
 use crate::transport::shm;
 use crate::transport::shm::arena::Arena;
@@ -41,7 +41,7 @@ pub struct OpStats {
     /// Codec of the last call's exchange between hosts ("" when exact).
     pub codec: &'static str,
     /// CPU calls the waiting caller's thread ran itself (the rest: the
-    /// engine's worker thread; see `comm::host`).
+    /// engine's worker thread; see `comm::cpu`).
     pub by_caller: u64,
 }
 
@@ -180,7 +180,7 @@ pub(super) fn thresholds(algo: &AlgoConfig, local: Option<&shm::ShmLocal>) -> Ve
         ("small_allreduce_bytes", algo.small_allreduce_bytes as u64),
         ("small_broadcast_bytes", algo.small_broadcast_bytes as u64),
         ("segment_bytes", algo.segment_bytes as u64),
-        ("caller_runs_us", host::grace(algo).as_micros() as u64),
+        ("caller_runs_us", cpu::grace(algo).as_micros() as u64),
     ];
     if let Some(l) = local {
         v.push(("shm_one_round_max_bytes", l.one_round_max.min(l.mine().layout.small) as u64));

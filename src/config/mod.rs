@@ -269,7 +269,7 @@ pub struct Config {
     pub host_id: Option<String>,
     pub nccl_library: Option<String>,
     pub cuda_timing: bool,
-    /// `RUSTCCL_HOST_PROFILE`: time the host spans of calls (`crate::hostprof`).
+    /// `RUSTCCL_HOST_PROFILE`: time the host spans of calls (`crate::profile`).
     pub host_profile: bool,
     /// rustccl's own NVLink all-reduce for small CUDA tensors.
     pub custom_allreduce: bool,

@@ -102,7 +102,7 @@ impl Stream {
         self.0 as u64
     }
 
-    /// Makes this stream wait for `ev` (no host blocking).
+    /// Makes this stream wait for `ev` (no CPU thread blocks).
     pub fn wait(&self, ev: &Event) -> CudaResult<()> {
         wait_event_raw(self.raw(), ev)
     }
@@ -233,7 +233,7 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// Copies `bytes` from device memory to host memory (synchronous).
+/// Copies `bytes` from device memory to CPU memory (synchronous).
 ///
 /// # Safety
 /// `src` must be device memory of at least `dst.len()` bytes of the
@@ -245,7 +245,7 @@ pub unsafe fn copy_to_host(dst: &mut [u8], src: u64) -> CudaResult<()> {
     drv::memcpy_dtoh_sync(dst, src).map_err(|e| err("cuMemcpyDtoH", e))
 }
 
-/// Copies host memory to device memory (synchronous).
+/// Copies CPU memory to device memory (synchronous).
 ///
 /// # Safety
 /// `dst` must be device memory of at least `src.len()` bytes of the
@@ -462,26 +462,26 @@ impl Function {
     }
 }
 
-/// A 32-bit word in pinned host memory that kernels read and write (an
-/// abort signal from the host, an error report from the device).
-pub struct HostFlag {
-    host: *mut u32,
+/// A 32-bit word in pinned CPU memory that kernels read and write (an
+/// abort signal from the CPU, an error report from the device).
+pub struct MappedFlag {
+    cpu: *mut u32,
     dev: u64,
 }
 
 // SAFETY: the word is only accessed with volatile reads and writes.
-unsafe impl Send for HostFlag {}
-unsafe impl Sync for HostFlag {}
+unsafe impl Send for MappedFlag {}
+unsafe impl Sync for MappedFlag {}
 
-impl HostFlag {
+impl MappedFlag {
     /// A zero word, mapped for every context (bind one first).
-    pub fn new() -> CudaResult<HostFlag> {
-        // SAFETY: allocates 4 bytes of pinned, device-mapped host memory.
+    pub fn new() -> CudaResult<MappedFlag> {
+        // SAFETY: allocates 4 bytes of pinned, device-mapped CPU memory.
         let p = unsafe { drv::malloc_host(4, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE) }
             .map_err(|e| err("cuMemHostAlloc", e))?;
-        let host = p.cast::<u32>();
-        // SAFETY: `host` points to 4 writable, suitably aligned bytes.
-        unsafe { host.write_volatile(0) };
+        let cpu = p.cast::<u32>();
+        // SAFETY: `cpu` points to 4 writable, suitably aligned bytes.
+        unsafe { cpu.write_volatile(0) };
         let mut dev = 0;
         // SAFETY: `p` was allocated with DEVICEMAP; `dev` a valid out-pointer.
         if let Err(e) = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0) }.result() {
@@ -489,7 +489,7 @@ impl HostFlag {
             let _ = unsafe { drv::free_host(p) };
             return Err(err("cuMemHostGetDevicePointer", e));
         }
-        Ok(HostFlag { host, dev })
+        Ok(MappedFlag { cpu, dev })
     }
 
     /// The address kernels read.
@@ -499,20 +499,20 @@ impl HostFlag {
 
     pub fn set(&self, v: u32) {
         // SAFETY: live allocation of 4 bytes.
-        unsafe { self.host.write_volatile(v) }
+        unsafe { self.cpu.write_volatile(v) }
     }
 
     pub fn get(&self) -> u32 {
         // SAFETY: live allocation of 4 bytes.
-        unsafe { self.host.read_volatile() }
+        unsafe { self.cpu.read_volatile() }
     }
 }
 
-impl Drop for HostFlag {
+impl Drop for MappedFlag {
     fn drop(&mut self) {
         // SAFETY: allocated by `new`, freed once; kernels that read it are
         // finished (the owner outlives its launches).
-        let _ = unsafe { drv::free_host(self.host.cast()) };
+        let _ = unsafe { drv::free_host(self.cpu.cast()) };
     }
 }
 

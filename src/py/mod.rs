@@ -539,7 +539,7 @@ fn _peer_limits(world: usize) -> (usize, usize, usize) {
 #[pyfunction]
 #[pyo3(signature = (reset=false))]
 fn _host_profile(reset: bool) -> Vec<(&'static str, u64, u64)> {
-    crate::hostprof::snapshot(reset)
+    crate::profile::snapshot(reset)
 }
 
 /// PTX of the NVLink kernels (one-shot, two-shot, all-gather, reduce-scatter) for compute capability

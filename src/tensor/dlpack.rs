@@ -2,7 +2,7 @@
 //!
 //! A [`Tensor`] owns one DLPack export (it calls the producer's deleter when
 //! dropped), so a collective holding it keeps the caller's memory alive until
-//! it completes. Host memory is only ever touched through [`HostTensor`],
+//! it completes. Host memory is only ever touched through [`CpuTensor`],
 //! whose slices exist only for CPU, contiguous, aligned tensors.
 
 use std::cell::UnsafeCell;
@@ -61,7 +61,7 @@ pub struct Tensor {
 // SAFETY: a Tensor is the sole owner of its DLPack export; the exporters we
 // accept (torch, numpy) allow the deleter to run on any thread (the Python
 // owner takes the GIL itself). The data pointer is only dereferenced through
-// HostTensor, under Rust's borrow rules.
+// CpuTensor, under Rust's borrow rules.
 unsafe impl Send for Tensor {}
 
 /// Reads metadata of a DLTensor. Returns an error string for layouts that
@@ -209,7 +209,7 @@ impl Tensor {
 /// once that tensor is gone (the engine drops an operation's tensors before
 /// it finishes the work, so a finished work means the memory is back, but
 /// for the operation that broke or aborted a group with peers on the host,
-/// whose tensors it keeps for good: `comm::host`, `Exec::kept`).
+/// whose tensors it keeps for good: `comm::cpu`, `Exec::kept`).
 /// Used by tests and by callers that keep their own buffers.
 pub struct SharedBuf {
     words: UnsafeCell<Vec<u64>>,
@@ -276,12 +276,12 @@ impl SharedBuf {
 }
 
 /// A CPU, contiguous, element-aligned tensor: the only kind whose bytes the
-/// host algorithms touch.
-pub struct HostTensor(Tensor);
+/// CPU algorithms touch.
+pub struct CpuTensor(Tensor);
 
-impl HostTensor {
+impl CpuTensor {
     /// Checks that `t` lives on the CPU, is contiguous and aligned.
-    pub fn new(t: Tensor) -> Result<HostTensor, String> {
+    pub fn new(t: Tensor) -> Result<CpuTensor, String> {
         if t.device != Device::Cpu {
             return Err(format!("expected a CPU tensor, got one on {}", t.device));
         }
@@ -291,7 +291,7 @@ impl HostTensor {
         if !t.is_aligned() {
             return Err(format!("tensor data at {:#x} is not aligned to its {}-byte elements", t.addr(), t.dtype.size()));
         }
-        Ok(HostTensor(t))
+        Ok(CpuTensor(t))
     }
 
     pub fn meta(&self) -> &Tensor {
@@ -318,7 +318,7 @@ impl HostTensor {
         if n == 0 {
             return &[];
         }
-        // SAFETY: HostTensor::new checked the tensor is on the CPU and
+        // SAFETY: CpuTensor::new checked the tensor is on the CPU and
         // contiguous, so `nbytes` bytes from `data` are the tensor's memory,
         // kept alive by `owner`. Op construction rejects tensors that overlap
         // another tensor of the same operation, so no other live slice
@@ -346,7 +346,7 @@ impl HostTensor {
 ///
 /// Panics if a range falls outside its tensor (callers pass validated
 /// offsets; a panic here is a rustccl bug caught at the C ABI boundary).
-pub fn copy_region(dst: &mut HostTensor, dst_off: usize, src: &HostTensor, src_off: usize, len: usize) {
+pub fn copy_region(dst: &mut CpuTensor, dst_off: usize, src: &CpuTensor, src_off: usize, len: usize) {
     assert!(dst_off + len <= dst.nbytes() && src_off + len <= src.nbytes(), "copy_region out of bounds");
     if len == 0 {
         return;
@@ -356,7 +356,7 @@ pub fn copy_region(dst: &mut HostTensor, dst_off: usize, src: &HostTensor, src_o
     if std::ptr::eq(s, d) {
         return;
     }
-    // SAFETY: both ranges lie inside CPU tensors checked by HostTensor::new
+    // SAFETY: both ranges lie inside CPU tensors checked by CpuTensor::new
     // (asserted above) and kept alive by their owners; `ptr::copy` allows
     // overlap. No slice of either tensor is alive during the copy.
     unsafe { std::ptr::copy(s, d, len) }
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn owned_tensors_round_trip() {
-        let t = HostTensor::new(Tensor::from_slice(DType::I32, &[1i32, 2, 3])).unwrap();
+        let t = CpuTensor::new(Tensor::from_slice(DType::I32, &[1i32, 2, 3])).unwrap();
         assert_eq!(t.to_vec::<i32>(), vec![1, 2, 3]);
         assert_eq!(t.nbytes(), 12);
     }
@@ -412,7 +412,7 @@ mod tests {
             deleter: Some(deleter),
         }));
         let t = unsafe { Tensor::from_managed(m) }.unwrap();
-        let h = HostTensor::new(t).unwrap();
+        let h = CpuTensor::new(t).unwrap();
         assert_eq!(h.to_vec::<f32>(), vec![1.0, 2.0]);
         drop(h);
         assert_eq!(FREED.load(Ordering::SeqCst), 1);
@@ -424,7 +424,7 @@ mod tests {
         let t = b.tensor().unwrap();
         assert!(b.tensor().is_none());
         assert!(b.to_vec::<i64>().is_none());
-        let mut h = HostTensor::new(t).unwrap();
+        let mut h = CpuTensor::new(t).unwrap();
         h.bytes_mut()[0] = 7;
         drop(h);
         assert_eq!(b.to_vec::<i64>().unwrap(), vec![7, 6]);

@@ -3,7 +3,7 @@
 
 mod dlpack;
 
-pub use dlpack::{copy_region, HostTensor, SharedBuf, Tensor};
+pub use dlpack::{copy_region, CpuTensor, SharedBuf, Tensor};
 
 use std::ops::Range;
 

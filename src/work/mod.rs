@@ -28,7 +28,7 @@ pub trait DeviceMark: Send + Sync {
     /// True once the device has finished the operation.
     fn finished(&self) -> bool;
     /// Makes the stream with raw handle `stream` wait for the operation
-    /// (no host blocking).
+    /// (no CPU thread blocks).
     fn order_after(&self, stream: u64) -> std::result::Result<(), String>;
 }
 
@@ -40,7 +40,7 @@ pub trait Progress: Send + Sync {
     /// blocks only where [`Progress::blocks`] says so.
     fn progress(&self);
 
-    /// `progress` may run the whole operation (the host engine: the
+    /// `progress` may run the whole operation (the CPU engine: the
     /// waiting thread runs the collective), so a wait with a deadline must
     /// not call it.
     fn blocks(&self) -> bool {
@@ -115,7 +115,7 @@ impl Callbacks {
         if self.callbacks.is_empty() {
             return;
         }
-        let _t = crate::hostprof::start(crate::hostprof::Span::Callbacks);
+        let _t = crate::profile::start(crate::profile::Span::Callbacks);
         for cb in self.callbacks {
             cb(&result, source);
         }
@@ -294,7 +294,7 @@ impl Work {
 
     /// Drives the work's engine (`Progress`) for up to `budget`, pausing
     /// between passes ([`Progress::pause`]), until the work finishes;
-    /// nothing for a work without one. A blocking `Progress` (the host engine) may run the whole
+    /// nothing for a work without one. A blocking `Progress` (the CPU engine) may run the whole
     /// operation in one pass, past `budget`. True once the work finished.
     pub fn drive(&self, budget: Duration) -> bool {
         let Some(p) = self.0.progress.get() else { return self.lock().result.is_some() };

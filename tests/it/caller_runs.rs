@@ -1,4 +1,4 @@
-//! Who runs a CPU collective (`comm::host`): for a blocking call (the
+//! Who runs a CPU collective (`comm::cpu`): for a blocking call (the
 //! caller waits at once), the thread that waits for it when it comes within
 //! the grace (`AlgoConfig::caller_runs_us`); for async work, and blocking
 //! calls whose caller did not come, the engine's worker. Either way in

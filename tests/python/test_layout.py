@@ -14,7 +14,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 # Lowest first. Within a layer modules may use each other.
 LAYERS = [
     {"types", "error"},
-    {"config", "hostprof"},
+    {"config", "profile"},
     {"tensor", "cuda", "work", "bootstrap", "tls"},
     {"transport"},
     {"collectives"},

@@ -170,7 +170,7 @@ def semantics(rank: int, world: int) -> tuple[int, list[str]]:
     dist.all_reduce(gpu)
     c.eq("cpu in a cuda group", cpu, torch.full((10,), float(sum(range(world)))))
     c.eq("cuda after cpu", gpu.cpu(), torch.full((10,), float(sum(range(world)))))
-    # reductions NCCL lacks go through host memory
+    # reductions NCCL lacks go through CPU memory
     b = (torch.arange(16, dtype=torch.int32) * (rank + 1)).to(dev)
     dist.all_reduce(b, op=dist.ReduceOp.BXOR)
     want = reference(torch.int32, "BXOR", [torch.arange(16, dtype=torch.int32) * (r + 1) for r in range(world)])
@@ -406,7 +406,7 @@ def graphs(rank: int, world: int) -> tuple[int, list[str]]:
     x = torch.full((77,), float(rank), device=dev)
     dist.all_reduce(x)
     c.eq("eager after replays", x.cpu(), torch.full((77,), float(sum(range(world)))))
-    # a reduction staged through host memory cannot be captured: clear error
+    # a reduction staged through CPU memory cannot be captured: clear error
     b = torch.ones(8, dtype=torch.int32, device=dev)
     g2 = torch.cuda.CUDAGraph()
     try:

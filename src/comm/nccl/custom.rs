@@ -22,7 +22,7 @@ use super::IdExchange;
 use crate::collectives::Op;
 use crate::config::log_at;
 use crate::config::LogLevel;
-use crate::cuda::{self, Context, DeviceAlloc, Function, HostFlag, IpcMapping, Module};
+use crate::cuda::{self, Context, DeviceAlloc, Function, IpcMapping, MappedFlag, Module};
 use crate::error::Result;
 use crate::tensor::Tensor;
 use crate::types::{DType, Rank, ReduceOp};
@@ -258,8 +258,8 @@ struct Local {
     region: DeviceAlloc,
     handle: [u8; 64],
     pci: String,
-    abort: HostFlag,
-    error: HostFlag,
+    abort: MappedFlag,
+    error: MappedFlag,
 }
 
 impl Local {
@@ -273,8 +273,8 @@ impl Local {
         if pci.len() > BLOB - 65 {
             return Err(format!("PCI bus id {pci:?} too long"));
         }
-        let abort = HostFlag::new().map_err(|e| e.0)?;
-        let error = HostFlag::new().map_err(|e| e.0)?;
+        let abort = MappedFlag::new().map_err(|e| e.0)?;
+        let error = MappedFlag::new().map_err(|e| e.0)?;
         Ok(Local { ctx, kernels, region, handle, pci, abort, error })
     }
 
@@ -317,8 +317,8 @@ impl Local {
 /// One group's peer-memory collectives on one device.
 pub struct CustomAr {
     kernels: Arc<Kernels>,
-    abort: HostFlag,
-    error: HostFlag,
+    abort: MappedFlag,
+    error: MappedFlag,
     _peers: Vec<Option<IpcMapping>>,
     region: DeviceAlloc,
     _ctx: Context,
@@ -440,7 +440,7 @@ impl CustomAr {
             vec,
             pad: 0,
         };
-        let _t = crate::hostprof::start(crate::hostprof::Span::Kernel);
+        let _t = crate::profile::start(crate::profile::Span::Kernel);
         // SAFETY: `Args` mirrors the kernel's parameter. The tensors are
         // validated CUDA tensors of this device (matching sizes, checked by
         // `choose` and above) that the caller keeps alive until the kernel

@@ -279,7 +279,7 @@ impl NcclEngine {
         prepare: impl FnOnce(&Work),
     ) -> Result<Work> {
         let caller_stream = caller.stream;
-        let _t = crate::hostprof::start(crate::hostprof::Span::EngineSubmit);
+        let _t = crate::profile::start(crate::profile::Span::EngineSubmit);
         let name = ops.first().map_or("collective", |o| o.kind().name());
         if let Some(cause) = lock(&self.sh.poisoned).clone() {
             return Err(Error::Poisoned { op: name, cause: Box::new(cause) });
@@ -374,7 +374,7 @@ impl NcclEngine {
         capturing: bool,
         on_caller: bool,
     ) -> std::result::Result<(Option<Event>, Arc<Event>, Vec<DeviceBuffer>, u64), String> {
-        let _t = crate::hostprof::start(crate::hostprof::Span::Launch);
+        let _t = crate::profile::start(crate::profile::Span::Launch);
         let raw = lock(&dc.raw);
         let comm = raw.as_ref().ok_or("the NCCL communicator was aborted")?.0;
         let s = if on_caller { caller_stream } else { dc.stream.raw() }; // dc.ctx is current: submit bound it
@@ -410,7 +410,7 @@ impl NcclEngine {
         };
         // Captured events are graph nodes: never pooled or queried.
         let done = Arc::new(if capturing { Event::new().map_err(|e| e.0)? } else { self.event()? });
-        let _e = crate::hostprof::start(crate::hostprof::Span::DoneEvent);
+        let _e = crate::profile::start(crate::profile::Span::DoneEvent);
         done.record(s).map_err(|e| e.0)?;
         drop(_e);
         if !capturing {

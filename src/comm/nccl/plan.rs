@@ -106,7 +106,7 @@ fn movement(bytes: usize, elem: usize) -> (Dt, usize) {
 }
 
 /// True when NCCL cannot run this reduction and rustccl must reduce in
-/// host memory instead.
+/// CPU memory instead.
 pub fn needs_host(op: &Op<Tensor>) -> bool {
     let name = op.kind().name();
     match op {

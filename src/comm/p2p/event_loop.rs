@@ -15,7 +15,7 @@ use super::{Incoming, Outgoing, Peer, Posted, Req, Sink, Split, Unexpected};
 use crate::config::log_at;
 use crate::config::LogLevel;
 use crate::error::{Error, OpSite, Result};
-use crate::tensor::HostTensor;
+use crate::tensor::CpuTensor;
 use crate::transport::frame::{self, P2pHeader, P2pKind, P2P_HEADER_LEN};
 use crate::transport::shm::ShmLocal;
 use crate::types::Rank;
@@ -637,7 +637,7 @@ impl EventLoop {
 
 /// The error of a receive into `buf` of a message of `got` bytes of dtype
 /// `dtype` (`frame::dtype_code`) from `from`, where they do not match.
-pub(super) fn mismatch(op: &'static str, buf: &HostTensor, got: usize, dtype: u8, from: Rank, tag: i64) -> Option<Error> {
+pub(super) fn mismatch(op: &'static str, buf: &CpuTensor, got: usize, dtype: u8, from: Rank, tag: i64) -> Option<Error> {
     let want = frame::dtype_code(buf.dtype());
     if buf.nbytes() == got && want == dtype {
         return None;
@@ -657,7 +657,7 @@ pub(super) fn mismatch(op: &'static str, buf: &HostTensor, got: usize, dtype: u8
     ))
 }
 
-fn deliver(buf: &mut HostTensor, data: &[u8], dtype: u8, from: Rank, tag: i64) -> Result<()> {
+fn deliver(buf: &mut CpuTensor, data: &[u8], dtype: u8, from: Rank, tag: i64) -> Result<()> {
     if let Some(e) = mismatch("recv", buf, data.len(), dtype, from, tag) {
         return Err(e);
     }

@@ -60,7 +60,7 @@ use mio::{Events, Interest, Poll, Waker};
 use crate::bootstrap::Conn;
 use crate::collectives::Op;
 use crate::error::{Error, Result};
-use crate::tensor::HostTensor;
+use crate::tensor::CpuTensor;
 use crate::tls::Socket;
 use crate::transport::frame::P2pHeader;
 use crate::transport::frame::{self, P2pKind, P2P_HEADER_LEN};
@@ -75,15 +75,15 @@ use link::{PeerLink, ShmTx, Waiter, Wake, WAKE};
 pub type ShmP2p = (Arc<ShmLocal>, Vec<(Rank, ShmLink)>);
 
 enum Req {
-    Send { peer: Rank, tag: i64, buf: HostTensor, work: Work, deadline: Instant },
-    Recv { peer: Option<Rank>, tag: i64, buf: HostTensor, work: Work, deadline: Instant },
+    Send { peer: Rank, tag: i64, buf: CpuTensor, work: Work, deadline: Instant },
+    Recv { peer: Option<Rank>, tag: i64, buf: CpuTensor, work: Work, deadline: Instant },
 }
 
 struct Posted {
     posted_at: Instant,
     peer: Option<Rank>,
     tag: i64,
-    buf: HostTensor,
+    buf: CpuTensor,
     work: Work,
     deadline: Instant,
 }
@@ -96,7 +96,7 @@ struct Outgoing {
     /// tensor's bytes follow the header.
     ctl: Option<Vec<u8>>,
     /// The send's tensor (None for an ack).
-    buf: Option<HostTensor>,
+    buf: Option<CpuTensor>,
     /// The send's Work (None for an ack).
     work: Option<Work>,
     /// Rendezvous: once written, the send waits for the ack with this id.
@@ -112,7 +112,7 @@ struct Outgoing {
 /// still be reading it).
 struct Awaiting {
     id: u64,
-    buf: HostTensor,
+    buf: CpuTensor,
     work: Option<Work>,
     posted_at: Instant,
     deadline: Instant,
@@ -138,7 +138,7 @@ struct Split {
     id: u64,
     tag: i64,
     /// Held until the sender's answer (or death): it writes into it.
-    buf: HostTensor,
+    buf: CpuTensor,
     /// None once the receive timed out.
     work: Option<Work>,
     read: std::result::Result<(), (Error, String)>,
@@ -342,8 +342,8 @@ impl P2pEngine {
     }
 
     /// Hands a validated send or receive to the event loop.
-    pub fn submit(&self, op: Op<HostTensor>, timeout: Duration, prepare: impl FnOnce(&Work)) -> Result<Work> {
-        let _t = crate::hostprof::start(crate::hostprof::Span::P2pSubmit);
+    pub fn submit(&self, op: Op<CpuTensor>, timeout: Duration, prepare: impl FnOnce(&Work)) -> Result<Work> {
+        let _t = crate::profile::start(crate::profile::Span::P2pSubmit);
         let kind = op.kind().name();
         let seq = {
             let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());

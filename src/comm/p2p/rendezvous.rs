@@ -20,7 +20,7 @@ use super::event_loop::{mismatch, site, EventLoop};
 use super::link::watch_alive;
 use super::{route, Outgoing, Posted, Rdv, Unexpected};
 use crate::error::Error;
-use crate::tensor::HostTensor;
+use crate::tensor::CpuTensor;
 use crate::transport::frame::{self, rendezvous_parse as parse, P2pHeader, P2pKind, ACK_MAX};
 use crate::transport::shm::arena::Arena;
 use crate::transport::shm::{ShmLocal, Workers};
@@ -248,7 +248,7 @@ impl EventLoop {
     /// ring has room (so a receiver that matches it copies behind us), then
     /// copies `buf` into our staging area. The send completes then, or with
     /// its message when that is still queued.
-    pub(super) fn stage_send(&mut self, peer: Rank, seq: u64, buf: HostTensor, work: Work) {
+    pub(super) fn stage_send(&mut self, peer: Rank, seq: u64, buf: CpuTensor, work: Work) {
         self.pump_out(peer);
         let n = buf.nbytes();
         let staged = self.attach.as_ref().and_then(|l| l.stage_in(buf.bytes(), seq));

@@ -31,14 +31,14 @@ impl PhaseWait for Mesh {
     }
 
     fn wait_phase(&mut self, target: u64) -> Result<()> {
-        let _t = crate::hostprof::start(crate::hostprof::Span::PhaseWait);
+        let _t = crate::profile::start(crate::profile::Span::PhaseWait);
         let r = self.wait_phase_for(target);
         self.clear_blocked();
         r
     }
 
     fn wait_until(&mut self, peer: usize, ready: &dyn Fn() -> bool) -> Result<()> {
-        let _t = crate::hostprof::start(crate::hostprof::Span::PhaseWait);
+        let _t = crate::profile::start(crate::profile::Span::PhaseWait);
         let Some(rank) = self.local.as_ref().map(|l| l.ranks[peer]) else { return Err(Error::Internal("no shared memory".into())) };
         while !ready() {
             if self.interrupt.is_set() {

@@ -234,7 +234,7 @@ impl Workers {
             Some(t) if items.len() > 1 && bytes >= 2 * min_piece => t,
             _ => return items.into_iter().try_for_each(f),
         };
-        let _t = crate::hostprof::start(crate::hostprof::Span::PoolRun);
+        let _t = crate::profile::start(crate::profile::Span::PoolRun);
         let n = items.len();
         let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
         let next = AtomicUsize::new(0);

@@ -1,4 +1,4 @@
-//! The host engine: CPU collectives of one communicator run one at a time,
+//! The CPU engine: CPU collectives of one communicator run one at a time,
 //! in submission order, over the communicator's [`Transport`].
 //!
 //! Who runs a collective: the thread that waits for it, when it gets there
@@ -44,7 +44,7 @@ use crate::collectives::{self, AlgoName, Compression, Op, Scratch};
 use crate::config::log_at;
 use crate::config::{AlgoConfig, FaultAction, FaultSpec, LogLevel};
 use crate::error::{Error, OpSite, Result};
-use crate::tensor::HostTensor;
+use crate::tensor::CpuTensor;
 use crate::transport::{frame, Interrupter, OpCtx, Transport};
 use crate::work::{Callbacks, Progress, Work};
 
@@ -68,7 +68,7 @@ pub struct Done<'a> {
 pub type Observer = Box<dyn Fn(&Done<'_>) + Send>;
 
 struct Job {
-    ops: Vec<Op<HostTensor>>,
+    ops: Vec<Op<CpuTensor>>,
     work: Work,
     timeout: Duration,
     bytes: usize,
@@ -128,7 +128,7 @@ struct Exec {
     /// The tensors of the first operation that broke (poisoned) or was
     /// aborted in a group with peers on this host, which could still write
     /// into them (see `run`): never released.
-    kept: ManuallyDrop<Vec<Op<HostTensor>>>,
+    kept: ManuallyDrop<Vec<Op<CpuTensor>>>,
     /// The next operation's number in execution order, which its messages
     /// carry: the order every rank runs its operations in, also where work
     /// submitted from a callback ran before work queued earlier.
@@ -143,7 +143,7 @@ struct Shared {
     grace: Duration,
 }
 
-pub struct HostEngine {
+pub struct CpuEngine {
     shared: Arc<Shared>,
     worker: Mutex<Option<JoinHandle<()>>>,
     exited: Mutex<Option<mpsc::Receiver<()>>>,
@@ -209,7 +209,7 @@ impl Exec {
             log_at!(LogLevel::Trace, "group '{g}' rank {rank}: {op_name} seq {seq} ({} bytes) start", job.bytes);
             let Exec { transport, scratch, comp, algo, .. } = self;
             let t = transport.as_mut();
-            let _t = crate::hostprof::start(crate::hostprof::Span::CollectiveRun);
+            let _t = crate::profile::start(crate::profile::Span::CollectiveRun);
             let ran = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
                 if let Some(FaultAction::Panic) = injected {
                     panic!("RUSTCCL_FAULT: rank {rank} panics in {op_name} seq {seq}");
@@ -232,7 +232,7 @@ impl Exec {
                 Err(Error::Internal(format!("{op_name} panicked: {}", panic_message(p.as_ref()))))
             })
         };
-        let _t = crate::hostprof::start(crate::hostprof::Span::JobEnd);
+        let _t = crate::profile::start(crate::profile::Span::JobEnd);
         if let Err(e) = &result {
             log_at!(LogLevel::Warn, "group '{g}' rank {rank}: {e}");
             // A peer of this host may still be writing into our buffers
@@ -453,7 +453,7 @@ impl Progress for CallerRuns {
     }
 }
 
-impl HostEngine {
+impl CpuEngine {
     /// Starts the worker thread; the engine owns `transport`.
     /// `fault`, if given, is injected at its sequence number (already
     /// matched to this rank and group).
@@ -463,7 +463,7 @@ impl HostEngine {
         algo: AlgoConfig,
         observer: Option<Observer>,
         fault: Option<FaultSpec>,
-    ) -> Result<HostEngine> {
+    ) -> Result<CpuEngine> {
         let (exit_tx, exit_rx) = mpsc::channel::<()>();
         let interrupt = transport.interrupter();
         let name = format!("rustccl-{}-r{}", group, transport.rank());
@@ -501,12 +501,12 @@ impl HostEngine {
                 let _ = exit_tx.send(());
             })
             .map_err(|e| Error::Internal(format!("cannot start the worker thread: {e}")))?;
-        Ok(HostEngine { shared, worker: Mutex::new(Some(worker)), exited: Mutex::new(Some(exit_rx)), interrupt, group })
+        Ok(CpuEngine { shared, worker: Mutex::new(Some(worker)), exited: Mutex::new(Some(exit_rx)), interrupt, group })
     }
 
     /// Queues `ops` as one unit of work that the caller waits for at once
     /// (numbered with the next sequence number).
-    pub fn submit_blocking(&self, ops: Vec<Op<HostTensor>>, bytes: usize, timeout: Duration) -> Result<Work> {
+    pub fn submit_blocking(&self, ops: Vec<Op<CpuTensor>>, bytes: usize, timeout: Duration) -> Result<Work> {
         self.submit(ops, bytes, timeout, None, true, |_| {})
     }
 
@@ -518,7 +518,7 @@ impl HostEngine {
     /// the work can finish.
     pub fn submit(
         &self,
-        ops: Vec<Op<HostTensor>>,
+        ops: Vec<Op<CpuTensor>>,
         bytes: usize,
         timeout: Duration,
         compress: Option<Request>,
@@ -609,7 +609,7 @@ impl HostEngine {
     }
 }
 
-impl Drop for HostEngine {
+impl Drop for CpuEngine {
     fn drop(&mut self) {
         // Never block in Drop (it may run on a thread a callback needs):
         // close the queue and let the worker finish on its own.
