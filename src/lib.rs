@@ -41,6 +41,7 @@ pub mod profile;
 pub mod tensor;
 pub mod tls;
 pub mod transport;
+pub mod tuning;
 pub mod types;
 pub mod work;
 

@@ -5,6 +5,8 @@
 
 use std::cell::RefCell;
 
+use super::Setting;
+
 /// Where settings are read from: a group's own settings (`pg_options`),
 /// then the process environment (as it is now, or as it was when the
 /// process read it). Values that do not parse are noted in
@@ -80,11 +82,41 @@ impl<'a> Vars<'a> {
         matches!(self.var(name).as_deref(), Some("1") | Some("true") | Some("TRUE"))
     }
 
-    /// A yes / no setting that may be left to the host: `None` unset or
-    /// "auto", else whether it is on as [`Vars::flag`] reads it.
-    pub(super) fn auto_flag(&self, name: &str) -> Option<bool> {
-        let v = self.var(name)?;
-        (v.trim() != "auto").then_some(matches!(v.as_str(), "1" | "true" | "TRUE"))
+    /// A yes / no setting that may be left to rustccl: [`Setting::Auto`]
+    /// unset or "auto", else whether it is on as [`Vars::flag`] reads it.
+    pub(super) fn flag_setting(&self, name: &str) -> Setting<bool> {
+        match self.var(name) {
+            Some(v) if v.trim() != "auto" => Setting::Fixed(matches!(v.as_str(), "1" | "true" | "TRUE")),
+            _ => Setting::Auto,
+        }
+    }
+
+    /// A byte count that may be left to rustccl: [`Setting::Auto`] unset,
+    /// "auto", or 0 where `zero_is_auto`; one of `words` stands for its
+    /// value (e.g. `("off", NEVER)`).
+    pub(super) fn size_setting(&self, name: &str, zero_is_auto: bool, words: &[(&str, usize)]) -> Setting<usize> {
+        self.setting(name, zero_is_auto, words, |v| v.size(name, 0))
+    }
+
+    /// As [`Vars::size_setting`] for a plain count ([`Vars::count`]).
+    pub(super) fn count_setting(&self, name: &str, zero_is_auto: bool, words: &[(&str, usize)]) -> Setting<usize> {
+        self.setting(name, zero_is_auto, words, |v| v.count(name, 0))
+    }
+
+    fn setting(&self, name: &str, zero_is_auto: bool, words: &[(&str, usize)], read: impl Fn(&Self) -> usize) -> Setting<usize> {
+        let Some(v) = self.var(name) else { return Setting::Auto };
+        if v.trim() == "auto" || v.trim().is_empty() {
+            return Setting::Auto;
+        }
+        if let Some(x) = self.word(name, words) {
+            return Setting::Fixed(x);
+        }
+        let before = self.rejected.borrow().len();
+        match read(self) {
+            _ if self.rejected.borrow().len() > before => Setting::Auto,
+            0 if zero_is_auto => Setting::Auto,
+            x => Setting::Fixed(x),
+        }
     }
 
     /// A setting that is on unless set to 0 / false / off.
@@ -101,18 +133,6 @@ impl<'a> Vars<'a> {
             }),
             None => default,
         }
-    }
-
-    /// A byte count, or one of `words` (e.g. `("auto", X)`, `("off",
-    /// usize::MAX)`), each read trimmed and standing for its value; unset:
-    /// `default`.
-    pub(super) fn size_or(&self, name: &str, default: usize, words: &[(&str, usize)]) -> usize {
-        self.word(name, words).unwrap_or_else(|| self.size(name, default))
-    }
-
-    /// As [`Vars::size_or`] for a plain count ([`Vars::count`]).
-    pub(super) fn count_or(&self, name: &str, default: usize, words: &[(&str, usize)]) -> usize {
-        self.word(name, words).unwrap_or_else(|| self.count(name, default))
     }
 
     /// The value of the word the setting is set to, if it is one of `words`.
@@ -187,28 +207,38 @@ mod tests {
     }
 
     #[test]
-    fn words_stand_for_their_values_and_anything_else_reads_as_a_number() {
-        let words = [("off", usize::MAX), ("auto", 7)];
-        for (value, want) in [(" off ", usize::MAX), ("auto", 7), ("2M", 2 << 20), ("never", 7)] {
+    fn auto_words_and_numbers_read_as_settings() {
+        use super::Setting::{Auto, Fixed};
+        let words = [("off", usize::MAX)];
+        for (value, zero_auto, want) in [
+            (" off ", false, Fixed(usize::MAX)),
+            ("auto", false, Auto),
+            ("", false, Auto),
+            ("2M", false, Fixed(2 << 20)),
+            ("0", false, Fixed(0)),
+            ("0", true, Auto),
+            ("never", false, Auto),
+        ] {
             let o = over(&[("RUSTCCL_TEST_WORDS", value)]);
-            assert_eq!(Vars::over(&o).size_or("RUSTCCL_TEST_WORDS", 7, &words), want, "{value:?}");
+            let v = Vars::over(&o);
+            assert_eq!(v.size_setting("RUSTCCL_TEST_WORDS", zero_auto, &words), want, "{value:?}");
+            assert_eq!(v.rejected().len(), (value == "never") as usize, "{value:?}");
         }
-        let o = over(&[("RUSTCCL_TEST_COUNT_WORDS", "auto")]);
-        assert_eq!(Vars::over(&o).count_or("RUSTCCL_TEST_COUNT_WORDS", 3, &[("auto", 9)]), 9);
         let o = over(&[("RUSTCCL_TEST_COUNT_WORDS", "64K")]);
-        assert_eq!(Vars::over(&o).count_or("RUSTCCL_TEST_COUNT_WORDS", 3, &[("auto", 9)]), 3, "a byte unit on a count is rejected");
-        assert_eq!(Vars::process().size_or("RUSTCCL_TEST_WORDS_UNSET", 5, &words), 5);
+        assert_eq!(Vars::over(&o).count_setting("RUSTCCL_TEST_COUNT_WORDS", false, &[]), Auto, "a byte unit on a count is rejected");
+        assert_eq!(Vars::process().size_setting("RUSTCCL_TEST_WORDS_UNSET", false, &words), Auto);
     }
 
     #[test]
     fn auto_flags_read_once_as_flags() {
+        use super::Setting::{Auto, Fixed};
         for (value, want) in
-            [(" auto ", None), ("1", Some(true)), ("true", Some(true)), ("0", Some(false)), ("", Some(false)), (" 1", Some(false))]
+            [(" auto ", Auto), ("1", Fixed(true)), ("true", Fixed(true)), ("0", Fixed(false)), ("", Fixed(false)), (" 1", Fixed(false))]
         {
             let o = over(&[("RUSTCCL_TEST_AUTO_FLAG", value)]);
-            assert_eq!(Vars::over(&o).auto_flag("RUSTCCL_TEST_AUTO_FLAG"), want, "{value:?}");
+            assert_eq!(Vars::over(&o).flag_setting("RUSTCCL_TEST_AUTO_FLAG"), want, "{value:?}");
         }
-        assert_eq!(Vars::process().auto_flag("RUSTCCL_TEST_AUTO_FLAG_UNSET"), None);
+        assert_eq!(Vars::process().flag_setting("RUSTCCL_TEST_AUTO_FLAG_UNSET"), Auto);
     }
 
     #[test]

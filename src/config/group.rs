@@ -201,7 +201,7 @@ mod tests {
         assert!(err.contains("RUSTCCL_SHM_SLOT_MIN_BYTES") && err.contains("not a byte count"), "{err}");
         let err = with("RUSTCCL_TRANSPORT", "carrier-pigeon").unwrap_err();
         assert!(err.contains("RUSTCCL_TRANSPORT"), "{err}");
-        assert_eq!(with("RUSTCCL_SHM_SLOT_MIN_BYTES", "1M").unwrap().shm.slot_min, 1 << 20);
+        assert_eq!(with("RUSTCCL_SHM_SLOT_MIN_BYTES", "1M").unwrap().shm.slot_min, crate::config::Setting::Fixed(1 << 20));
         assert_eq!(with("RUSTCCL_TRANSPORT", "tcp").unwrap().transport, TransportMode::Tcp);
     }
 }

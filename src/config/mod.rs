@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 mod env;
 mod group;
+mod setting;
 mod settings;
 mod tls;
 
@@ -51,75 +52,64 @@ pub enum TransportMode {
     Shm,
 }
 
-/// The shared-memory transport's settings (sizes, threads, thresholds);
-/// `transport::shm::connect` takes them as they are.
+/// The shared-memory transport's settings as the user gave them; each
+/// [`Setting::Auto`] is chosen by the tuning rules (`tuning::shm`) for the group and
+/// the host (`docs/settings.md` says what each one does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShmConfig {
     pub ring_bytes: usize,
-    /// One-round all-reduce limit and small-slot size; 0: from the host.
-    pub small_bytes: usize,
+    /// One-round all-reduce limit and small-slot size.
+    pub small_bytes: Setting<usize>,
     /// Bytes per thread of each round of the pipelined algorithms.
     pub segment_bytes: usize,
     /// Smallest input / output slot (bytes), where `segment_bytes` x
-    /// threads is less; [`SLOT_FROM_HOST`]: from the host
-    /// (`transport::shm::host::slot_bytes_for`).
-    pub slot_min: usize,
-    /// Threads per rank in the direct algorithms; 0 = from the core count.
-    pub threads: usize,
+    /// threads is less (0: none).
+    pub slot_min: Setting<usize>,
+    /// Threads per rank in the direct algorithms.
+    pub threads: Setting<usize>,
     /// Smallest collective that reads peers' buffers directly (cross-memory
-    /// attach); `usize::MAX` = off; [`ATTACH_FROM_HOST`]: decided at setup.
-    pub attach_min: usize,
-    /// Smallest piece of a copy a rank's worker threads split off (0:
-    /// 256 KiB, or the segment size when smaller); reductions take half.
-    pub min_piece: usize,
+    /// attach); [`NEVER`]: off, not even probed.
+    pub attach_min: Setting<usize>,
+    /// Smallest piece of a copy a rank's worker threads split off;
+    /// reductions take half.
+    pub min_piece: Setting<usize>,
     /// Point-to-point messages (and, where collectives do not read,
-    /// gather / scatter blocks) over this many bytes are read directly;
-    /// 0: from the host (256 KiB; blocks from 4 MiB where reads are slow).
-    pub single_min: usize,
+    /// gather / scatter blocks) over this many bytes are read directly.
+    pub single_min: Setting<usize>,
     /// all_to_all / gather / scatter blocks over this many bytes are read
     /// from the sender's tensor; smaller ones are copied through its input
-    /// slots while they fit (a block takes one, or both with 2 local
-    /// ranks). 0: from the host (2 MiB with
-    /// 3-4 local ranks, 4 MiB with 2, and at least `single_min`, where
-    /// reads are fast; `single_min` otherwise).
-    pub block_min: usize,
-    /// Threads of a root's phases that only it works in; 0: from the host.
-    pub root_threads: usize,
-    /// Threads of a rank's quick team (small parallel phases); 0: none;
-    /// [`QUICK_FROM_HOST`]: from the host.
-    pub quick_threads: usize,
-    /// Bytes per thread of the largest phase the quick team takes; 0:
-    /// `transport::shm::workers::QUICK_BYTES_PER_THREAD`.
-    pub quick_bytes: usize,
-    /// The same for all_to_all's block copies; 0:
-    /// `transport::shm::workers::QUICK_ALL_TO_ALL_BYTES_PER_THREAD`.
-    pub quick_all_to_all_bytes: usize,
-    /// Smallest piece of the quick team's phases; 0:
-    /// `transport::shm::workers::QUICK_MIN_PIECE` (or `min_piece` when smaller).
-    pub quick_min_piece: usize,
+    /// slots while they fit.
+    pub block_min: Setting<usize>,
+    /// Threads of a root's phases that only it works in.
+    pub root_threads: Setting<usize>,
+    /// Threads of a rank's quick team (small parallel phases; 0: none).
+    pub quick_threads: Setting<usize>,
+    /// Bytes per thread of the largest phase the quick team takes.
+    pub quick_bytes: Setting<usize>,
+    /// The same for all_to_all's block copies.
+    pub quick_all_to_all_bytes: Setting<usize>,
+    /// Smallest piece of the quick team's phases.
+    pub quick_min_piece: Setting<usize>,
     /// Phases too large for the quick team start on it while the workers
-    /// wake and join (`Workers::add_quick`); None: from the host.
-    pub quick_leads: Option<bool>,
+    /// wake and join (`Workers::add_quick`).
+    pub quick_leads: Setting<bool>,
     /// How long a rank's idle worker threads spin (microseconds) before
-    /// they sleep (`transport::shm::team`); [`SPIN_FROM_HOST`]: from the
-    /// share of the host's cores the local ranks' threads take.
-    pub spin_us: usize,
+    /// they sleep (`transport::shm::team`).
+    pub spin_us: Setting<usize>,
     /// How long a waiting thread polls for its local peers (microseconds)
-    /// before it sleeps; [`WAIT_SPIN_FROM_HOST`]: a window that adapts
+    /// before it sleeps; auto: a window that adapts
     /// (`transport::shm::wait_window`).
-    pub wait_spin_us: usize,
+    pub wait_spin_us: Setting<usize>,
     /// Smallest broadcast that reads the root's tensor (cross-memory
-    /// attach); `usize::MAX`: never; [`BROADCAST_FROM_HOST`] (the
-    /// default): from the host (`transport::shm::reads::reads_for`).
-    pub broadcast_min: usize,
+    /// attach); [`NEVER`]: off.
+    pub broadcast_min: Setting<usize>,
     /// Point-to-point sends to a rank of this host of more than
-    /// `staged_min` (128 KiB unless set) and at most `staged_max` bytes go
-    /// through the sender's staging area when it is free (of `staged_max`
-    /// bytes; 0: none; [`STAGE_FROM_HOST`]: from the threads per rank,
-    /// `transport::shm::host`): those that would be read from the sender's
-    /// tensor, and those that would go through the ring.
+    /// `staged_min` and at most `staged_max` bytes go through the sender's
+    /// staging area when it is free (of `staged_max` bytes; 0: none):
+    /// those that would be read from the sender's tensor, and those that
+    /// would go through the ring.
     pub staged_min: usize,
-    pub staged_max: usize,
+    pub staged_max: Setting<usize>,
     /// Whether such sends of tensors in shared memory (`RUSTCCL_SHM_TENSORS`)
     /// are staged too (else the receiver copies them out of the tensor).
     pub stage_shared: bool,
@@ -135,22 +125,18 @@ pub struct ShmConfig {
     /// by the receiver) from this many bytes is split: the receiver reads
     /// the first half while the sender writes the second into the
     /// receiver's buffer (`comm::p2p::rendezvous`); decided by the
-    /// receiver. `usize::MAX`: never; [`SPLIT_FROM_HOST`] (the default):
-    /// from the host (`transport::shm::reads::reads_for`).
-    pub split_send_min: usize,
+    /// receiver; [`NEVER`]: off.
+    pub split_send_min: Setting<usize>,
     /// A scatter root splits the blocks its receivers would read of at
     /// most this many bytes (it writes their second halves,
-    /// `collectives::shm::attach::scatter::scatter`); 0: from the host
-    /// (`transport::shm::reads::scatter_split_max`); `usize::MAX`: any size.
-    pub scatter_split_max: usize,
+    /// `collectives::shm::attach::scatter::scatter`); [`NEVER`]: any size.
+    pub scatter_split_max: Setting<usize>,
     /// A scatter root that splits a block writes its last 1 / this of it
-    /// (2 ..= [`MAX_ROOT_SHARE`]; values outside are clamped); 0:
-    /// from the host (`transport::shm::reads::scatter_root_share`).
-    pub scatter_root_share: usize,
+    /// (2 ..= [`MAX_ROOT_SHARE`]; values outside are clamped).
+    pub scatter_root_share: Setting<usize>,
     /// A gather root that takes pushes reads the last 1 / this of each
-    /// pushed block itself (2 ..= [`MAX_ROOT_SHARE`]); 1: it reads
-    /// none; 0: from the host (`transport::shm::reads::gather_root_share`).
-    pub gather_root_share: usize,
+    /// pushed block itself (2 ..= [`MAX_ROOT_SHARE`]); 1: it reads none.
+    pub gather_root_share: Setting<usize>,
     /// How long (microseconds) a thread that copies a block out of a
     /// peer's input slots waits for a chunk before the rank's own thread
     /// takes the wait over, with the group's timeout and dead-peer checks
@@ -158,41 +144,15 @@ pub struct ShmConfig {
     pub block_wait_us: usize,
 }
 
-/// `ShmConfig::slot_min` when `RUSTCCL_SHM_SLOT_MIN_BYTES` is unset or `auto`.
-pub const SLOT_FROM_HOST: usize = usize::MAX;
-
-/// `ShmConfig::quick_threads` when `RUSTCCL_SHM_QUICK_THREADS` is unset or `auto`.
-pub const QUICK_FROM_HOST: usize = usize::MAX;
-
 /// `ShmConfig::block_wait_us` when `RUSTCCL_SHM_BLOCK_WAIT_US` is unset:
 /// far longer than a sender's copy of a whole block takes unless its
 /// threads lost their cores.
 pub const BLOCK_WAIT_US: usize = 20_000;
 
-/// `ShmConfig::spin_us` when `RUSTCCL_SHM_SPIN_US` is unset or `auto`.
-pub const SPIN_FROM_HOST: usize = usize::MAX;
-
-/// `ShmConfig::wait_spin_us` when `RUSTCCL_SHM_WAIT_SPIN_US` is unset or `auto`.
-pub const WAIT_SPIN_FROM_HOST: usize = usize::MAX;
-
-/// `ShmConfig::staged_max` when `RUSTCCL_SHM_STAGED_SEND_MAX_BYTES` is unset
-/// or `auto`.
-pub const STAGE_FROM_HOST: usize = usize::MAX - 1;
-
-/// `ShmConfig::attach_min` when `RUSTCCL_SHM_ATTACH_MIN_BYTES` is unset or
-/// `auto`: the shared-memory setup decides from the host
-/// (`transport::shm::reads::host_attach_min`).
-pub const ATTACH_FROM_HOST: usize = usize::MAX - 1;
 /// `ShmConfig::staged_min` unless `RUSTCCL_SHM_STAGED_SEND_MIN_BYTES` is
 /// set: sends over 128 KiB are staged where the area is free
 /// (`comm::p2p::rendezvous::stages_by_value`).
 pub const STAGED_SEND_MIN: usize = 128 << 10;
-/// `ShmConfig::broadcast_min` when `RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES`
-/// is unset or `auto` (`off`: `usize::MAX`, never).
-pub const BROADCAST_FROM_HOST: usize = usize::MAX - 1;
-/// `ShmConfig::split_send_min` when `RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES` is
-/// unset or `auto` (`off`: `usize::MAX`, never).
-pub const SPLIT_FROM_HOST: usize = usize::MAX - 1;
 /// The largest `ShmConfig::scatter_root_share` and `gather_root_share`:
 /// a scatter root writes, a gather root reads, at least 1/31 of a block
 /// it splits, as its shared-memory header carries the share in five bits.
@@ -306,7 +266,8 @@ pub struct Config {
 use env::Vars;
 pub use env::{env_flag, parse_size};
 pub use group::{group_scoped, setting_differences, GroupConfig};
-pub use settings::{Setting, SETTINGS};
+pub use setting::{Setting, NEVER};
+pub use settings::{SettingDoc, SETTINGS};
 pub use tls::{TlsMode, TLS_SETTINGS};
 
 /// `RUSTCCL_SHM_TENSORS_MIN_BYTES` and `_CACHE_BYTES`, read now: the arena
@@ -396,40 +357,32 @@ impl Config {
             },
             shm: ShmConfig {
                 ring_bytes: v.size("RUSTCCL_SHM_RING_BYTES", 1 << 20),
-                small_bytes: v.size("RUSTCCL_SHM_SMALL_BYTES", 0),
+                small_bytes: v.size_setting("RUSTCCL_SHM_SMALL_BYTES", true, &[]),
                 segment_bytes: v.size("RUSTCCL_SHM_SEGMENT_BYTES", 256 << 10),
-                slot_min: v.size_or("RUSTCCL_SHM_SLOT_MIN_BYTES", SLOT_FROM_HOST, &[("auto", SLOT_FROM_HOST)]),
-                threads: v.count("RUSTCCL_SHM_THREADS", 0),
-                attach_min: v.size_or("RUSTCCL_SHM_ATTACH_MIN_BYTES", ATTACH_FROM_HOST, &[("off", usize::MAX), ("auto", ATTACH_FROM_HOST)]),
-                min_piece: v.size("RUSTCCL_SHM_MIN_PIECE_BYTES", 0),
-                single_min: v.size("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", 0),
-                block_min: v.size("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", 0),
-                root_threads: v.count("RUSTCCL_SHM_ROOT_THREADS", 0),
-                quick_threads: v.count_or("RUSTCCL_SHM_QUICK_THREADS", QUICK_FROM_HOST, &[("auto", QUICK_FROM_HOST)]),
-                quick_bytes: v.size("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", 0),
-                quick_all_to_all_bytes: v.size("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", 0),
-                quick_min_piece: v.size("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", 0),
-                quick_leads: v.auto_flag("RUSTCCL_SHM_QUICK_LEADS"),
-                spin_us: v.count_or("RUSTCCL_SHM_SPIN_US", SPIN_FROM_HOST, &[("auto", SPIN_FROM_HOST)]),
-                wait_spin_us: v.count_or("RUSTCCL_SHM_WAIT_SPIN_US", WAIT_SPIN_FROM_HOST, &[("auto", WAIT_SPIN_FROM_HOST)]),
-                broadcast_min: v.size_or(
-                    "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",
-                    BROADCAST_FROM_HOST,
-                    &[("off", usize::MAX), ("auto", BROADCAST_FROM_HOST)],
-                ),
+                slot_min: v.size_setting("RUSTCCL_SHM_SLOT_MIN_BYTES", false, &[]),
+                threads: v.count_setting("RUSTCCL_SHM_THREADS", true, &[]),
+                attach_min: v.size_setting("RUSTCCL_SHM_ATTACH_MIN_BYTES", false, &[("off", NEVER)]),
+                min_piece: v.size_setting("RUSTCCL_SHM_MIN_PIECE_BYTES", true, &[]),
+                single_min: v.size_setting("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", true, &[]),
+                block_min: v.size_setting("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", true, &[]),
+                root_threads: v.count_setting("RUSTCCL_SHM_ROOT_THREADS", true, &[]),
+                quick_threads: v.count_setting("RUSTCCL_SHM_QUICK_THREADS", false, &[]),
+                quick_bytes: v.size_setting("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", true, &[]),
+                quick_all_to_all_bytes: v.size_setting("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", true, &[]),
+                quick_min_piece: v.size_setting("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", true, &[]),
+                quick_leads: v.flag_setting("RUSTCCL_SHM_QUICK_LEADS"),
+                spin_us: v.count_setting("RUSTCCL_SHM_SPIN_US", false, &[]),
+                wait_spin_us: v.count_setting("RUSTCCL_SHM_WAIT_SPIN_US", false, &[]),
+                broadcast_min: v.size_setting("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", false, &[("off", NEVER)]),
                 staged_min: v.size("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", STAGED_SEND_MIN),
-                staged_max: v.size_or("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", STAGE_FROM_HOST, &[("auto", STAGE_FROM_HOST)]),
+                staged_max: v.size_setting("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", false, &[]),
                 stage_shared: v.flag("RUSTCCL_SHM_STAGE_SHARED_SENDS"),
                 keep_apart: v.on("RUSTCCL_SHM_KEEP_APART"),
                 gather_push: v.on("RUSTCCL_SHM_GATHER_PUSH"),
-                split_send_min: v.size_or(
-                    "RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES",
-                    SPLIT_FROM_HOST,
-                    &[("off", usize::MAX), ("auto", SPLIT_FROM_HOST)],
-                ),
-                scatter_split_max: v.size_or("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", 0, &[("any", usize::MAX)]),
-                scatter_root_share: v.count("RUSTCCL_SHM_SCATTER_ROOT_SHARE", 0),
-                gather_root_share: v.count("RUSTCCL_SHM_GATHER_ROOT_SHARE", 0),
+                split_send_min: v.size_setting("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", false, &[("off", NEVER)]),
+                scatter_split_max: v.size_setting("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", true, &[("any", NEVER)]),
+                scatter_root_share: v.count_setting("RUSTCCL_SHM_SCATTER_ROOT_SHARE", true, &[]),
+                gather_root_share: v.count_setting("RUSTCCL_SHM_GATHER_ROOT_SHARE", true, &[]),
                 block_wait_us: v.size("RUSTCCL_SHM_BLOCK_WAIT_US", BLOCK_WAIT_US),
             },
             shm_tensors: v.flag("RUSTCCL_SHM_TENSORS"),
@@ -488,74 +441,32 @@ impl Config {
             ("RUSTCCL_CALLER_RUNS_US", self.algo.caller_runs_us.to_string()),
             ("RUSTCCL_TRANSPORT", format!("{:?}", self.transport).to_lowercase()),
             ("RUSTCCL_SHM_RING_BYTES", self.shm.ring_bytes.to_string()),
-            ("RUSTCCL_SHM_SMALL_BYTES", self.shm.small_bytes.to_string()),
+            ("RUSTCCL_SHM_SMALL_BYTES", self.shm.small_bytes.show("")),
             ("RUSTCCL_SHM_SEGMENT_BYTES", self.shm.segment_bytes.to_string()),
-            (
-                "RUSTCCL_SHM_SLOT_MIN_BYTES",
-                if self.shm.slot_min == SLOT_FROM_HOST { "auto".to_string() } else { self.shm.slot_min.to_string() },
-            ),
-            ("RUSTCCL_SHM_THREADS", self.shm.threads.to_string()),
-            (
-                "RUSTCCL_SHM_ATTACH_MIN_BYTES",
-                match self.shm.attach_min {
-                    usize::MAX => "off".into(),
-                    ATTACH_FROM_HOST => "auto".into(),
-                    v => v.to_string(),
-                },
-            ),
-            ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.to_string()),
-            ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.to_string()),
-            ("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", self.shm.block_min.to_string()),
-            ("RUSTCCL_SHM_ROOT_THREADS", self.shm.root_threads.to_string()),
-            (
-                "RUSTCCL_SHM_QUICK_THREADS",
-                if self.shm.quick_threads == QUICK_FROM_HOST { "auto".to_string() } else { self.shm.quick_threads.to_string() },
-            ),
-            ("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", self.shm.quick_bytes.to_string()),
-            ("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", self.shm.quick_all_to_all_bytes.to_string()),
-            ("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", self.shm.quick_min_piece.to_string()),
-            ("RUSTCCL_SHM_QUICK_LEADS", self.shm.quick_leads.map_or("auto".to_string(), |on| (on as u8).to_string())),
-            ("RUSTCCL_SHM_SPIN_US", if self.shm.spin_us == SPIN_FROM_HOST { "auto".to_string() } else { self.shm.spin_us.to_string() }),
-            (
-                "RUSTCCL_SHM_WAIT_SPIN_US",
-                if self.shm.wait_spin_us == WAIT_SPIN_FROM_HOST { "auto".to_string() } else { self.shm.wait_spin_us.to_string() },
-            ),
-            (
-                "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES",
-                match self.shm.broadcast_min {
-                    usize::MAX => "off".into(),
-                    BROADCAST_FROM_HOST => "auto".into(),
-                    v => v.to_string(),
-                },
-            ),
+            ("RUSTCCL_SHM_SLOT_MIN_BYTES", self.shm.slot_min.show("")),
+            ("RUSTCCL_SHM_THREADS", self.shm.threads.show("")),
+            ("RUSTCCL_SHM_ATTACH_MIN_BYTES", self.shm.attach_min.show("off")),
+            ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.show("")),
+            ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.show("")),
+            ("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", self.shm.block_min.show("")),
+            ("RUSTCCL_SHM_ROOT_THREADS", self.shm.root_threads.show("")),
+            ("RUSTCCL_SHM_QUICK_THREADS", self.shm.quick_threads.show("")),
+            ("RUSTCCL_SHM_QUICK_BYTES_PER_THREAD", self.shm.quick_bytes.show("")),
+            ("RUSTCCL_SHM_QUICK_ALL_TO_ALL_BYTES_PER_THREAD", self.shm.quick_all_to_all_bytes.show("")),
+            ("RUSTCCL_SHM_QUICK_MIN_PIECE_BYTES", self.shm.quick_min_piece.show("")),
+            ("RUSTCCL_SHM_QUICK_LEADS", self.shm.quick_leads.show()),
+            ("RUSTCCL_SHM_SPIN_US", self.shm.spin_us.show("")),
+            ("RUSTCCL_SHM_WAIT_SPIN_US", self.shm.wait_spin_us.show("")),
+            ("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", self.shm.broadcast_min.show("off")),
             ("RUSTCCL_SHM_STAGED_SEND_MIN_BYTES", self.shm.staged_min.to_string()),
-            (
-                "RUSTCCL_SHM_STAGED_SEND_MAX_BYTES",
-                match self.shm.staged_max {
-                    STAGE_FROM_HOST => "auto".into(),
-                    v => v.to_string(),
-                },
-            ),
+            ("RUSTCCL_SHM_STAGED_SEND_MAX_BYTES", self.shm.staged_max.show("")),
             ("RUSTCCL_SHM_STAGE_SHARED_SENDS", (self.shm.stage_shared as u8).to_string()),
             ("RUSTCCL_SHM_KEEP_APART", (self.shm.keep_apart as u8).to_string()),
             ("RUSTCCL_SHM_GATHER_PUSH", (self.shm.gather_push as u8).to_string()),
-            (
-                "RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES",
-                match self.shm.split_send_min {
-                    usize::MAX => "off".into(),
-                    SPLIT_FROM_HOST => "auto".into(),
-                    v => v.to_string(),
-                },
-            ),
-            (
-                "RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES",
-                match self.shm.scatter_split_max {
-                    usize::MAX => "any".into(),
-                    v => v.to_string(),
-                },
-            ),
-            ("RUSTCCL_SHM_SCATTER_ROOT_SHARE", self.shm.scatter_root_share.to_string()),
-            ("RUSTCCL_SHM_GATHER_ROOT_SHARE", self.shm.gather_root_share.to_string()),
+            ("RUSTCCL_SHM_SPLIT_SEND_MIN_BYTES", self.shm.split_send_min.show("off")),
+            ("RUSTCCL_SHM_SCATTER_SPLIT_MAX_BYTES", self.shm.scatter_split_max.show("any")),
+            ("RUSTCCL_SHM_SCATTER_ROOT_SHARE", self.shm.scatter_root_share.show("")),
+            ("RUSTCCL_SHM_GATHER_ROOT_SHARE", self.shm.gather_root_share.show("")),
             ("RUSTCCL_SHM_BLOCK_WAIT_US", self.shm.block_wait_us.to_string()),
             ("RUSTCCL_SOCKET_IFNAME", self.socket_ifname.clone().unwrap_or_default()),
             ("RUSTCCL_HOST_ID", self.host_id.clone().unwrap_or_default()),

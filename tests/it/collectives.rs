@@ -3,6 +3,7 @@
 //! algorithm thresholds so small inputs reach multi-segment ring paths.
 
 use crate::common;
+use crate::common::auto0;
 use crate::common::*;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
@@ -322,7 +323,7 @@ fn shm_all_reduce_every_dtype_and_op() {
 fn hosts_mix_shared_memory_and_tcp() {
     // Simulated hosts: shared memory within a host, TCP across, the
     // hierarchical all_reduce, and every other collective over mixed links.
-    let shm = rustccl::config::ShmConfig { threads: 2, ..common::TINY_SHM };
+    let shm = rustccl::config::ShmConfig { threads: auto0(2), ..common::TINY_SHM };
     for layout in [vec![0, 0, 1, 1], vec![0, 1, 0, 1, 1], vec![0, 0, 1]] {
         let comms = hosts_comms(&layout, tiny_algo(), std::time::Duration::from_secs(60), rustccl::config::TransportMode::Auto, shm);
         assert_eq!(comms[0].transport_kind(), "shm+tcp", "{layout:?}");

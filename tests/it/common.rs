@@ -8,7 +8,8 @@ use half::{bf16, f16};
 use rustccl::bootstrap::MemStore;
 use rustccl::collectives::OpSpec;
 use rustccl::comm::CommOptions;
-use rustccl::config::{AlgoConfig, ShmConfig, TransportMode, WAIT_SPIN_FROM_HOST};
+use rustccl::config::Setting::{self, Auto, Fixed};
+use rustccl::config::{AlgoConfig, ShmConfig, TransportMode, NEVER};
 use rustccl::tensor::{SharedBuf, Tensor};
 use rustccl::transport::loopback;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
@@ -40,34 +41,44 @@ pub fn loopback_comms(n: usize, algo: AlgoConfig) -> Vec<Communicator> {
 /// reads, no staging: the base the tests change a few fields of.
 pub const TINY_SHM: ShmConfig = ShmConfig {
     ring_bytes: 4096,
-    small_bytes: 256,
+    small_bytes: Fixed(256),
     segment_bytes: 256,
-    slot_min: 0,
-    threads: 1,
-    attach_min: usize::MAX,
-    min_piece: 0,
-    single_min: 0,
-    block_min: 0,
-    root_threads: 0,
-    spin_us: 100,
-    wait_spin_us: WAIT_SPIN_FROM_HOST,
-    broadcast_min: usize::MAX,
+    slot_min: Fixed(0),
+    threads: Fixed(1),
+    attach_min: Fixed(NEVER),
+    min_piece: Auto,
+    single_min: Auto,
+    block_min: Auto,
+    root_threads: Auto,
+    spin_us: Fixed(100),
+    wait_spin_us: Auto,
+    broadcast_min: Fixed(NEVER),
     staged_min: 0,
-    staged_max: 0,
+    staged_max: Fixed(0),
     stage_shared: false,
     keep_apart: true,
     gather_push: true,
-    quick_threads: 0,
-    quick_bytes: 0,
-    quick_all_to_all_bytes: 0,
-    quick_min_piece: 0,
-    quick_leads: None,
-    split_send_min: usize::MAX,
-    scatter_split_max: 0,
-    scatter_root_share: 0,
-    gather_root_share: 0,
+    quick_threads: Fixed(0),
+    quick_bytes: Auto,
+    quick_all_to_all_bytes: Auto,
+    quick_min_piece: Auto,
+    quick_leads: Auto,
+    split_send_min: Fixed(NEVER),
+    scatter_split_max: Auto,
+    scatter_root_share: Auto,
+    gather_root_share: Auto,
     block_wait_us: 20_000,
 };
+
+/// A setting of `v`, where 0 leaves it to rustccl (as the environment
+/// reads 0 for these settings).
+pub const fn auto0(v: usize) -> Setting<usize> {
+    if v == 0 {
+        Auto
+    } else {
+        Fixed(v)
+    }
+}
 
 /// Real sockets between ranks (threads of this process), TCP only.
 pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communicator> {
@@ -76,7 +87,7 @@ pub fn tcp_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communica
         algo,
         timeout,
         TransportMode::Tcp,
-        ShmConfig { ring_bytes: 1 << 20, small_bytes: 256 << 10, segment_bytes: 256 << 10, ..TINY_SHM },
+        ShmConfig { ring_bytes: 1 << 20, small_bytes: Fixed(256 << 10), segment_bytes: 256 << 10, ..TINY_SHM },
     )
 }
 
@@ -90,7 +101,8 @@ pub fn shm_comms(n: usize, algo: AlgoConfig, timeout: Duration) -> Vec<Communica
 
 /// [`shm_comms`] with rank r's options changed by `tweak(r, options)`.
 pub fn shm_comms_with(n: usize, algo: AlgoConfig, timeout: Duration, tweak: impl Fn(usize, &mut CommOptions) + Sync) -> Vec<Communicator> {
-    let shm = ShmConfig { threads: 3, root_threads: 4, quick_threads: 2, quick_min_piece: 64, ..TINY_SHM };
+    let shm =
+        ShmConfig { threads: auto0(3), root_threads: auto0(4), quick_threads: Setting::Fixed(2), quick_min_piece: auto0(64), ..TINY_SHM };
     hosts_comms_with(&vec![0; n], algo, timeout, TransportMode::Shm, shm, tweak)
 }
 
@@ -407,7 +419,13 @@ pub fn scatter(c: &Communicator, ins: &[Arc<SharedBuf>], out: &Arc<SharedBuf>, r
 /// Shared memory with attach from 0 bytes: every collective reads directly.
 /// Tiny slots and 3 threads, so the pieces of one read run in parallel.
 pub fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
-    let shm = ShmConfig { threads: 3, attach_min, root_threads: 5, broadcast_min: attach_min, ..TINY_SHM };
+    let shm = ShmConfig {
+        threads: auto0(3),
+        attach_min: Setting::Fixed(attach_min),
+        root_threads: auto0(5),
+        broadcast_min: Setting::Fixed(attach_min),
+        ..TINY_SHM
+    };
     mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
 }
 

@@ -4,6 +4,7 @@
 //! codec's error bound of the exact sum; error feedback keeps the running
 //! sum on track; other ops, dtypes and single-host groups stay exact.
 
+use crate::common::auto0;
 use std::time::Duration;
 
 use crate::common;
@@ -13,7 +14,7 @@ use rustccl::comm::compression::{set_next, Setting};
 use rustccl::config::{ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
-const SHM: ShmConfig = ShmConfig { threads: 2, ..common::TINY_SHM };
+const SHM: ShmConfig = ShmConfig { threads: auto0(2), ..common::TINY_SHM };
 
 fn comms(layout: &[usize]) -> Vec<Communicator> {
     hosts_comms(layout, tiny_algo(), Duration::from_secs(60), TransportMode::Auto, SHM)

@@ -2,12 +2,13 @@
 //! mismatched calls, timeouts and lost peers become errors that name the
 //! collective, the sequence number and the peer.
 
+use crate::common::auto0;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::common;
 use crate::common::*;
-use rustccl::config::{AlgoConfig, FaultSpec, ShmConfig, TransportMode};
+use rustccl::config::{AlgoConfig, FaultSpec, Setting, ShmConfig, TransportMode};
 use rustccl::transport::shm;
 use rustccl::{DType, Error, OpKind, ReduceOp};
 
@@ -368,7 +369,7 @@ fn peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
 fn peers_of_a_rank_past_the_blocked_masks_that_gave_up_fail_at_once() {
     let n = 31;
     let fault = FaultSpec::parse("drop:rank=30:seq=1").unwrap();
-    let shm = ShmConfig { threads: 1, quick_threads: 0, ..common::TINY_SHM };
+    let shm = ShmConfig { threads: auto0(1), quick_threads: Setting::Fixed(0), ..common::TINY_SHM };
     let comms = hosts_comms_with(&vec![0; n], AlgoConfig::default(), Duration::from_secs(30), TransportMode::Shm, shm, |_, o| {
         o.fault = Some(fault.clone())
     });
@@ -401,7 +402,7 @@ fn tcp_peers_of_a_rank_that_gave_the_group_up_fail_at_once() {
         [(vec![0, 0, 1], TransportMode::Auto, 1), (vec![0, 0, 1], TransportMode::Auto, 2), (vec![0, 1, 2], TransportMode::Tcp, 1)]
     {
         let fault = FaultSpec::parse(&format!("drop:rank={dropper}:seq=1")).unwrap();
-        let shm = ShmConfig { threads: 1, quick_threads: 0, ..common::TINY_SHM };
+        let shm = ShmConfig { threads: auto0(1), quick_threads: Setting::Fixed(0), ..common::TINY_SHM };
         let comms =
             hosts_comms_with(&hosts, AlgoConfig::default(), Duration::from_secs(30), mode, shm, |_, o| o.fault = Some(fault.clone()));
         let t0 = Instant::now();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::common;
 use crate::common::*;
-use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
+use rustccl::config::{AlgoConfig, Setting, ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, Error};
 
 const ATTACH_MIN: usize = 4096;
@@ -33,7 +33,13 @@ const MODES: [Mode; 4] = [Mode::Rendezvous, Mode::Staged, Mode::Split, Mode::Tcp
 const STAGE: usize = 64 << 10;
 
 fn shm_cfg(staged_max: usize, split_send_min: usize) -> ShmConfig {
-    ShmConfig { threads: 3, attach_min: ATTACH_MIN, staged_max, split_send_min, ..common::TINY_SHM }
+    ShmConfig {
+        threads: Setting::Fixed(3),
+        attach_min: Setting::Fixed(ATTACH_MIN),
+        staged_max: Setting::Fixed(staged_max),
+        split_send_min: Setting::Fixed(split_send_min),
+        ..common::TINY_SHM
+    }
 }
 
 fn comms_on(mode: Mode, hosts: &[usize], timeout: Duration) -> Vec<Communicator> {
@@ -403,7 +409,7 @@ fn staged_sends_whose_receive_is_posted_are_copied_out_chunk_by_chunk_as_they_la
     // The receives are posted first, so each receiver copies while its
     // sender is still writing: reading a chunk before its flag, or taking
     // an earlier message's flag for this one's, would give the wrong bytes.
-    let shm = ShmConfig { staged_max: 8 << 20, ..shm_cfg(0, usize::MAX) };
+    let shm = ShmConfig { staged_max: Setting::Fixed(8 << 20), ..shm_cfg(0, usize::MAX) };
     let c = hosts_comms(&[0, 0], AlgoConfig::default(), Duration::from_secs(30), rustccl::config::TransportMode::Auto, shm);
     assert_eq!(threshold(&c[0], "shm_staged_send_max_bytes"), Some(8 << 20));
     let posted = Barrier::new(2);

@@ -6,12 +6,13 @@
 //! reads go through process_vm_readv on our own pid, the same system call
 //! as between processes.
 
+use crate::common::auto0;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common;
 use crate::common::*;
-use rustccl::config::{ShmConfig, TransportMode};
+use rustccl::config::{Setting, ShmConfig, TransportMode};
 use rustccl::tensor::SharedBuf;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
@@ -166,7 +167,12 @@ fn the_threshold_picks_direct_reads_from_its_size_on() {
 #[test]
 fn broadcast_reads_the_root_only_from_its_own_setting() {
     for (broadcast_min, want) in [(usize::MAX, "shm_direct"), (1024, "shm_attach")] {
-        let shm = ShmConfig { threads: 3, attach_min: 0, broadcast_min, ..common::TINY_SHM };
+        let shm = ShmConfig {
+            threads: auto0(3),
+            attach_min: Setting::Fixed(0),
+            broadcast_min: Setting::Fixed(broadcast_min),
+            ..common::TINY_SHM
+        };
         let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         let th = threshold(&comms[0], "shm_broadcast_attach_min_bytes");
         assert_eq!(th, Some(broadcast_min as u64));
@@ -208,7 +214,14 @@ fn a_part_its_rank_could_not_reduce_fails_every_rank_that_takes_it() {
     const CHUNK: usize = 4096; // floats per rank's part: 16 KiB, 4 pages
     for push in [true, false] {
         for kind in [OpKind::AllReduce, OpKind::Reduce] {
-            let shm = ShmConfig { threads: 3, attach_min: 0, root_threads: 5, broadcast_min: 0, gather_push: push, ..common::TINY_SHM };
+            let shm = ShmConfig {
+                threads: auto0(3),
+                attach_min: Setting::Fixed(0),
+                root_threads: auto0(5),
+                broadcast_min: Setting::Fixed(0),
+                gather_push: push,
+                ..common::TINY_SHM
+            };
             let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
             let errs = on_ranks(&comms, |r, c| {
                 let b = buf(DType::F32, &vec![r as f64 + 1.0; 3 * CHUNK]);
@@ -255,7 +268,7 @@ fn a_part_its_rank_could_not_reduce_fails_every_rank_that_takes_it() {
 /// another algorithm).
 #[test]
 fn ranks_with_different_settings_agree() {
-    let with = |mins: [usize; 3]| comms_with(|r| ShmConfig { threads: 2, attach_min: mins[r], ..common::TINY_SHM });
+    let with = |mins: [usize; 3]| comms_with(|r| ShmConfig { threads: auto0(2), attach_min: Setting::Fixed(mins[r]), ..common::TINY_SHM });
     let th = |c: &Communicator| threshold(c, "shm_attach_min_bytes");
     for (mins, want) in [([0, 4096, 64], Some(4096u64)), ([0, usize::MAX, 0], Some(u64::MAX))] {
         let comms = with(mins);
@@ -281,7 +294,7 @@ fn ranks_with_different_settings_agree() {
 /// size arrive, and the thresholds say so.
 #[test]
 fn slow_reads_leave_only_blocks_single_reader_transfers_and_all_to_all_to_attach() {
-    let shm = ShmConfig { attach_min: 1 << 40, single_min: 512 << 10, ..common::TINY_SHM };
+    let shm = ShmConfig { attach_min: Setting::Fixed(1 << 40), single_min: auto0(512 << 10), ..common::TINY_SHM };
     let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
     for c in &comms {
         assert_eq!(threshold(c, "shm_attach_min_bytes"), Some(1 << 40));
@@ -341,7 +354,7 @@ fn slow_reads_leave_only_blocks_single_reader_transfers_and_all_to_all_to_attach
 #[test]
 fn slow_reads_on_many_ranks_read_scatter_blocks_from_16_kib_and_gather_blocks_from_64_kib() {
     for (n, scatter_min, gather_min) in [(9usize, 16u64 << 10, 64u64 << 10), (8, 256 << 10, 256 << 10)] {
-        let shm = ShmConfig { attach_min: 1 << 40, ..common::TINY_SHM };
+        let shm = ShmConfig { attach_min: Setting::Fixed(1 << 40), ..common::TINY_SHM };
         let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         for c in &comms {
             let th = |k| threshold(c, k);
@@ -379,7 +392,7 @@ fn slow_reads_on_many_ranks_read_scatter_blocks_from_16_kib_and_gather_blocks_fr
 /// gathers and scatters of small blocks keep the messages; 2 ranks.
 #[test]
 fn slow_reads_with_two_ranks_run_all_to_all_on_attach() {
-    let shm = ShmConfig { attach_min: 1 << 40, block_min: 2000, ..common::TINY_SHM };
+    let shm = ShmConfig { attach_min: Setting::Fixed(1 << 40), block_min: auto0(2000), ..common::TINY_SHM };
     let comms = mesh_comms(2, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
     // rank r sends rank p (r + 2p + round) % 3 x 300 floats: 0, 1200 or 2400 bytes
     let count = |r: usize, p: usize, round: usize| (r + 2 * p + round) % 3 * 300;
@@ -416,7 +429,7 @@ fn slow_reads_with_two_ranks_run_all_to_all_on_attach() {
 /// with the cause, either way round.
 #[test]
 fn slow_reads_different_algorithms_for_one_gather_or_scatter_fail_at_once() {
-    let shm = ShmConfig { attach_min: 1 << 40, single_min: 512 << 10, ..common::TINY_SHM };
+    let shm = ShmConfig { attach_min: Setting::Fixed(1 << 40), single_min: auto0(512 << 10), ..common::TINY_SHM };
     // 128 Ki floats = 512 KiB (messages), 160 Ki over the threshold (read)
     let (small, large) = (128usize << 10, 160 << 10);
     let cause = "picked different algorithms";
@@ -475,7 +488,7 @@ fn slow_reads_different_algorithms_for_one_gather_or_scatter_fail_at_once() {
 /// with the right data.
 #[test]
 fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
-    let shm = ShmConfig { attach_min: 1 << 40, single_min: 512 << 10, ..common::TINY_SHM };
+    let shm = ShmConfig { attach_min: Setting::Fixed(1 << 40), single_min: auto0(512 << 10), ..common::TINY_SHM };
     let comms = mesh_comms(3, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
     // large gather blocks over the 512 KiB threshold (read), the rest by messages
     let (small, large, a2a) = (3000usize, 160_000usize, 2000usize);
@@ -525,7 +538,14 @@ fn batches_mixing_messages_and_steps_are_not_taken_for_different_algorithms() {
 /// 768-byte slots (3 of them a sender), in one call.
 #[test]
 fn all_to_all_blocks_around_the_block_read_threshold_arrive_with_settings_that_differ() {
-    let with = |blocks: [usize; 3]| comms_with(|r| ShmConfig { threads: 3, attach_min: 1 << 20, block_min: blocks[r], ..common::TINY_SHM });
+    let with = |blocks: [usize; 3]| {
+        comms_with(|r| ShmConfig {
+            threads: auto0(3),
+            attach_min: Setting::Fixed(1 << 20),
+            block_min: auto0(blocks[r]),
+            ..common::TINY_SHM
+        })
+    };
     let th = |c: &Communicator| threshold(c, "shm_block_read_min_bytes");
     for (blocks, want) in [([0, 0, 0], 2u64 << 20), ([500, 0, 0], 500), ([0, 0, 500], 500), ([0, 200, 500], 500)] {
         let comms = with(blocks);

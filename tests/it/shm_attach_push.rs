@@ -7,8 +7,9 @@
 //! process (the same system calls, on our own pid).
 
 use crate::common;
+use crate::common::auto0;
 use crate::common::*;
-use rustccl::config::ShmConfig;
+use rustccl::config::{Setting, ShmConfig};
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
 /// Between two ranks a broadcast that reads the root's buffer has the
@@ -20,8 +21,13 @@ use rustccl::{Communicator, DType, OpKind, ReduceOp};
 #[test]
 fn a_broadcast_between_two_ranks_is_split_between_them() {
     for pushing in [[true, true], [true, false], [false, true]] {
-        let comms =
-            n_comms_with(2, |r| ShmConfig { threads: 2, attach_min: 0, broadcast_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
+        let comms = n_comms_with(2, |r| ShmConfig {
+            threads: auto0(2),
+            attach_min: Setting::Fixed(0),
+            broadcast_min: Setting::Fixed(0),
+            gather_push: pushing[r],
+            ..common::TINY_SHM
+        });
         on_ranks(&comms, |r, c| {
             for len in [0usize, 1, 15, 16, 17, 33, 1000, 70_001] {
                 for root in 0..2usize {
@@ -52,7 +58,14 @@ fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
     // 256-byte small slots: 40 floats fit after the header, 1000 do not.
     let (small, large) = (40usize, 1000usize);
     for (share, (odd, rest)) in [1, 2].into_iter().flat_map(|s| [(small, large), (large, small)].map(|c| (s, c))) {
-        let shm = ShmConfig { threads: 3, attach_min: 0, root_threads: 5, broadcast_min: 0, gather_root_share: share, ..common::TINY_SHM };
+        let shm = ShmConfig {
+            threads: auto0(3),
+            attach_min: Setting::Fixed(0),
+            root_threads: auto0(5),
+            broadcast_min: Setting::Fixed(0),
+            gather_root_share: auto0(share),
+            ..common::TINY_SHM
+        };
         let comms = mesh_comms(3, tiny_algo(), std::time::Duration::from_secs(60), rustccl::config::TransportMode::Shm, shm);
         let guard: Vec<f64> = vec![-7.0; rest];
         let errs = on_ranks(&comms, |r, c| {
@@ -85,7 +98,8 @@ fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
 #[test]
 fn gather_push_is_the_roots_choice_and_ranks_may_differ() {
     for pushing in [[true, false, true], [false, true, false]] {
-        let comms = comms_with(|r| ShmConfig { threads: 2, attach_min: 0, gather_push: pushing[r], ..common::TINY_SHM });
+        let comms =
+            comms_with(|r| ShmConfig { threads: auto0(2), attach_min: Setting::Fixed(0), gather_push: pushing[r], ..common::TINY_SHM });
         assert!(comms
             .iter()
             .enumerate()
@@ -140,11 +154,11 @@ fn a_scatter_block_is_split_between_its_receiver_and_the_root() {
         [[true, true, true], [true, false, false], [false, true, true]].into_iter().flat_map(|p| settings.clone().map(move |cs| (p, cs)))
     {
         let comms = n_comms_with(3, |r| ShmConfig {
-            threads: 2,
-            attach_min: 0,
+            threads: auto0(2),
+            attach_min: Setting::Fixed(0),
             gather_push: pushing[r],
-            scatter_split_max: cap[r],
-            scatter_root_share: share[r],
+            scatter_split_max: auto0(cap[r]),
+            scatter_root_share: auto0(share[r]),
             ..common::TINY_SHM
         });
         on_ranks(&comms, |r, c| {
@@ -206,7 +220,14 @@ fn scatter_with_a_read_only_half(comms: &[Communicator], block: impl Fn(usize) -
 /// Blocks read by their receivers, every scatter block split, the root
 /// writing half of each.
 fn split_scatter_shm(threads: usize) -> ShmConfig {
-    ShmConfig { threads, attach_min: 0, gather_push: true, scatter_split_max: usize::MAX, scatter_root_share: 2, ..common::TINY_SHM }
+    ShmConfig {
+        threads: auto0(threads),
+        attach_min: Setting::Fixed(0),
+        gather_push: true,
+        scatter_split_max: Setting::Fixed(usize::MAX),
+        scatter_root_share: Setting::Fixed(2),
+        ..common::TINY_SHM
+    }
 }
 
 #[test]
@@ -233,7 +254,7 @@ fn a_scatter_root_that_could_not_write_one_half_fails_only_that_receiver() {
 #[test]
 fn a_scatter_root_with_no_room_to_name_whom_it_missed_fails_every_split_receiver() {
     let block = |p: usize| -> Vec<f64> { (0..HALF_FAILED_LEN).map(|i| ((i * 7 + p * 13) % 251) as f64).collect() };
-    let comms = n_comms_with(3, |_| ShmConfig { small_bytes: 64, ..split_scatter_shm(3) });
+    let comms = n_comms_with(3, |_| ShmConfig { small_bytes: auto0(64), ..split_scatter_shm(3) });
     let got = scatter_with_a_read_only_half(&comms, block);
     let what = format!("{:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
     let err = |r: usize| got[r].0.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
@@ -253,7 +274,12 @@ fn a_scatter_root_with_no_room_to_name_whom_it_missed_fails_every_split_receiver
 #[test]
 fn a_pushed_gather_block_is_split_between_its_sender_and_the_root() {
     for (n, threads, host) in [(2, 1, 4), (2, 2, 1), (3, 1, 1)] {
-        let comms = n_comms_with(n, |_| ShmConfig { threads, attach_min: 0, gather_push: true, ..common::TINY_SHM });
+        let comms = n_comms_with(n, |_| ShmConfig {
+            threads: auto0(threads),
+            attach_min: Setting::Fixed(0),
+            gather_push: true,
+            ..common::TINY_SHM
+        });
         assert!(comms.iter().all(|c| threshold(c, "shm_gather_root_share") == Some(host)), "n={n} threads={threads}");
     }
     let shares = [[0, 0, 0], [2, 1, 31], [3, 16, 0]];
@@ -261,10 +287,10 @@ fn a_pushed_gather_block_is_split_between_its_sender_and_the_root() {
         [2, 3].into_iter().flat_map(|n| [[true, true, true], [false, true, true]].into_iter().flat_map(move |p| shares.map(|s| (n, p, s))))
     {
         let comms = n_comms_with(n, |r| ShmConfig {
-            threads: 1,
-            attach_min: 0,
+            threads: auto0(1),
+            attach_min: Setting::Fixed(0),
             gather_push: pushing[r],
-            gather_root_share: share[r],
+            gather_root_share: auto0(share[r]),
             ..common::TINY_SHM
         });
         on_ranks(&comms, |r, c| {
@@ -301,7 +327,13 @@ fn a_pushed_gather_block_is_split_between_its_sender_and_the_root() {
 fn a_gather_root_that_could_not_read_its_share_fails_and_the_senders_are_told() {
     const LEN: usize = 8192; // 32 KiB, 8 pages
     let block = |p: usize, k: usize| -> Vec<f64> { (0..LEN).map(|i| ((i * 3 + p * 17 + k) % 251) as f64).collect() };
-    let comms = n_comms_with(3, |_| ShmConfig { threads: 2, attach_min: 0, gather_push: true, gather_root_share: 2, ..common::TINY_SHM });
+    let comms = n_comms_with(3, |_| ShmConfig {
+        threads: auto0(2),
+        attach_min: Setting::Fixed(0),
+        gather_push: true,
+        gather_root_share: auto0(2),
+        ..common::TINY_SHM
+    });
     let got = on_ranks(&comms, |r, c| {
         let mut errs = Vec::new();
         for k in 0..2 {

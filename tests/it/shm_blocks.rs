@@ -8,11 +8,12 @@
 //! the earlier round's bytes); and with receivers that hand every wait
 //! to the calling thread at once (`block_wait_us: 0`).
 
+use crate::common::auto0;
 use std::sync::Arc;
 
 use crate::common;
 use crate::common::*;
-use rustccl::config::ShmConfig;
+use rustccl::config::{Setting, ShmConfig};
 use rustccl::tensor::SharedBuf;
 use rustccl::{Communicator, DType, OpKind};
 
@@ -23,9 +24,9 @@ const CHUNK: usize = 16 << 10;
 /// go through the slots while they fit), 3 worker threads a rank.
 fn streamed(n: usize, block_wait_us: usize) -> Vec<Communicator> {
     n_comms_with(n, |_| ShmConfig {
-        threads: 3,
-        attach_min: 1 << 20,
-        small_bytes: 256,
+        threads: auto0(3),
+        attach_min: Setting::Fixed(1 << 20),
+        small_bytes: auto0(256),
         segment_bytes: 160 << 10,
         block_wait_us,
         ..common::TINY_SHM

@@ -4,8 +4,9 @@
 //! thresholds they run under.
 
 use crate::common;
+use crate::common::auto0;
 use crate::common::*;
-use rustccl::config::{AlgoConfig, ShmConfig, TransportMode};
+use rustccl::config::{AlgoConfig, Setting, ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
 /// 200 bf16 values (400 bytes, two 256-byte pieces): a broadcast in two
@@ -60,7 +61,7 @@ fn broadcast_all_gather_and_reduce_scatter_go_direct() {
 
 #[test]
 fn the_one_round_limit_follows_the_setting_or_the_host() {
-    let shm = |small| ShmConfig { small_bytes: small, segment_bytes: 4096, threads: 2, ..common::TINY_SHM };
+    let shm = |small| ShmConfig { small_bytes: auto0(small), segment_bytes: 4096, threads: auto0(2), ..common::TINY_SHM };
     let algo = AlgoConfig::default();
     let set = mesh_comms(3, algo, std::time::Duration::from_secs(30), TransportMode::Shm, shm(1000));
     assert_eq!(threshold(&set[0], "shm_one_round_max_bytes"), Some(1000));
@@ -91,7 +92,8 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
     assert_eq!(threshold(&auto[0], "shm_min_piece_bytes"), Some(4096));
     assert_eq!(threshold(&auto[0], "shm_reduce_min_piece_bytes"), Some(2048));
     assert_eq!(threshold(&auto[0], "shm_sum_min_piece_bytes"), Some(1024));
-    let pieces = mesh_comms(2, algo, std::time::Duration::from_secs(30), TransportMode::Shm, ShmConfig { min_piece: 1000, ..shm(0) });
+    let pieces =
+        mesh_comms(2, algo, std::time::Duration::from_secs(30), TransportMode::Shm, ShmConfig { min_piece: auto0(1000), ..shm(0) });
     assert_eq!(threshold(&pieces[0], "shm_min_piece_bytes"), Some(1000));
     assert_eq!(threshold(&pieces[0], "shm_reduce_min_piece_bytes"), Some(500));
     assert_eq!(threshold(&pieces[0], "shm_sum_min_piece_bytes"), Some(500));
@@ -110,16 +112,16 @@ fn the_one_round_limit_follows_the_setting_or_the_host() {
 fn collectives_whose_phases_the_quick_team_leads_match_the_reference() {
     for attach_min in [usize::MAX, 0] {
         let shm = ShmConfig {
-            threads: 3,
-            quick_threads: 2,
-            quick_bytes: 64,
-            quick_all_to_all_bytes: 64,
-            quick_min_piece: 64,
-            min_piece: 64,
-            spin_us: 0,
-            quick_leads: Some(true),
-            attach_min,
-            broadcast_min: attach_min,
+            threads: auto0(3),
+            quick_threads: Setting::Fixed(2),
+            quick_bytes: auto0(64),
+            quick_all_to_all_bytes: auto0(64),
+            quick_min_piece: auto0(64),
+            min_piece: auto0(64),
+            spin_us: Setting::Fixed(0),
+            quick_leads: Setting::Fixed(true),
+            attach_min: Setting::Fixed(attach_min),
+            broadcast_min: Setting::Fixed(attach_min),
             ..common::TINY_SHM
         };
         for n in [2, 4] {
@@ -190,14 +192,14 @@ fn waiting_threads_poll_as_long_as_the_setting_or_the_host_allows() {
     let secs = std::time::Duration::from_secs(30);
     let auto = mesh_comms(2, algo, secs, TransportMode::Shm, common::TINY_SHM);
     assert_eq!(threshold(&auto[0], "shm_wait_spin_max_us"), Some(if cores >= 2 { 500 } else { 60 }));
-    let threads = mesh_comms(2, algo, secs, TransportMode::Shm, ShmConfig { threads: 2, ..common::TINY_SHM });
+    let threads = mesh_comms(2, algo, secs, TransportMode::Shm, ShmConfig { threads: auto0(2), ..common::TINY_SHM });
     assert_eq!(threshold(&threads[0], "shm_wait_spin_max_us"), Some(60));
     if cores < 8 {
         let crowded = mesh_comms(cores + 1, algo, secs, TransportMode::Shm, common::TINY_SHM);
         assert_eq!(threshold(&crowded[0], "shm_wait_spin_max_us"), Some(60), "{} ranks on {cores} cores", cores + 1);
     }
     let n = 3;
-    let none = mesh_comms(n, tiny_algo(), secs, TransportMode::Shm, ShmConfig { wait_spin_us: 0, ..common::TINY_SHM });
+    let none = mesh_comms(n, tiny_algo(), secs, TransportMode::Shm, ShmConfig { wait_spin_us: Setting::Fixed(0), ..common::TINY_SHM });
     assert_eq!(threshold(&none[0], "shm_wait_spin_max_us"), Some(0));
     on_ranks(&none, |r, c| {
         for round in 0..20 {

@@ -6,11 +6,12 @@
 //! reads go through process_vm_readv on our own pid, the same system call
 //! as between processes. The thresholds set by hand: `shm_attach.rs`.
 
+use crate::common::auto0;
 use std::time::Duration;
 
 use crate::common;
 use crate::common::*;
-use rustccl::config::{ShmConfig, TransportMode};
+use rustccl::config::{Setting, ShmConfig, TransportMode};
 use rustccl::{Communicator, DType, ReduceOp};
 
 /// `auto`: every rank measures for itself, and all end with the same
@@ -20,9 +21,8 @@ use rustccl::{Communicator, DType, ReduceOp};
 /// all_to_all blocks over 256 KiB, as sends, whatever the ranks.
 #[test]
 fn the_host_rule_gives_every_rank_the_same_thresholds() {
-    use rustccl::config::{ATTACH_FROM_HOST, BROADCAST_FROM_HOST};
     for (n, threads) in [(2, 1), (3, 1), (2, 2), (3, 2)] {
-        let shm = ShmConfig { threads, attach_min: ATTACH_FROM_HOST, broadcast_min: BROADCAST_FROM_HOST, ..common::TINY_SHM };
+        let shm = ShmConfig { threads: auto0(threads), attach_min: Setting::Auto, broadcast_min: Setting::Auto, ..common::TINY_SHM };
         let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm);
         let th = |c: &Communicator| -> (Option<u64>, Option<u64>, Option<u64>) {
             let get = |k: &str| threshold(c, k);
@@ -63,8 +63,7 @@ fn the_host_rule_gives_every_rank_the_same_thresholds() {
 /// the reference result.
 #[test]
 fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
-    use rustccl::config::ATTACH_FROM_HOST;
-    let shm = ShmConfig { threads: 2, attach_min: ATTACH_FROM_HOST, ..common::TINY_SHM };
+    let shm = ShmConfig { threads: auto0(2), attach_min: Setting::Auto, ..common::TINY_SHM };
     let comms = mesh_comms(5, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
     for c in &comms {
         let get = |k: &str| threshold(c, k);
@@ -95,9 +94,8 @@ fn the_host_rule_reads_for_all_reduce_only_from_4_mib_per_rank() {
 /// shared memory, and all give the reference result.
 #[test]
 fn more_than_8_ranks_of_few_threads_read_from_16_mib_in_all_reduce_and_8_mib_in_reduce_scatter() {
-    use rustccl::config::ATTACH_FROM_HOST;
     let n = 9;
-    let shm = ShmConfig { threads: 2, attach_min: ATTACH_FROM_HOST, ..common::TINY_SHM };
+    let shm = ShmConfig { threads: auto0(2), attach_min: Setting::Auto, ..common::TINY_SHM };
     let comms = mesh_comms(n, tiny_algo(), Duration::from_secs(120), TransportMode::Shm, shm);
     for c in &comms {
         assert_eq!(threshold(c, "shm_all_reduce_attach_min_bytes"), Some(16 << 20));

@@ -7,11 +7,12 @@
 //! would take one step and others several; and ranks that name different
 //! roots, on every shared-memory path of the rooted collectives.
 
+use crate::common::auto0;
 use std::time::Duration;
 
 use crate::common;
 use crate::common::*;
-use rustccl::config::{ShmConfig, TransportMode};
+use rustccl::config::{Setting, ShmConfig, TransportMode};
 use rustccl::error::Error;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
 
@@ -134,7 +135,7 @@ fn ranks_that_would_take_one_step_and_several_fail_together() {
 /// Shared memory that reads peers' tensors from `attach_min` bytes, with
 /// 256-byte small slots (192 bytes of blocks with 3 ranks).
 fn attach_comms(n: usize, attach_min: usize) -> Vec<Communicator> {
-    let shm = ShmConfig { threads: 2, attach_min, ..common::TINY_SHM };
+    let shm = ShmConfig { threads: auto0(2), attach_min: Setting::Fixed(attach_min), ..common::TINY_SHM };
     mesh_comms(n, tiny_algo(), Duration::from_secs(60), TransportMode::Shm, shm)
 }
 

@@ -15,6 +15,7 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 LAYERS = [
     {"types", "error"},
     {"config", "profile"},
+    {"tuning"},
     {"tensor", "cuda", "work", "bootstrap", "tls"},
     {"transport"},
     {"collectives"},

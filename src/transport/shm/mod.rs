@@ -22,9 +22,7 @@
 pub mod arena;
 mod attach;
 mod blocked;
-mod host;
 mod place;
-mod reads;
 pub mod remote;
 mod ring;
 pub mod segment;
@@ -41,7 +39,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use attach::{split_at, split_point, Attach, BlockOp, BLOCK_SLOT_RANKS, SINGLE_READER_MIN};
+pub use attach::{split_at, split_point, Attach, BlockOp};
 pub use blocked::{Blocked, BLOCKED_RANKS};
 pub use ring::{RingRx, RingTx, ShmLink};
 pub use segment::{Channel, Layout, Segment};
@@ -50,14 +48,13 @@ pub use wait_window::{Contention, WaitWindow};
 pub use window::{Area, AttachError, Desc, PhaseWait, Window};
 pub use workers::Workers;
 
-pub use host::one_round_max;
-use host::{quick_leads_for, quick_threads_for, root_threads_for, slot_bytes_for, spin_for, stage_for, threads_for, SMALL_SLOT};
 pub use place::moves as thread_moves;
-use reads::{gather_root_share, reads_for, scatter_root_share, scatter_split_max};
 
 use crate::bootstrap::Conn;
 use crate::config::log_at;
-use crate::config::{LogLevel, ShmConfig, ATTACH_FROM_HOST, STAGE_FROM_HOST};
+use crate::config::{LogLevel, Setting, ShmConfig, NEVER};
+use crate::tuning::shm::{choose, SPIN};
+use crate::tuning::HostFacts;
 use crate::types::Rank;
 
 /// The ranks of this host and every one's segment.
@@ -86,7 +83,7 @@ pub struct ShmLocal {
     /// run on the quick team (`Workers::reducing`).
     pub sum_workers: Workers,
     /// The same threads for all_to_all's block copies, whose quick team
-    /// takes larger phases (`workers::QUICK_ALL_TO_ALL_BYTES_PER_THREAD`).
+    /// takes larger phases (`tuning::shm::QUICK_ALL_TO_ALL_BYTES_PER_THREAD`).
     pub all_to_all_workers: Workers,
     /// More threads for a root's phases in which the other ranks only
     /// wait (gather's and reduce's reads of every block, scatter's copies
@@ -283,22 +280,13 @@ pub fn connect(
 ) -> Result<ShmSetup, SetupError> {
     let n = ranks.len();
     let my_idx = ranks.iter().position(|&r| r == me).expect("me is local");
-    let threads = threads_for(sizes, n);
+    let host = HostFacts::detect();
+    let c = choose(me, &sizes, host, n, arena::Arena::get().is_some(), &remote::read_and_copy_speed_once);
+    let (threads, reads) = (c.threads, &c.reads);
     // Off (the setting) means no reads at all, not even probed.
-    let attach_off = sizes.attach_min == usize::MAX;
-    let reads = reads_for(me, sizes, n, threads, arena::Arena::get().is_some());
-    let one_round = one_round_max(sizes.small_bytes, n);
-    // Each round of the pipelined all_reduce moves `seg` per thread.
-    // The small slots: the setting (tests use tiny ones), else 256 KiB.
-    let small = if sizes.small_bytes > 0 { sizes.small_bytes } else { one_round.max(SMALL_SLOT) };
-    let layout = Layout::new(n, sizes.ring_bytes, small, slot_bytes_for(sizes, n, threads));
-    // No staging area where nothing is read (staged sends replace reads).
-    let stage = match sizes.staged_max {
-        _ if attach_off => 0,
-        STAGE_FROM_HOST if reads.slow => 0,
-        STAGE_FROM_HOST => stage_for(threads),
-        set => set,
-    };
+    let attach_off = sizes.attach_min == Setting::Fixed(NEVER);
+    let layout = Layout::new(n, sizes.ring_bytes, c.small_bytes, c.slot_bytes);
+    let stage = c.stage_bytes;
     let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
     // 0. every local rank reserves its segment, then says so: the staging
     // area is an extra (without it sends are read directly), reserved only
@@ -388,27 +376,14 @@ pub fn connect(
         }
         None => log_at!(LogLevel::Info, "rank {me}: no single-copy reads from peers' tensors"),
     }
-    let spin = spin_for(sizes, n, threads);
-    let min_piece = if sizes.min_piece > 0 { sizes.min_piece } else { workers::MIN_PIECE.min(sizes.segment_bytes) };
-    let root_threads = root_threads_for(sizes, n, threads);
     let name = format!("rustccl-shm-r{me}");
-    let mut workers = Workers::new(threads, &name, min_piece, spin)?;
-    let quick_bytes = if sizes.quick_bytes > 0 { sizes.quick_bytes } else { workers::QUICK_BYTES_PER_THREAD };
-    let quick_piece = if sizes.quick_min_piece > 0 { sizes.quick_min_piece } else { workers::QUICK_MIN_PIECE.min(min_piece) };
-    let leads = quick_leads_for(sizes.quick_leads, n);
-    if let Err(e) = workers.add_quick(quick_threads_for(sizes, n, threads, leads), &name, host::SPIN, quick_bytes, quick_piece, leads) {
+    let mut workers = Workers::new(threads, &name, c.min_piece, c.spin)?;
+    if let Err(e) = workers.add_quick(c.quick_threads, &name, SPIN, c.quick_bytes, c.quick_min_piece, c.quick_leads) {
         log_at!(LogLevel::Info, "rank {me}: no quick team ({e}); the rank's own threads take every phase");
     }
-    let reduce_workers = workers.with_min_piece(min_piece / 2);
+    let reduce_workers = workers.with_min_piece(c.min_piece / 2);
     let sum_workers = workers.reducing(n);
-    // Where the quick team leads the larger phases, all_to_all's copies
-    // need no limit of their own.
-    let a2a_bytes = match sizes.quick_all_to_all_bytes {
-        0 if workers.quick_leads() => quick_bytes,
-        0 => workers::QUICK_ALL_TO_ALL_BYTES_PER_THREAD,
-        b => b,
-    };
-    let all_to_all_workers = workers.with_quick_bytes(a2a_bytes);
+    let all_to_all_workers = workers.with_quick_bytes(c.quick_all_to_all_bytes);
     let local = Arc::new(ShmLocal {
         ranks: ranks.to_vec(),
         me: my_idx,
@@ -418,20 +393,20 @@ pub fn connect(
         reduce_workers,
         sum_workers,
         all_to_all_workers,
-        root_threads,
+        root_threads: c.root_threads,
         root_pool: OnceLock::new(),
-        one_round_max: one_round,
+        one_round_max: c.one_round_max,
         attach,
         stage_min: sizes.staged_min,
         stage_shared: sizes.stage_shared,
         keep_apart: sizes.keep_apart,
         gather_push: sizes.gather_push,
         split_send_min: reads.split_send,
-        scatter_split_max: scatter_split_max(sizes),
-        scatter_root_share: scatter_root_share(sizes, n, root_threads),
-        gather_root_share: gather_root_share(sizes, n, threads),
+        scatter_split_max: c.scatter_split_max,
+        scatter_root_share: c.scatter_root_share,
+        gather_root_share: c.gather_root_share,
         block_wait: Duration::from_micros(sizes.block_wait_us as u64),
-        wait_window: host::wait_window_for(sizes, n, threads),
+        wait_window: WaitWindow::new(c.wait_spin, n, threads, host.cores),
         contention: Contention::default(),
     });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());

@@ -1,14 +1,13 @@
 //! A rank's team of helper threads for its shared-memory copies and
-//! reductions where the host has cores to spare (`host::spin_for`; else
+//! reductions where the host has cores to spare (`tuning::shm`; else
 //! the workers use rayon's pool): the calling thread and up to `helpers`
 //! threads run one job (a closure that takes pieces of work from a shared
 //! counter, `Workers`), and the call returns once the caller's own run of
 //! it has returned (no piece left to take) and every helper that joined
 //! has finished its run. Once the caller's run returns the job is closed:
 //! a helper that had not joined yet (still waking up, or its core taken
-//! by the hypervisor) does not join, and nobody waits for it. Before, the
-//! caller waited for every helper it had asked for, so one helper that
-//! was slow to wake held up the whole phase after the work was done.
+//! by the hypervisor) does not join, and nobody waits for it, so one
+//! helper slow to wake cannot hold up a phase whose work is done.
 //!
 //! Idle helpers spin on the team's state word for `spin` before they
 //! sleep (park), and the caller spins while it waits for the last of them.

@@ -11,12 +11,6 @@ use std::time::Duration;
 
 use super::team::Team;
 
-/// Below this many bytes per thread the pool is not started (unless the
-/// shared-memory segment setting is smaller, as in tests): waking sleeping
-/// threads costs about as long as one core needs to copy a piece this
-/// size (`docs/decisions/0004`).
-pub const MIN_PIECE: usize = 256 << 10;
-
 /// The threads beside the caller's.
 #[derive(Clone)]
 enum Pool {
@@ -52,23 +46,6 @@ struct Quick {
     leads: bool,
 }
 
-/// Bytes a phase may hold per thread of a quick team to run there, and
-/// the smallest piece the team takes: its threads spin, so small pieces
-/// cost no wake-up; larger phases go to the workers, which a quick team's
-/// few threads would hold up on a quiet host (`docs/decisions/0004`).
-pub const QUICK_BYTES_PER_THREAD: usize = 256 << 10;
-/// The quick team's smallest piece (see [`QUICK_BYTES_PER_THREAD`]).
-pub const QUICK_MIN_PIECE: usize = 32 << 10;
-/// Bytes per thread of the largest phase of all_to_all's block copies
-/// (into the sender's slots, out of them) the quick team takes
-/// ([`Workers::with_quick_bytes`]) where it does not lead the larger
-/// phases (`Workers::add_quick`; where it does, they keep
-/// [`QUICK_BYTES_PER_THREAD`]): sent to sleeping workers, every rank of
-/// an all_to_all waits for the rank whose workers wake last. The copies
-/// of other collectives keep [`QUICK_BYTES_PER_THREAD`], where the larger
-/// limit made them slower (`docs/decisions/0004`).
-pub const QUICK_ALL_TO_ALL_BYTES_PER_THREAD: usize = 1 << 20;
-
 impl Workers {
     /// `threads` <= 1: everything runs on the caller's thread; otherwise
     /// the caller and `threads - 1` threads named `{name}-{i}`: with a
@@ -101,7 +78,7 @@ impl Workers {
     /// into pieces of at least `min_piece` (and 64 bytes): where
     /// the workers' own threads sleep when idle, waking them costs tens of
     /// microseconds a phase on a VM, more than a few spinning threads need
-    /// for such a phase (`host::quick_threads_for`). With `leads`, a
+    /// for such a phase (`tuning::shm`). With `leads`, a
     /// larger phase starts on the team at once while the workers wake, and
     /// those that woke before its last piece was taken join it; it ends
     /// without waiting for the others (the workers then run as a
@@ -324,6 +301,7 @@ impl Workers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tuning::shm::QUICK_BYTES_PER_THREAD;
     use std::collections::HashSet;
 
     const SPIN: Duration = Duration::from_micros(100);

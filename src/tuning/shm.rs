@@ -1,35 +1,137 @@
-//! What this host offers a rank (cores, L2 cache) and the shared-memory
-//! settings chosen from it when left to the host: worker threads and the
-//! quick team, slot and staging sizes, spinning, the one-round all-reduce
-//! limit (single-copy thresholds: `reads.rs`).
+//! The shared-memory transport's sizes, threads and spinning where the
+//! settings leave them to rustccl: pure functions of the settings, the
+//! group (local ranks) and the host ([`HostFacts`]), gathered by
+//! [`choose`] (the single-copy thresholds: `reads.rs`).
 #![forbid(unsafe_code)]
 
-use super::WaitWindow;
-use crate::config::{ShmConfig, QUICK_FROM_HOST, SLOT_FROM_HOST, SPIN_FROM_HOST, WAIT_SPIN_FROM_HOST};
-
 use std::time::Duration;
+
+use super::reads::{gather_root_share, reads_for, scatter_root_share, scatter_split_max, Reads};
+use super::HostFacts;
+use crate::config::{Setting, ShmConfig};
+use crate::types::Rank;
+
+/// Everything the shared-memory transport takes from the settings and the
+/// rules, for one rank of a group with `local_ranks` on this host.
+#[derive(Debug, Clone)]
+pub struct ShmChoice {
+    pub threads: usize,
+    pub root_threads: usize,
+    /// Smallest piece the rank's workers split off (reductions take half).
+    pub min_piece: usize,
+    pub spin: Duration,
+    /// A fixed polling window; None: the adaptive one (`WaitWindow`).
+    pub wait_spin: Option<Duration>,
+    pub quick_threads: usize,
+    pub quick_leads: bool,
+    pub quick_bytes: usize,
+    pub quick_min_piece: usize,
+    pub quick_all_to_all_bytes: usize,
+    /// Each small slot's size, and the one-round all-reduce limit.
+    pub small_bytes: usize,
+    pub one_round_max: usize,
+    pub slot_bytes: usize,
+    /// The staging area's size before the group's agreement (0: none).
+    pub stage_bytes: usize,
+    pub reads: Reads,
+    pub scatter_split_max: usize,
+    pub scatter_root_share: usize,
+    pub gather_root_share: usize,
+}
+
+/// The choices of rank `me` among `local_ranks` ranks of this host:
+/// `shared`, whether its tensors live in the shared arena; `read_speed`
+/// times a read through the kernel against a copy (bytes/s each), called
+/// only where the rule needs it.
+pub fn choose(
+    me: Rank,
+    sizes: &ShmConfig,
+    host: HostFacts,
+    local_ranks: usize,
+    shared: bool,
+    read_speed: &dyn Fn() -> Option<(f64, f64)>,
+) -> ShmChoice {
+    let n = local_ranks;
+    let threads = threads_for(sizes, n, host.cores);
+    let root_threads = root_threads_for(sizes, n, threads, host.cores);
+    let min_piece = sizes.min_piece.or_auto(|| MIN_PIECE.min(sizes.segment_bytes));
+    let quick_leads = quick_leads_for(sizes.quick_leads, n);
+    let quick_threads = quick_threads_for(sizes, n, threads, quick_leads, host.cores);
+    let quick_bytes = sizes.quick_bytes.or_auto(|| QUICK_BYTES_PER_THREAD);
+    // Where the quick team leads the larger phases, all_to_all's copies
+    // need no limit of their own.
+    let team_leads = quick_leads && quick_threads >= 2;
+    let quick_all_to_all_bytes =
+        sizes.quick_all_to_all_bytes.or_auto(|| if team_leads { quick_bytes } else { QUICK_ALL_TO_ALL_BYTES_PER_THREAD });
+    let one_round_max = one_round_max(sizes.small_bytes, n, host.l2_bytes);
+    let reads = reads_for(me, sizes, n, threads, shared, read_speed);
+    // No staging area where nothing is read: staged sends replace reads.
+    let stage_bytes = match sizes.staged_max {
+        _ if sizes.attach_min == Setting::Fixed(crate::config::NEVER) => 0,
+        Setting::Auto if reads.slow => 0,
+        Setting::Auto => stage_for(threads),
+        Setting::Fixed(set) => set,
+    };
+    ShmChoice {
+        threads,
+        root_threads,
+        min_piece,
+        spin: spin_for(sizes, n, threads, host.cores),
+        wait_spin: sizes.wait_spin_us.fixed().map(|us| Duration::from_micros(us as u64)),
+        quick_threads,
+        quick_leads,
+        quick_bytes,
+        quick_min_piece: sizes.quick_min_piece.or_auto(|| QUICK_MIN_PIECE.min(min_piece)),
+        quick_all_to_all_bytes,
+        small_bytes: sizes.small_bytes.or_auto(|| one_round_max.max(SMALL_SLOT)),
+        one_round_max,
+        slot_bytes: slot_bytes_for(sizes, n, threads),
+        stage_bytes,
+        scatter_split_max: scatter_split_max(sizes),
+        scatter_root_share: scatter_root_share(sizes, n, root_threads),
+        gather_root_share: gather_root_share(sizes, n, threads),
+        reads,
+    }
+}
+
+/// Below this many bytes per thread the pool is not started (unless the
+/// shared-memory segment setting is smaller, as in tests): waking sleeping
+/// threads costs about as long as one core needs to copy a piece this
+/// size (`docs/decisions/0004`).
+pub const MIN_PIECE: usize = 256 << 10;
+
+/// Bytes a phase may hold per thread of a quick team to run there, and
+/// the smallest piece the team takes: its threads spin, so small pieces
+/// cost no wake-up; larger phases go to the workers, which a quick team's
+/// few threads would hold up on a quiet host (`docs/decisions/0004`).
+pub const QUICK_BYTES_PER_THREAD: usize = 256 << 10;
+/// The quick team's smallest piece (see [`QUICK_BYTES_PER_THREAD`]).
+pub const QUICK_MIN_PIECE: usize = 32 << 10;
+/// Bytes per thread of the largest phase of all_to_all's block copies
+/// (into the sender's slots, out of them) the quick team takes
+/// ((`Workers::with_quick_bytes`)) where it does not lead the larger
+/// phases (`Workers::add_quick`; where it does, they keep
+/// [`QUICK_BYTES_PER_THREAD`]): sent to sleeping workers, every rank of
+/// an all_to_all waits for the rank whose workers wake last. The copies
+/// of other collectives keep [`QUICK_BYTES_PER_THREAD`], where the larger
+/// limit made them slower (`docs/decisions/0004`).
+pub const QUICK_ALL_TO_ALL_BYTES_PER_THREAD: usize = 1 << 20;
 
 /// Threads per rank: the setting, or the cores left per local rank (at
 /// most 8), so a 2-core machine keeps one and a 64-core host uses several.
 /// Fewer, to leave cores free where the ranks take every one, helped only
 /// under heavy steal and cost time on a quiet host (`docs/decisions/0004`).
-pub(super) fn threads_for(sizes: ShmConfig, local_ranks: usize) -> usize {
-    if sizes.threads > 0 {
-        return sizes.threads;
-    }
-    (cores() / local_ranks.max(1)).clamp(1, 8)
+fn threads_for(sizes: &ShmConfig, local_ranks: usize, cores: usize) -> usize {
+    sizes.threads.or_auto(|| (cores / local_ranks.max(1)).clamp(1, 8))
 }
 
 /// Bytes of each input / output slot (`Layout`): `segment_bytes` per
 /// thread, at least the setting (`ShmConfig::slot_min`) or, left to the
 /// host, [`FEW_RANKS_SLOT`] with 2-4 local ranks of 4 threads or more
 /// (from 8, `segment_bytes` x threads is that already).
-pub(super) fn slot_bytes_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
-    let min = match sizes.slot_min {
-        SLOT_FROM_HOST if (2..=4).contains(&local_ranks) && threads >= FEW_RANKS_SLOT_THREADS => FEW_RANKS_SLOT,
-        SLOT_FROM_HOST => 0,
-        set => set,
-    };
+fn slot_bytes_for(sizes: &ShmConfig, local_ranks: usize, threads: usize) -> usize {
+    let few = (2..=4).contains(&local_ranks) && threads >= FEW_RANKS_SLOT_THREADS;
+    let min = sizes.slot_min.or_auto(|| if few { FEW_RANKS_SLOT } else { 0 });
     sizes.segment_bytes.saturating_mul(threads).max(min)
 }
 
@@ -53,22 +155,12 @@ const FEW_RANKS_SLOT_THREADS: usize = 4;
 /// saves the wake-ups where cores are free, and costs far more where every
 /// core is busy or where a hypervisor takes the spinning threads' time away,
 /// so the rule stays at a quarter (`docs/decisions/0004`).
-pub(super) fn spin_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> Duration {
-    if sizes.spin_us != SPIN_FROM_HOST {
-        return Duration::from_micros(sizes.spin_us as u64);
+fn spin_for(sizes: &ShmConfig, local_ranks: usize, threads: usize, cores: usize) -> Duration {
+    match sizes.spin_us {
+        Setting::Fixed(us) => Duration::from_micros(us as u64),
+        Setting::Auto if room_to_spin(local_ranks, threads, cores) => SPIN,
+        Setting::Auto => Duration::ZERO,
     }
-    if room_to_spin(local_ranks, threads, cores()) {
-        SPIN
-    } else {
-        Duration::ZERO
-    }
-}
-
-/// A waiting thread's polling window: the setting, or adaptive where the
-/// `local_ranks` have one thread and a core each (`wait_window.rs`).
-pub(super) fn wait_window_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> WaitWindow {
-    let fixed = (sizes.wait_spin_us != WAIT_SPIN_FROM_HOST).then(|| Duration::from_micros(sizes.wait_spin_us as u64));
-    WaitWindow::new(fixed, local_ranks, threads, cores())
 }
 
 /// Threads of a rank's quick team (`Workers::add_quick`): the setting,
@@ -81,14 +173,12 @@ pub(super) fn wait_window_for(sizes: ShmConfig, local_ranks: usize, threads: usi
 /// A share of one thread (the caller alone) becomes a team of 2 where
 /// the team `leads` the larger phases ([`quick_leads_for`]) or with
 /// [`MANY_LOCAL_RANKS`] or more local ranks: see there.
-pub(super) fn quick_threads_for(sizes: ShmConfig, local_ranks: usize, threads: usize, leads: bool) -> usize {
-    if sizes.quick_threads != QUICK_FROM_HOST {
-        return sizes.quick_threads;
+fn quick_threads_for(sizes: &ShmConfig, local_ranks: usize, threads: usize, leads: bool, cores: usize) -> usize {
+    match (sizes.quick_threads, sizes.spin_us) {
+        (Setting::Fixed(set), _) => set,
+        (Setting::Auto, Setting::Fixed(_)) => 0,
+        (Setting::Auto, Setting::Auto) => quick_share(local_ranks, threads, cores, leads),
     }
-    if sizes.spin_us != SPIN_FROM_HOST {
-        return 0;
-    }
-    quick_share(local_ranks, threads, cores(), leads)
 }
 
 /// [`quick_threads_for`] from the host, on `cores` cores.
@@ -121,8 +211,8 @@ const MANY_LOCAL_RANKS: usize = 16;
 /// rank's sleeping workers wake and join (`Workers::add_quick`): the
 /// `setting` (`ShmConfig::quick_leads`), or with at most
 /// [`LEAD_MAX_LOCAL_RANKS`] local ranks.
-pub(super) fn quick_leads_for(setting: Option<bool>, local_ranks: usize) -> bool {
-    setting.unwrap_or(local_ranks <= LEAD_MAX_LOCAL_RANKS)
+fn quick_leads_for(setting: Setting<bool>, local_ranks: usize) -> bool {
+    setting.or_auto(|| local_ranks <= LEAD_MAX_LOCAL_RANKS)
 }
 
 /// Up to this many local ranks the quick team leads the larger phases: it
@@ -137,22 +227,15 @@ fn room_to_spin(local_ranks: usize, threads: usize, cores: usize) -> bool {
     threads > 1 && local_ranks.saturating_mul(threads).saturating_mul(4) <= cores
 }
 
-/// How long idle worker threads spin where the host has room for it.
-pub(super) const SPIN: Duration = Duration::from_micros(200);
-
-/// The cores this process may run on.
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
+/// How long idle worker threads spin where the host has room for it (the
+/// quick team's threads always do).
+pub const SPIN: Duration = Duration::from_micros(200);
 
 /// Threads of a root's solo phases: the setting, or the cores not taken
 /// by the other local ranks' waiting threads (one each), at least the
 /// rank's own `threads` and at most 8.
-pub(super) fn root_threads_for(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
-    if sizes.root_threads > 0 {
-        return sizes.root_threads;
-    }
-    cores().saturating_sub(local_ranks.saturating_sub(1)).clamp(threads, threads.max(8))
+fn root_threads_for(sizes: &ShmConfig, local_ranks: usize, threads: usize, cores: usize) -> usize {
+    sizes.root_threads.or_auto(|| cores.saturating_sub(local_ranks.saturating_sub(1)).clamp(threads, threads.max(8)))
 }
 
 /// The staging area's size when left to the host: none for ranks of at
@@ -164,7 +247,7 @@ pub(super) fn root_threads_for(sizes: ShmConfig, local_ranks: usize, threads: us
 /// two copies to pay; with more, staging wins, and a larger area made
 /// pipeline steps longer, since a staged send completes once copied in
 /// (`docs/decisions/0004`).
-pub(super) fn stage_for(threads: usize) -> usize {
+fn stage_for(threads: usize) -> usize {
     if threads <= UNSTAGED_THREADS {
         return 0;
     }
@@ -177,19 +260,7 @@ const UNSTAGED_THREADS: usize = 2;
 /// Largest one-round all-reduce by default, and the smallest size of each
 /// of the two small slots (one-step broadcast and all_gather use them up
 /// to their size: 512 KiB of shared memory per rank).
-pub(super) const SMALL_SLOT: usize = 256 << 10;
-
-/// L2 cache of one core (sysfs), 1 MiB when unknown.
-fn l2_bytes() -> usize {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size").unwrap_or_default();
-    let t = text.trim();
-    let (num, mult) = match t.chars().last() {
-        Some('K') => (&t[..t.len() - 1], 1 << 10),
-        Some('M') => (&t[..t.len() - 1], 1 << 20),
-        _ => (t, 1),
-    };
-    num.parse::<usize>().map(|v| v * mult).ok().filter(|&v| v >= 64 << 10).unwrap_or(1 << 20)
-}
+pub const SMALL_SLOT: usize = 256 << 10;
 
 /// The one-round limit: the setting, or the core's L2 cache / (2 n^2),
 /// 16 KiB to 256 KiB (2 MiB L2: 256 KiB for 2 ranks, 64 KiB for 4, 16 KiB
@@ -197,18 +268,15 @@ fn l2_bytes() -> usize {
 /// costs n reads per byte where the pipelined one moves ~3, and all ranks
 /// read the same slots at once: it pays only while those copies stay in
 /// cache (`docs/decisions/0004`).
-pub fn one_round_max(setting: usize, local_ranks: usize) -> usize {
-    if setting > 0 {
-        return setting;
-    }
+pub fn one_round_max(setting: Setting<usize>, local_ranks: usize, l2_bytes: usize) -> usize {
     let n = local_ranks.max(1);
-    (l2_bytes() / (2 * n * n)).clamp(16 << 10, SMALL_SLOT)
+    setting.or_auto(|| (l2_bytes / (2 * n * n)).clamp(16 << 10, SMALL_SLOT))
 }
 
 #[cfg(test)]
 mod tests {
     use super::{quick_leads_for, quick_share, room_to_spin, slot_bytes_for, stage_for};
-    use crate::config::{Config, ShmConfig, SLOT_FROM_HOST};
+    use crate::config::{Config, Setting, ShmConfig};
 
     #[test]
     fn a_quick_team_takes_a_ranks_share_of_a_quarter_of_the_cores() {
@@ -228,8 +296,8 @@ mod tests {
 
     #[test]
     fn slots_hold_2_mib_with_up_to_4_ranks_of_several_threads_unless_set() {
-        let host = ShmConfig { segment_bytes: 256 << 10, slot_min: SLOT_FROM_HOST, ..Config::get().shm };
-        let slot = |sizes, n, threads| slot_bytes_for(sizes, n, threads);
+        let host = ShmConfig { segment_bytes: 256 << 10, slot_min: Setting::Auto, ..Config::get().shm };
+        let slot = |sizes, n, threads| slot_bytes_for(&sizes, n, threads);
         // 16 cores: 4 ranks of 4 threads (1 MiB) and 3 of 5 get 2 MiB; 2
         // ranks of 8 have it; 8 ranks of 2, 2 ranks of 2 (a 4-core host),
         // a rank of one thread (the 2-core VM) and a lone rank keep
@@ -237,8 +305,8 @@ mod tests {
         assert_eq!((slot(host, 4, 4), slot(host, 3, 5), slot(host, 2, 8)), (2 << 20, 2 << 20, 2 << 20));
         assert_eq!((slot(host, 8, 2), slot(host, 2, 2), slot(host, 2, 1), slot(host, 1, 8)), (512 << 10, 512 << 10, 256 << 10, 2 << 20));
         // a setting: that floor (0: none) whatever the ranks
-        let none = ShmConfig { slot_min: 0, ..host };
-        assert_eq!((slot(none, 4, 4), slot(ShmConfig { slot_min: 3 << 20, ..host }, 8, 2)), (1 << 20, 3 << 20));
+        let none = ShmConfig { slot_min: Setting::Fixed(0), ..host };
+        assert_eq!((slot(none, 4, 4), slot(ShmConfig { slot_min: Setting::Fixed(3 << 20), ..host }, 8, 2)), (1 << 20, 3 << 20));
     }
 
     #[test]
@@ -252,10 +320,15 @@ mod tests {
     #[test]
     fn the_quick_team_leads_with_up_to_four_local_ranks_unless_set() {
         assert_eq!(
-            (quick_leads_for(None, 2), quick_leads_for(None, 4), quick_leads_for(None, 5), quick_leads_for(None, 16)),
+            (
+                quick_leads_for(Setting::Auto, 2),
+                quick_leads_for(Setting::Auto, 4),
+                quick_leads_for(Setting::Auto, 5),
+                quick_leads_for(Setting::Auto, 16)
+            ),
             (true, true, false, false)
         );
-        assert_eq!((quick_leads_for(Some(true), 16), quick_leads_for(Some(false), 2)), (true, false));
+        assert_eq!((quick_leads_for(Setting::Fixed(true), 16), quick_leads_for(Setting::Fixed(false), 2)), (true, false));
     }
 
     #[test]

@@ -3,16 +3,16 @@
 //! slots, when that is left to the host: the thresholds of [`Reads`] for
 //! each collective and for sends, and how a scatter root splits the blocks
 //! its receivers read. Every rank computes its own; the group takes the
-//! largest (`Attach::agreed`), or the root decides and says so.
+//! largest ([`agreed_blocks`] follows from them), or the root decides and
+//! says so.
 #![forbid(unsafe_code)]
 
-use super::{remote, ATTACH_FROM_HOST, BLOCK_SLOT_RANKS, SINGLE_READER_MIN};
 use crate::config::log_at;
-use crate::config::{LogLevel, ShmConfig, BROADCAST_FROM_HOST, MAX_ROOT_SHARE, SPLIT_FROM_HOST};
+use crate::config::{LogLevel, Setting, ShmConfig, MAX_ROOT_SHARE, NEVER};
 use crate::types::Rank;
 
 /// The collectives' single-copy threshold when the setting is left to the
-/// host (`config::ATTACH_FROM_HOST`): [`ATTACH_MIN`] where a rank has two or
+/// host: [`ATTACH_MIN`] where a rank has two or
 /// more threads, where reading the peers' tensors won for large transfers.
 /// With one thread per rank, the two ranks' user-space copies through shared
 /// memory run side by side where a single-copy read is one thread's kernel
@@ -22,11 +22,11 @@ use crate::types::Rank;
 /// all_reduce, reduce_scatter and reduce with many local ranks
 /// ([`many_few_thread_ranks`], [`pushed_reduce_attach_min`]). The
 /// measurements: `docs/decisions/0004`.
-fn host_attach_min(me: Rank, threads: usize) -> usize {
+fn host_attach_min(me: Rank, threads: usize, read_speed: &dyn Fn() -> Option<(f64, f64)>) -> usize {
     if threads >= 2 {
         return ATTACH_MIN;
     }
-    match remote::read_and_copy_speed_once() {
+    match read_speed() {
         Some((read, copy)) if read >= READ_VS_COPY * copy => ATTACH_MIN,
         measured => {
             let speeds = measured.map_or("could not time reads through the kernel".to_string(), |(read, copy)| {
@@ -37,14 +37,15 @@ fn host_attach_min(me: Rank, threads: usize) -> usize {
                 )
             });
             log_at!(LogLevel::Info, "rank {me}: one thread per rank, which {speeds}: no collective reads peers' tensors, but with more than {MANY_LOCAL_RANKS} local ranks all_reduce, reduce_scatter and reduce (RUSTCCL_SHM_ATTACH_MIN_BYTES overrides)");
-            usize::MAX
+            NEVER
         }
     }
 }
 
 /// One rank's single-copy thresholds (bytes); the group takes the largest
 /// of each (`Attach::agreed`).
-pub(super) struct Reads {
+#[derive(Debug, Clone)]
+pub struct Reads {
     /// Collectives (`Attach::min_bytes`).
     pub attach: usize,
     pub single: usize,
@@ -73,13 +74,20 @@ pub(super) struct Reads {
 /// smaller size on than the kernel's reads (while every local rank has
 /// them: the group takes the largest thresholds). A threshold set by hand
 /// keeps single readers at 256 KiB; a single-reader setting wins.
-pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads: usize, shared: bool) -> Reads {
+pub(super) fn reads_for(
+    me: Rank,
+    sizes: &ShmConfig,
+    local_ranks: usize,
+    threads: usize,
+    shared: bool,
+    read_speed: &dyn Fn() -> Option<(f64, f64)>,
+) -> Reads {
     let n = local_ranks;
-    let host = sizes.attach_min == ATTACH_FROM_HOST;
+    let host = sizes.attach_min.is_auto();
     let attach = match sizes.attach_min {
-        ATTACH_FROM_HOST if shared => SHARED_READ_MIN,
-        ATTACH_FROM_HOST => host_attach_min(me, threads),
-        set => set,
+        Setting::Auto if shared => SHARED_READ_MIN,
+        Setting::Auto => host_attach_min(me, threads, read_speed),
+        Setting::Fixed(set) => set,
     };
     let crowded = shared && crowded(n, threads);
     let all_reduce = if !host {
@@ -103,46 +111,37 @@ pub(super) fn reads_for(me: Rank, sizes: ShmConfig, local_ranks: usize, threads:
     // Reads through the kernel slower than copies, one thread a rank
     // (`host_attach_min`): sends over 256 KiB are read, not staged; blocks
     // over the single-reader threshold too (`Attach::agreed`).
-    let slow = host && !shared && attach == usize::MAX;
+    let slow = host && !shared && attach == NEVER;
     let block = match sizes.block_min {
-        0 if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
-        0 if shared => SINGLE_READER_MIN,
-        set => set,
+        Setting::Auto if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
+        Setting::Auto if shared => SINGLE_READER_MIN,
+        Setting::Auto => 0,
+        Setting::Fixed(set) => set,
     };
     // Broadcast reads the root only with two or more threads a rank: with
     // one the pipelined copies stay faster even with shared tensors;
     // unless the root, idle otherwise, writes half of it
     // ([`PAIR_BROADCAST_READ_MIN`]).
     let broadcast = match sizes.broadcast_min {
-        BROADCAST_FROM_HOST if shared && threads > 1 => SHARED_BROADCAST_READ_MIN,
-        BROADCAST_FROM_HOST if slow && n == 2 && sizes.gather_push => PAIR_BROADCAST_READ_MIN,
-        BROADCAST_FROM_HOST => usize::MAX,
-        set => set,
+        Setting::Auto if shared && threads > 1 => SHARED_BROADCAST_READ_MIN,
+        Setting::Auto if slow && n == 2 && sizes.gather_push => PAIR_BROADCAST_READ_MIN,
+        Setting::Auto => NEVER,
+        Setting::Fixed(set) => set,
     };
-    let single = match sizes.single_min {
-        0 => SINGLE_READER_MIN,
-        set => set,
-    };
+    let single = sizes.single_min.or_auto(|| SINGLE_READER_MIN);
     // The sender, idle while its receiver reads, writes half where this
     // rank takes pushes.
-    let split_send = match sizes.split_send_min {
-        SPLIT_FROM_HOST if sizes.gather_push => SPLIT_SEND_MIN,
-        SPLIT_FROM_HOST => usize::MAX,
-        set => set,
-    };
+    let split_send = sizes.split_send_min.or_auto(|| if sizes.gather_push { SPLIT_SEND_MIN } else { NEVER });
     Reads { attach, single, all_reduce, reduce_scatter, reduce, all_gather, block, broadcast, slow, split_send }
 }
 
 /// The largest scatter block a root splits with its receiver (the setting;
-/// `usize::MAX`: any): [`SCATTER_SPLIT_MAX`]. Splitting lets the idle root
+/// [`NEVER`]: any): [`SCATTER_SPLIT_MAX`]. Splitting lets the idle root
 /// write part of a block while its receiver reads the rest; on large blocks
 /// the root's threads, writing part of every block, become the slowest part
 /// (`docs/decisions/0004`).
-pub(super) fn scatter_split_max(sizes: ShmConfig) -> usize {
-    match sizes.scatter_split_max {
-        0 => SCATTER_SPLIT_MAX,
-        set => set,
-    }
+pub(super) fn scatter_split_max(sizes: &ShmConfig) -> usize {
+    sizes.scatter_split_max.or_auto(|| SCATTER_SPLIT_MAX)
 }
 
 const SCATTER_SPLIT_MAX: usize = 2 << 20;
@@ -153,12 +152,8 @@ const SCATTER_SPLIT_MAX: usize = 2 << 20;
 /// with its one thread writes (n - 1) / n of a block, as much as each
 /// receiver reads, and is no longer the slowest part; clamped to 2 ..=
 /// `MAX_ROOT_SHARE` (`docs/decisions/0004`).
-pub(super) fn scatter_root_share(sizes: ShmConfig, local_ranks: usize, root_threads: usize) -> usize {
-    let share = match sizes.scatter_root_share {
-        0 if root_threads <= 1 => local_ranks,
-        0 => 2,
-        set => set,
-    };
+pub(super) fn scatter_root_share(sizes: &ShmConfig, local_ranks: usize, root_threads: usize) -> usize {
+    let share = sizes.scatter_root_share.or_auto(|| if root_threads <= 1 { local_ranks } else { 2 });
     share.clamp(2, MAX_ROOT_SHARE)
 }
 
@@ -168,12 +163,8 @@ pub(super) fn scatter_root_share(sizes: ShmConfig, local_ranks: usize, root_thre
 /// with 2 local ranks of one thread each, where the root otherwise only
 /// copies its own half while the other pushes its half through the
 /// kernel; else 1.
-pub(super) fn gather_root_share(sizes: ShmConfig, local_ranks: usize, threads: usize) -> usize {
-    let share = match sizes.gather_root_share {
-        0 if local_ranks == 2 && threads == 1 => PAIR_GATHER_ROOT_SHARE,
-        0 => 1,
-        set => set,
-    };
+pub(super) fn gather_root_share(sizes: &ShmConfig, local_ranks: usize, threads: usize) -> usize {
+    let share = sizes.gather_root_share.or_auto(|| if local_ranks == 2 && threads == 1 { PAIR_GATHER_ROOT_SHARE } else { 1 });
     share.min(MAX_ROOT_SHARE)
 }
 
@@ -318,12 +309,85 @@ const ATTACH_MIN: usize = 16 << 20;
 /// for one thread per rank to read peers' tensors.
 const READ_VS_COPY: f64 = 0.8;
 
+/// Blocks from this size are read by their one reader: smaller ones cost
+/// more in the system call and page pinning than the copy saves
+/// (`docs/decisions/0004`).
+pub const SINGLE_READER_MIN: usize = 256 << 10;
+
+/// all_to_all / gather / scatter blocks up to this size go through the
+/// senders' input slots where reads are fast (when they fit one: a slot
+/// holds 2 MiB with 8 threads a rank, 1 MiB with 4; with 2 local ranks a
+/// block may fill both, `collectives::shm::attach::block_max`) and the host
+/// has at most [`BLOCK_SLOT_RANKS`] local ranks: there the threads' copies
+/// through the slots beat the kernel's reads. With more ranks, every rank
+/// copying twice at once is slower, and blocks over `single_min` are read
+/// (`docs/decisions/0004`).
+pub const BLOCK_READ_MIN: usize = 2 << 20;
+/// The most local ranks for which [`BLOCK_READ_MIN`] applies.
+pub const BLOCK_SLOT_RANKS: usize = 4;
+/// [`BLOCK_READ_MIN`] for a host with 2 local ranks where reads are fast:
+/// blocks up to 4 MiB go through the sender's two input slots (2 MiB each
+/// with 8 threads a rank, one block filling both), taken together, which
+/// beats the kernel's reads and writes (`docs/decisions/0004`).
+pub const PAIR_FAST_BLOCK_READ_MIN: usize = 4 << 20;
+/// Scatter blocks over this size are read where no collective reads (one
+/// thread a rank, reads slower than copies) and the host has more than
+/// [`MANY_SLOW_RANKS`] local ranks: through the root's slots its one thread
+/// copies every block, where reads spread them over the receivers
+/// (`docs/decisions/0004`).
+pub const SLOW_MANY_SCATTER_BLOCK_READ_MIN: usize = 16 << 10;
+/// See [`SLOW_MANY_SCATTER_BLOCK_READ_MIN`].
+pub const MANY_SLOW_RANKS: usize = 8;
+/// Gather blocks over this size are pushed into the root's buffer by their
+/// senders (`RUSTCCL_SHM_GATHER_PUSH`; read by the root where it takes no
+/// pushes) under the same conditions as [`SLOW_MANY_SCATTER_BLOCK_READ_MIN`]:
+/// as messages through the rings the root's one thread copies every block.
+/// Smaller blocks gain nothing: many senders writing into one process
+/// through the kernel at once contend (`docs/decisions/0004`).
+pub const SLOW_MANY_GATHER_BLOCK_READ_MIN: usize = 64 << 10;
+
+/// A collective threshold this large (1 TiB) means that no collective
+/// reads peers' tensors: where reads are slow, the host's rule.
+pub const NO_COLLECTIVE_READS: usize = 1 << 40;
+
+/// The block thresholds every local rank applies, from the largest each
+/// rank published: `block_set` (0: left to rustccl), the collectives'
+/// `min_bytes` and the single readers' `single_min`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockReads {
+    pub block_min: usize,
+    pub scatter_block_min: usize,
+    pub gather_block_min: usize,
+}
+
+/// See [`BlockReads`]; `local_ranks` of this host.
+pub fn agreed_blocks(block_set: usize, min_bytes: usize, single_min: usize, local_ranks: usize) -> BlockReads {
+    let reads = min_bytes < NO_COLLECTIVE_READS;
+    let block_min = match block_set {
+        0 if reads && local_ranks == 2 => PAIR_FAST_BLOCK_READ_MIN.max(single_min),
+        0 if reads && local_ranks <= BLOCK_SLOT_RANKS => BLOCK_READ_MIN.max(single_min),
+        // Where no collective reads (one thread a rank, reads slower than
+        // copies: `host_attach_min`), blocks over `single_min` are read
+        // all the same (or a gather's pushed): that spreads a gather's or
+        // scatter's copies over every rank, where shared memory leaves
+        // them all to the root (`docs/decisions/0004`).
+        0 => single_min,
+        set => set,
+    };
+    let slow_many = block_set == 0 && !reads && local_ranks > MANY_SLOW_RANKS;
+    BlockReads {
+        block_min,
+        scatter_block_min: if slow_many { SLOW_MANY_SCATTER_BLOCK_READ_MIN.min(block_min) } else { block_min },
+        gather_block_min: if slow_many { SLOW_MANY_GATHER_BLOCK_READ_MIN.min(block_min) } else { block_min },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{
         all_reduce_attach_min, gather_root_share, pushed_reduce_attach_min, reduce_scatter_attach_min, scatter_root_share, ATTACH_MIN,
     };
-    use crate::config::{Config, ShmConfig};
+    use crate::config::{Config, Setting, ShmConfig};
 
     #[test]
     fn more_than_8_ranks_of_at_most_2_threads_read_from_16_mib_in_all_reduce_and_8_mib_in_reduce_scatter_even_where_reads_are_slow() {
@@ -377,25 +441,47 @@ mod tests {
 
     #[test]
     fn a_scatter_root_of_one_thread_writes_1_over_n_of_a_block_others_half_unless_set() {
-        let host = ShmConfig { scatter_root_share: 0, ..Config::get().shm };
+        let host = ShmConfig { scatter_root_share: Setting::Auto, ..Config::get().shm };
         // 16 ranks on 16 cores (root 1 thread): 1/16; 8 ranks on 16 cores
         // (root 8): half; the 2-core VM's 2 ranks (root 1): half; 3 ranks
         // of one thread: a third; 64 ranks of one: the header's limit
-        assert_eq!((scatter_root_share(host, 16, 1), scatter_root_share(host, 8, 8), scatter_root_share(host, 2, 1)), (16, 2, 2));
-        assert_eq!((scatter_root_share(host, 3, 1), scatter_root_share(host, 64, 1)), (3, 31));
+        assert_eq!((scatter_root_share(&host, 16, 1), scatter_root_share(&host, 8, 8), scatter_root_share(&host, 2, 1)), (16, 2, 2));
+        assert_eq!((scatter_root_share(&host, 3, 1), scatter_root_share(&host, 64, 1)), (3, 31));
         // a setting wins, clamped to 2..=31
-        let set = |v| ShmConfig { scatter_root_share: v, ..host };
-        assert_eq!((scatter_root_share(set(4), 16, 1), scatter_root_share(set(1), 2, 8), scatter_root_share(set(99), 8, 8)), (4, 2, 31));
+        let set = |v| ShmConfig { scatter_root_share: Setting::Fixed(v), ..host };
+        assert_eq!((scatter_root_share(&set(4), 16, 1), scatter_root_share(&set(1), 2, 8), scatter_root_share(&set(99), 8, 8)), (4, 2, 31));
     }
 
     #[test]
     fn a_gather_root_reads_a_quarter_of_the_pushed_block_with_2_one_thread_ranks_else_none_unless_set() {
-        let host = ShmConfig { gather_root_share: 0, ..Config::get().shm };
+        let host = ShmConfig { gather_root_share: Setting::Auto, ..Config::get().shm };
         assert_eq!(
-            (gather_root_share(host, 2, 1), gather_root_share(host, 2, 2), gather_root_share(host, 3, 1), gather_root_share(host, 16, 1)),
+            (
+                gather_root_share(&host, 2, 1),
+                gather_root_share(&host, 2, 2),
+                gather_root_share(&host, 3, 1),
+                gather_root_share(&host, 16, 1)
+            ),
             (4, 1, 1, 1)
         );
-        let set = |v| ShmConfig { gather_root_share: v, ..host };
-        assert_eq!((gather_root_share(set(1), 2, 1), gather_root_share(set(3), 16, 1), gather_root_share(set(99), 8, 8)), (1, 3, 31));
+        let set = |v| ShmConfig { gather_root_share: Setting::Fixed(v), ..host };
+        assert_eq!((gather_root_share(&set(1), 2, 1), gather_root_share(&set(3), 16, 1), gather_root_share(&set(99), 8, 8)), (1, 3, 31));
+    }
+
+    #[test]
+    fn blocks_go_through_slots_up_to_4_mib_with_2_ranks_2_mib_with_3_to_4_where_reads_are_fast() {
+        use super::{agreed_blocks, BlockReads, NO_COLLECTIVE_READS, SINGLE_READER_MIN};
+        let fast = |n| agreed_blocks(0, ATTACH_MIN, SINGLE_READER_MIN, n).block_min;
+        assert_eq!((fast(2), fast(3), fast(4), fast(5)), (4 << 20, 2 << 20, 2 << 20, SINGLE_READER_MIN));
+        // slow reads: single readers' threshold; with more than 8 ranks
+        // scatter reads and gather pushes smaller blocks
+        let slow = |n| agreed_blocks(0, NO_COLLECTIVE_READS, SINGLE_READER_MIN, n);
+        assert_eq!(
+            slow(4),
+            BlockReads { block_min: SINGLE_READER_MIN, scatter_block_min: SINGLE_READER_MIN, gather_block_min: SINGLE_READER_MIN }
+        );
+        assert_eq!(slow(9), BlockReads { block_min: SINGLE_READER_MIN, scatter_block_min: 16 << 10, gather_block_min: 64 << 10 });
+        // a setting wins everywhere
+        assert_eq!(agreed_blocks(1 << 20, NO_COLLECTIVE_READS, SINGLE_READER_MIN, 16).scatter_block_min, 1 << 20);
     }
 }
