@@ -33,9 +33,7 @@ struct SharedCpuAllocator final : c10::Allocator {
     return g_fallback->allocate(n);
   }
   c10::DeleterFnPtr raw_deleter() const override { return g_fallback->raw_deleter() ? &deleteAny : nullptr; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 };
 
 // Installs the allocator (once); the arena's smallest tensor in bytes.

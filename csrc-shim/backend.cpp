@@ -7,8 +7,8 @@
 #include "submission.hpp"
 #include "util.hpp"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/library.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 namespace rustccl {
 
@@ -127,8 +127,7 @@ c10::intrusive_ptr<c10d::Work> Backend::reduce(std::vector<at::Tensor>& tensors,
 }
 
 c10::intrusive_ptr<c10d::Work> Backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                  std::vector<at::Tensor>& inputs,
-                                                  const c10d::AllgatherOptions& opts) {
+                                                  std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   ProfileSpan span(RUSTCCL_SPAN_SHIM);
   checkOne(inputs, "all_gather");
   TORCH_CHECK(outputs.size() == 1, "rustccl all_gather: expected one output list, got ", outputs.size());
@@ -151,11 +150,11 @@ c10::intrusive_ptr<c10d::Work> Backend::allgather_coalesced(std::vector<std::vec
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllgatherOptions& opts) {
   // outputs[r][i] receives input i of rank r.
-  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "rustccl all_gather_coalesced: expected ",
-              getSize(), " output lists (one per rank), got ", outputs.size());
+  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "rustccl all_gather_coalesced: expected ", getSize(),
+              " output lists (one per rank), got ", outputs.size());
   for (const auto& l : outputs) {
-    TORCH_CHECK(l.size() == inputs.size(), "rustccl all_gather_coalesced: every output list needs ",
-                inputs.size(), " tensors, one per input");
+    TORCH_CHECK(l.size() == inputs.size(), "rustccl all_gather_coalesced: every output list needs ", inputs.size(),
+                " tensors, one per input");
   }
   Submission s(*this, "all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, "rustccl:all_gather_coalesced");
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -190,8 +189,8 @@ c10::intrusive_ptr<c10d::Work> Backend::gather(std::vector<std::vector<at::Tenso
     s.outs(outputs[0]);
     result = outputs[0];
   } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "rustccl gather: only the root (rank ", opts.rootRank, ") passes a gather list");
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "rustccl gather: only the root (rank ",
+                opts.rootRank, ") passes a gather list");
   }
   s.blocking(!opts.asyncOp);
   return finish(s, result, opts.timeout);
@@ -208,8 +207,8 @@ c10::intrusive_ptr<c10d::Work> Backend::scatter(std::vector<at::Tensor>& outputs
     TORCH_CHECK(inputs.size() == 1, "rustccl scatter: the root needs one scatter list, got ", inputs.size());
     s.ins(inputs[0]);
   } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "rustccl scatter: only the root (rank ", opts.rootRank, ") passes a scatter list");
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "rustccl scatter: only the root (rank ",
+                opts.rootRank, ") passes a scatter list");
   }
   s.out(outputs[0]);
   s.blocking(!opts.asyncOp);
@@ -333,4 +332,3 @@ TORCH_LIBRARY(rustccl, m) {
       "__torch__.torch.classes.c10d.ProcessGroup",
       &rustccl::createProcessGroup);
 }
-

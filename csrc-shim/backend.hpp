@@ -145,10 +145,9 @@ class Backend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                        std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
-                                         std::vector<std::vector<at::Tensor>>& inputs,
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
@@ -159,8 +158,7 @@ class Backend : public c10d::Backend {
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
-                                               std::vector<int64_t>& output_splits,
-                                               std::vector<int64_t>& input_splits,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;

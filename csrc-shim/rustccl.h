@@ -92,8 +92,8 @@ int32_t rustccl_comm_shrink(const RustcclComm* comm, const int64_t* excluded, si
 // sets *out_work and calls done(ctx, ...) exactly once, possibly on another
 // thread and possibly before returning. On failure returns a status, sets
 // the last error and never calls `done`.
-int32_t rustccl_submit(const RustcclComm* comm, const RustcclOpDesc* ops, size_t n_ops,
-                       int64_t timeout_ms, RustcclDoneFn done, void* ctx, RustcclWork** out_work);
+int32_t rustccl_submit(const RustcclComm* comm, const RustcclOpDesc* ops, size_t n_ops, int64_t timeout_ms,
+                       RustcclDoneFn done, void* ctx, RustcclWork** out_work);
 
 // timeout_ms < 0: no bound.
 int32_t rustccl_work_wait(const RustcclWork* work, int64_t timeout_ms);

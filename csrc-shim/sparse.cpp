@@ -42,8 +42,8 @@ c10::intrusive_ptr<c10d::Work> Backend::allreduce_sparse(std::vector<at::Tensor>
               " tensors are not supported; only dense (strided) and sparse COO tensors are");
   TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM,
               "rustccl all_reduce: sparse tensors support only ReduceOp.SUM (as gloo does)");
-  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "rustccl all_reduce: sparse tensors on device ",
-              t.device(), " are not supported (cpu and cuda only)");
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "rustccl all_reduce: sparse tensors on device ", t.device(),
+              " are not supported (cpu and cuda only)");
   {
     std::lock_guard<std::mutex> g(coalescing_mu_);
     TORCH_CHECK(!coalescing_, "rustccl all_reduce: a sparse tensor cannot join a coalesced batch");

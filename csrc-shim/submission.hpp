@@ -158,8 +158,8 @@ class Submission {
     void* ctx = c10::intrusive_ptr<Work>(work).release();
     ::RustcclWork* handle = nullptr;
     handed_ = true;  // the engine owns every export from here on
-    int32_t rc = rustccl_submit(b_.comm(), descs.data(), descs.size(), b_.effective(timeout).count(),
-                                &Work::onDone, ctx, &handle);
+    int32_t rc = rustccl_submit(b_.comm(), descs.data(), descs.size(), b_.effective(timeout).count(), &Work::onDone,
+                                ctx, &handle);
     if (rc != RUSTCCL_OK) {
       (void)c10::intrusive_ptr<Work>::reclaim(static_cast<Work*>(ctx));  // the engine never calls done
       throwStatus(rc, rustccl_last_error());
@@ -212,8 +212,8 @@ class Submission {
     try {
       return at::toDLPack(t);
     } catch (const c10::Error& e) {
-      TORCH_CHECK(false, "rustccl ", op_, ": cannot pass a ", t.scalar_type(), " tensor to the engine: ",
-                  e.what_without_backtrace());
+      TORCH_CHECK(false, "rustccl ", op_, ": cannot pass a ", t.scalar_type(),
+                  " tensor to the engine: ", e.what_without_backtrace());
     }
   }
 

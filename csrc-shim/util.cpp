@@ -9,7 +9,6 @@
 
 namespace rustccl {
 
-
 [[noreturn]] void throwStatus(int32_t status, const std::string& msg) {
   switch (status) {
     case RUSTCCL_TIMEOUT:
@@ -35,11 +34,26 @@ c10::TypePtr tensorListType() { return c10::ListType::create(c10::TensorType::ge
 
 static bool isSupportedDtype(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
-    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong: case at::kBool:
-    case at::kUInt16: case at::kUInt32: case at::kUInt64:
-    case at::kComplexHalf: case at::kComplexFloat: case at::kComplexDouble:
-    case at::kFloat8_e5m2: case at::kFloat8_e4m3fn: case at::kFloat8_e5m2fnuz: case at::kFloat8_e4m3fnuz:
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
+    case at::kBool:
+    case at::kUInt16:
+    case at::kUInt32:
+    case at::kUInt64:
+    case at::kComplexHalf:
+    case at::kComplexFloat:
+    case at::kComplexDouble:
+    case at::kFloat8_e5m2:
+    case at::kFloat8_e4m3fn:
+    case at::kFloat8_e5m2fnuz:
+    case at::kFloat8_e4m3fnuz:
       return true;
     default:
       return false;
@@ -51,11 +65,10 @@ void checkTensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.defined(), "rustccl ", op, ": got an undefined tensor");
   TORCH_CHECK(t.layout() == c10::kStrided, "rustccl ", op, ": ", t.layout(),
               " tensors are not supported; only dense (strided) tensors are (and sparse COO ones by all_reduce)");
-  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "rustccl ", op, ": tensors on device ",
-              t.device(), " are not supported (cpu and cuda only)");
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "rustccl ", op, ": tensors on device ", t.device(),
+              " are not supported (cpu and cuda only)");
   TORCH_CHECK(!t.is_quantized(), "rustccl ", op, ": quantized tensors are not supported");
-  TORCH_CHECK(isSupportedDtype(t.scalar_type()), "rustccl ", op, ": dtype ", t.scalar_type(),
-              " is not supported");
+  TORCH_CHECK(isSupportedDtype(t.scalar_type()), "rustccl ", op, ": dtype ", t.scalar_type(), " is not supported");
 }
 
 bool needsStaging(const at::Tensor& t) {
@@ -81,7 +94,8 @@ int32_t engineOp(const c10d::ReduceOp& op) {
 // tensor is scaled (a coalesced call checks all of its tensors first).
 void checkPremul(const c10d::ReduceOp& op, const at::Tensor& t, bool in_place, const char* name) {
   if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
-  TORCH_CHECK(op.supplement_, "rustccl ", name, ": PREMUL_SUM without a factor (make the op with "
+  TORCH_CHECK(op.supplement_, "rustccl ", name,
+              ": PREMUL_SUM without a factor (make the op with "
               "torch.distributed._make_nccl_premul_sum)");
   checkTensor(t, name);
   auto st = t.scalar_type();
@@ -135,6 +149,5 @@ uint64_t currentStream(const c10::Device& d) {
 c10::Stream externalStream(const c10::Device& d, uint64_t handle) {
   return c10::Stream(c10::Stream::UNSAFE, d, static_cast<c10::StreamId>(handle));
 }
-
 
 }  // namespace rustccl

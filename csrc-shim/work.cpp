@@ -19,7 +19,6 @@ void Staging::absorb(Staging& o) {
   o.temps.clear();
 }
 
-
 // ------------------------------------------------------------------ Work
 
 Work::Work(int rank, c10d::OpType type, const char* title, const std::optional<std::vector<at::Tensor>>& profiled,
@@ -275,7 +274,8 @@ c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() {
 // ------------------------------------------------------------ CoalescedWork
 
 CoalescedWork::CoalescedWork(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works)
-    : c10d::Work(rank, c10d::OpType::COALESCED), works_(std::move(works)),
+    : c10d::Work(rank, c10d::OpType::COALESCED),
+      works_(std::move(works)),
       future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {
   auto remaining = std::make_shared<std::atomic<size_t>>(works_.size());
   auto fut = future_;
