@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import launch
-from rustccl.bench import membw, metrics, ops
+from rustccl.bench import membw, metrics, ops, schema
 
 OPS = list(metrics.OPS)
 TINY = ["--max-bytes", "4K", "--factor", "8", "--iters", "3", "--warmup", "1", "--check",
@@ -159,10 +159,12 @@ def _check_outputs(outdir, name, stdout, world, launcher, repeats=1, method="ab"
     assert not [r for r in recs if r["kind"] == "error"]
     assert {(r["backend"], r["op"]) for r in results} == {(b, op) for b in ("rustccl", "gloo") for op in OPS}
     for r in results:
-        for field in ("backend", "device", "world", "op", "dtype", "bytes", "us", "algbw_GBps", "busbw_GBps",
-                      "machine", "size", "iters", "us_max"):
+        for field in ("device", "algbw_GBps", "busbw_GBps", "size", "iters", "us_slowest_rank"):
             assert field in r, (field, r)
-        assert r["us"] > 0 and r["us_max"] >= r["us"] and r["dtype"] == "float32"
+        assert not schema.missing(r), (schema.missing(r), r)
+        assert r["peer"] == ("gloo" if r["backend"] == "rustccl" else "rustccl") and r["load"] == 0 and r["mode"] == "eager"
+        assert r["host"] == schema.host_fingerprint() and r["world"] == world
+        assert 0 < r["us_min"] <= r["us"] <= r["us_max"] and r["us_slowest_rank"] >= r["us"] and r["dtype"] == "float32"
         assert r["iters"] == 3 and r["warmup"] == 1 and r["repeats"] == repeats
         assert math.isclose(r["algbw_GBps"], r["bytes"] / (r["us"] * 1e-6) / 1e9, rel_tol=1e-9)
         factor = {"all_reduce": 2 * (world - 1) / world, "all_gather": (world - 1) / world,
@@ -315,7 +317,8 @@ def test_open_mpi_peer_mode_agrees_with_open_mpi_and_reports_load(tmp_path):
     assert {(r["op"], r["bytes"], r["backend"]) for r in res} == {
         (o, b, s) for o in OPS for b in (8, 40 << 10) for s in ("rustccl", "mpi", "gloo")}
     for r in res:
-        assert 0 < r["us_lo"] <= r["us"] <= r["us_hi"] and r["p99_us"] >= r["p50_us"] > 0, r
+        assert 0 < r["us_min"] <= r["us"] <= r["us_max"] and r["p99_us"] >= r["p50_us"] > 0, r
+        assert not schema.missing(r) and set(r["peer"].split(",")) == {"rustccl", "mpi", "gloo"} - {r["backend"]}, r
     table = (out / "mpi-3rank.md").read_text()
     assert "## all_to_all" in table and "mpi/rustccl" in table and "gloo/rustccl" in table
     # beside one busy process per core

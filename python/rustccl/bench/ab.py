@@ -213,8 +213,8 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
         per_round = [t / iters / ops.messages_per_iter(op) * 1e6 for t in loops[b]]
         rows.append({"kind": "result", "backend": b, "device": device.type, "world": world, "op": op,
                      "dtype": cfg.dtype, "size": size, "bytes": nbytes, "count": count, "us": secs * 1e6,
-                     "us_min": min(per_round), "us_rounds": per_round,
-                     "us_max": slowest(secs, device, live[b]) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
+                     "us_min": min(per_round), "us_max": max(per_round), "us_rounds": per_round,
+                     "us_slowest_rank": slowest(secs, device, live[b]) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
                      "iters": iters, "warmup": warmup, "repeats": rounds, "method": "ab",
                      **({"algorithms": ran[b]} if b in ran else {})})
 

@@ -37,6 +37,7 @@ import time
 
 import numpy as np
 
+from . import schema
 from .__main__ import parse_size
 from .runner import _cpu_model, _git_commit, _loadavg, _mem_gib, free_stem
 
@@ -274,7 +275,7 @@ def rank_main(args) -> int:
                     rows.append({
                         "kind": "result", "backend": "mpi" if s == "mpi" else s, "device": "cpu", "world": world,
                         "op": op, "dtype": "float32", "bytes": nbytes, "us": statistics.median(us),
-                        "us_lo": us[0], "us_hi": us[-1],
+                        "us_min": us[0], "us_max": us[-1],
                         "p50_us": calls[len(calls) // 2] * 1e6, "p99_us": calls[int(len(calls) * 0.99)] * 1e6,
                         "iters": iters, "warmup": 5, "repeats": args.rounds, "method": "ab",
                         "load": args.load, "load_rate": statistics.median(rate[s]) if load.c is not None else None,
@@ -319,6 +320,9 @@ def _write(args, world: int, started, rows: list[dict], mismatches: list[str]) -
         head["check"] = mismatches
     os.makedirs(args.out, exist_ok=True)
     stem = free_stem(os.path.join(args.out, f"mpi-{world}rank" + (f"-load{args.load}" if args.load else "")))
+    systems = list(dict.fromkeys(r["backend"] for r in rows))
+    rows = schema.stamp(rows, backends=systems, machine=args.machine, commit=head["rustccl_git"], load=args.load)
+    head["host_fingerprint"] = schema.host_fingerprint()
     with open(stem + ".jsonl", "w") as f:
         for r in [head, *rows]:
             f.write(json.dumps(r) + "\n")
@@ -344,7 +348,7 @@ def markdown(head: dict, rows: list[dict]) -> str:
         for nbytes in dict.fromkeys(r["bytes"] for r in rows if r["op"] == op):
             by = {r["backend"]: r for r in rows if r["op"] == op and r["bytes"] == nbytes}
             cells = [str(nbytes)]
-            cells += [f"{by[s]['us']:.1f} [{by[s]['us_lo']:.1f}-{by[s]['us_hi']:.1f}] p99 {by[s]['p99_us']:.0f}"
+            cells += [f"{by[s]['us']:.1f} [{by[s]['us_min']:.1f}-{by[s]['us_max']:.1f}] p99 {by[s]['p99_us']:.0f}"
                       for s in systems]
             cells += [f"{by[s]['us'] / by['rustccl']['us']:.2f}" for s in systems if s != "rustccl"]
             if head["load"] and "gloo" in by:

@@ -18,7 +18,7 @@ import statistics
 import torch
 import torch.distributed as dist
 
-from .sweep import slowest
+from .sweep import slowest, step_spread
 
 
 def step_fn(rank: int, stages: int, micro: int, count: int, device, group):
@@ -65,4 +65,4 @@ def row(cfg, backend: str, world: int, device, group, stages: int, count: int, l
     return {"kind": "result", "backend": backend, "device": device.type, "world": world, "op": "pp_step",
             "dtype": "float32", "stages": stages, "micro": cfg.pp_micro, "bytes": count * 4,
             "boundary_bytes": 2 * cfg.pp_micro * count * 4, "steps": cfg.pp_steps, "repeats": len(loops),
-            "method": method, "ms": ms, "ms_max": slowest(ms, device, group)}
+            "method": method, "ms": ms, "ms_max": slowest(ms, device, group), **step_spread(loops, cfg.pp_steps)}

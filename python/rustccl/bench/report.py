@@ -7,9 +7,11 @@ JSONL layout (one object per line, field ``kind`` tells them apart):
   every option of the run.
 * ``result``: one per (backend, op, size) with the anchors' fields
   ``backend device world op dtype bytes us algbw_GBps busbw_GBps`` plus
-  ``size`` (the swept per-rank size), ``count``, ``us_max`` (slowest rank),
-  ``iters``, ``warmup`` and ``machine``; DDP rows have op ``ddp_toy_step``,
-  ``ms``, ``ms_max``, ``batch``, ``model_size``, ``steps``.
+  ``size`` (the swept per-rank size), ``count``, ``us_slowest_rank``,
+  ``iters``, ``warmup``, and the results schema's fields (``schema.FIELDS``:
+  ``peer``, ``load``, ``mode``, ``us_min``, ``us_max``, ``host``, ``commit``,
+  ``machine``); DDP rows have op ``ddp_toy_step``, ``ms``, ``ms_max``,
+  ``batch``, ``model_size``, ``steps``.
 * ``floor`` (CPU, points up to 64 KiB, not all_gather): the same call on a group of torch's
   fake backend, timed in the same alternation: ``op size bytes us``, torch's
   own cost per call (Python, dispatch, work objects), below which no
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 
+from . import schema
 from .metrics import DEFAULT_ITERS, SMALL_BYTES, SMALL_MIN_ITERS, human_bytes
 
 
@@ -63,8 +66,9 @@ def ratios(rows: list[dict], backends: list[str]) -> list[dict]:
 
 def write_jsonl(path: str, header: dict, rows: list[dict], ratio_rows: list[dict]) -> None:
     machine = header.get("machine")
+    rows = schema.stamp(rows, backends=header["options"]["backends"], machine=machine, commit=header.get("rustccl_git"))
     with open(path, "w") as f:
-        f.write(json.dumps(header) + "\n")
+        f.write(json.dumps(dict(header, host_fingerprint=schema.host_fingerprint())) + "\n")
         for r in rows + ratio_rows:
             f.write(json.dumps(dict(r, machine=machine)) + "\n")
 

@@ -19,8 +19,9 @@ Timing (as the anchors)
 Per (op, size): ``warmup`` calls, device sync, ``barrier``, device sync,
 then ``iters`` calls issued back to back (synchronous API) and one device
 sync; ``us`` = elapsed host time / iters (/ 2 for send_recv, see
-metrics). ``us`` is rank 0's time, like the anchors; ``us_max`` is the
-slowest rank's (an extra all_reduce MAX after the timed loop). ``--check``
+metrics). ``us`` is rank 0's time, like the anchors (the median of the
+rounds, ``us_min`` / ``us_max`` the fastest and slowest); ``us_slowest_rank``
+is the slowest rank's (an extra all_reduce MAX after the timed loop). ``--check``
 runs before the warm-ups, on separate buffers.
 
 ``--repeats R`` (default 1, the anchors' single loop) runs the timed loop R
@@ -111,13 +112,15 @@ def run_op(cfg, op: str, backend: str, rank: int, world: int, device, progress) 
             mismatches += ops.check(op, count, dtype, device, rank, world)
         fn = ops.timed_call(op, count, dtype, device, rank, world)
         loops = [time_loop(fn, iters, warmup if k == 0 else 0, device) for k in range(cfg.repeats)]
-        secs = statistics.median(loops) / iters / ops.messages_per_iter(op)
+        per_call = [t / iters / ops.messages_per_iter(op) for t in loops]
+        secs = statistics.median(per_call)
         del fn
         algbw, busbw = metrics.bandwidths(op, nbytes, secs, world)
         rows.append({"kind": "result", "backend": backend, "device": device.type, "world": world, "op": op,
                      "dtype": cfg.dtype, "size": size, "bytes": nbytes, "count": count, "us": secs * 1e6,
-                     "us_max": slowest(secs, device) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
-                     "iters": iters, "warmup": warmup, "repeats": cfg.repeats})
+                     "us_min": min(per_call) * 1e6, "us_max": max(per_call) * 1e6,
+                     "us_slowest_rank": slowest(secs, device) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
+                     "iters": iters, "warmup": warmup, "repeats": cfg.repeats, "method": "blocks"})
         progress.advance()
     return rows, mismatches
 
@@ -158,8 +161,15 @@ def ddp_row(cfg, backend: str, world: int, device, group, loops: list, method: s
     steps each)."""
     ms = statistics.median(loops) / cfg.ddp_steps * 1e3
     return {"kind": "result", "backend": backend, "device": device.type, "world": world, "op": "ddp_toy_step",
-            "dtype": "float32", "batch": cfg.ddp_batch, "model_size": cfg.ddp_size, "steps": cfg.ddp_steps,
-            "repeats": len(loops), "method": method, "ms": ms, "ms_max": slowest(ms, device, group)}
+            "dtype": "float32", "bytes": 0, "batch": cfg.ddp_batch, "model_size": cfg.ddp_size, "steps": cfg.ddp_steps,
+            "repeats": len(loops), "method": method, "ms": ms, "ms_max": slowest(ms, device, group),
+            **step_spread(loops, cfg.ddp_steps)}
+
+
+def step_spread(loops: list, steps: int) -> dict:
+    """``us``, ``us_min``, ``us_max`` of a step from timed loops of ``steps``."""
+    per = [t / steps * 1e6 for t in loops]
+    return {"us": statistics.median(per), "us_min": min(per), "us_max": max(per)}
 
 
 def run_ddp(cfg, backend: str, rank: int, world: int, device, progress, group=None) -> list[dict]:

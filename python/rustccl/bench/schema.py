@@ -1,0 +1,58 @@
+"""The one results schema: every timing row a rustccl benchmark writes
+(``python -m rustccl.bench``, ``python -m rustccl.bench.mpi``) has these
+fields, so that any two runs compare by the same keys (docs/performance.md,
+"The results schema")."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+
+# field: meaning (docs/performance.md renders the same list)
+FIELDS = {
+    "op": "the collective (all_reduce, ..., send_recv) or step (ddp_toy_step, pp_step)",
+    "bytes": "bytes per rank",
+    "dtype": "element type",
+    "world": "number of ranks",
+    "backend": "rustccl, gloo, nccl, mpi (Open MPI), or rustccl:NAME for a settings variant",
+    "peer": "the other systems timed in the same processes, alternately (comma-separated)",
+    "load": "busy processes per core beside the ranks (0: a quiet host)",
+    "mode": "eager, or graph (CUDA graph replay)",
+    "us": "median time per call over the rounds (rank 0)",
+    "us_min": "the fastest round's time per call",
+    "us_max": "the slowest round's time per call",
+    "host": "host fingerprint: a hash of CPU model, cores, memory and kernel",
+    "commit": "the git commit of rustccl that ran (or its version)",
+    "machine": "the host kind the run names (the results folder)",
+}
+
+
+def host_fingerprint() -> str:
+    """Twelve hex digits that differ between hosts of another CPU, core
+    count, memory size or kernel, and agree between runs on one host."""
+    from .runner import _cpu_model, _mem_gib
+
+    parts = [_cpu_model(), str(os.cpu_count()), str(_mem_gib()), platform.machine(), platform.release()]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def stamp(rows: list[dict], *, backends: list[str], machine: str, commit: str | None, load: float = 0,
+          mode: str = "eager") -> list[dict]:
+    """The ``result`` rows of one run with the run's fields filled in
+    (``peer``, ``load``, ``mode``, ``host``, ``commit``, ``machine``);
+    other rows pass unchanged. A row's own ``load`` or ``mode`` wins."""
+    host = host_fingerprint()
+    out = []
+    for r in rows:
+        if r.get("kind") == "result":
+            peer = ",".join(b for b in backends if b != r["backend"])
+            r = {"peer": peer, "load": load, "mode": mode, **r, "host": host, "commit": commit or "unknown",
+                 "machine": machine}
+        out.append(r)
+    return out
+
+
+def missing(row: dict) -> list[str]:
+    """The schema's fields a result row lacks."""
+    return [f for f in FIELDS if f not in row]
