@@ -28,6 +28,7 @@ pub mod net;
 pub mod op;
 pub mod plan;
 pub mod shm;
+mod validate;
 
 pub use compress::Compression;
 pub use describe::wire_what;

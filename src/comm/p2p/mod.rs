@@ -44,6 +44,7 @@
 #![forbid(unsafe_code)]
 
 mod event_loop;
+mod failure;
 mod link;
 mod rendezvous;
 mod split;
