@@ -39,7 +39,10 @@ import numpy as np
 
 from . import schema
 from .__main__ import parse_size
-from .runner import _cpu_model, _git_commit, _loadavg, _mem_gib, free_stem
+from .runner import _loadavg, free_stem
+from .schema import cpu_model as _cpu_model
+from .schema import git_commit as _git_commit
+from .schema import mem_gib as _mem_gib
 
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter", "all_to_all",
        "send_recv"]

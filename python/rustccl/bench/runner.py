@@ -18,7 +18,6 @@ import os
 import platform
 import shlex
 import socket
-import subprocess
 import sys
 from datetime import timedelta
 
@@ -27,38 +26,9 @@ import torch.distributed as dist
 
 from . import ab, membw, metrics, plot, report, sweep
 from .progress import Null, Progress
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _mem_gib() -> float | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / (1 << 20), 1)
-    except OSError:
-        pass
-    return None
-
-
-def _git_commit() -> str | None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
+from .schema import cpu_model as _cpu_model
+from .schema import git_commit as _git_commit
+from .schema import mem_gib as _mem_gib
 
 
 def _loadavg() -> list[float] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import subprocess
 
 # field: meaning (docs/performance.md renders the same list)
 FIELDS = {
@@ -28,12 +29,47 @@ FIELDS = {
 }
 
 
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def mem_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / (1 << 20), 1)
+    except OSError:
+        pass
+    return None
+
+
+def git_commit() -> str | None:
+    """The checkout rustccl runs from, else the one the benchmark is run
+    in (an installed rustccl has no .git of its own)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for where in (here, os.getcwd()):
+        try:
+            out = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True, timeout=5)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out.stdout.strip():
+            return out.stdout.strip()
+    return None
+
+
 def host_fingerprint() -> str:
     """Twelve hex digits that differ between hosts of another CPU, core
     count, memory size or kernel, and agree between runs on one host."""
-    from .runner import _cpu_model, _mem_gib
-
-    parts = [_cpu_model(), str(os.cpu_count()), str(_mem_gib()), platform.machine(), platform.release()]
+    parts = [cpu_model(), str(os.cpu_count()), str(mem_gib()), platform.machine(), platform.release()]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
 
