@@ -267,7 +267,7 @@ use env::Vars;
 pub use env::{env_flag, parse_size};
 pub use group::{group_scoped, setting_differences, GroupConfig};
 pub use setting::{Setting, NEVER};
-pub use settings::{SettingDoc, SETTINGS};
+pub use settings::{Kind, SettingDoc, SETTINGS};
 pub use tls::{TlsMode, TLS_SETTINGS};
 
 /// `RUSTCCL_SHM_TENSORS_MIN_BYTES` and `_CACHE_BYTES`, read now: the arena

@@ -343,6 +343,7 @@ fn config(py: Python<'_>, group: Option<&str>) -> PyResult<Py<PyDict>> {
         if let Some(s) = SETTINGS.iter().find(|s| s.name == name) {
             d.set_item("default", s.default)?;
             d.set_item("doc", s.doc)?;
+            d.set_item("kind", s.kind.name())?;
         }
         out.set_item(name, d)?;
     }

@@ -173,11 +173,22 @@ def summary(report: dict[str, Any]) -> str:
 def settings_table() -> str:
     """The settings as a Markdown table (docs/settings.md is generated
     from it, and a test checks that the two agree)."""
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
-    for name, s in _rustccl.config().items():
-        doc = s["doc"].replace("|", "\\|")
-        rows.append(f"| `{name}` | {s['default'] or '(unset)'} | {doc} |")
-    return "\n".join(rows)
+    intro = {
+        "use": "",
+        "tuning": "**Tuning.** The rules fitted per host choose these (`docs/decisions/0004`); set one to "
+                  "experiment, or where a rule gets your host wrong (and tell us):",
+        "debug": "**Debugging.** For rustccl's own tests and profiling:",
+    }
+    out = []
+    for kind, text in intro.items():
+        rows = [text, ""] if text else []
+        rows += ["| variable | default | meaning |", "|---|---|---|"]
+        for name, s in _rustccl.config().items():
+            if s["kind"] == kind:
+                doc = s["doc"].replace("|", "\\|")
+                rows.append(f"| `{name}` | {s['default'] or '(unset)'} | {doc} |")
+        out.append("\n".join(rows))
+    return "\n\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> None:
