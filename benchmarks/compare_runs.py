@@ -14,7 +14,9 @@ rustccl's, e.g. a `--variant` of the same sweeps:
     python benchmarks/compare_runs.py 'x/*.jsonl' 'x/*.jsonl@rustccl:slot'
 
 When A and B are the same files, B/A is the median of the ratios measured
-within each sweep (the two groups alternated in one process)."""
+within each sweep (the two groups alternated in one process). A second
+table gives each op's geometric mean of B/A over its sizes, also with each
+run's own gloo as the yardstick (for builds timed in alternating runs)."""
 
 import glob
 import gzip
@@ -52,6 +54,7 @@ def main(a_arg: str, b_arg: str) -> None:
     paired = a_pattern == b_pattern
     print("| op | bytes | A us | B us | B/A | A x gloo | B x gloo |")
     print("|---|---|---|---|---|---|---|")
+    per_op: dict = {}
     for op in dict.fromkeys(k[0] for k in a_runs):
         for b in sorted({k[1] for k in a_runs if k[0] == op}):
             a, bb = a_runs.get((op, b, a_name)), b_runs.get((op, b, b_name))
@@ -64,6 +67,18 @@ def main(a_arg: str, b_arg: str) -> None:
                         else statistics.median(bb) / statistics.median(a))
             print(f"| {op} | {size(b)} | {' / '.join(f'{x:.1f}' for x in a)} | {' / '.join(f'{x:.1f}' for x in bb)} "
                   f"| {b_over_a:.2f} | {ratio_a} | {ratio_b} |")
+            # the same ratio with each run's own gloo as the yardstick,
+            # which cancels a host that got slower or faster between runs
+            vs_gloo = (statistics.median(x / g for g, x in zip(gb, bb)) / statistics.median(x / g for g, x in zip(ga, a))
+                       if ga and gb else None)
+            per_op.setdefault(op, []).append((b_over_a, vs_gloo))
+    print()
+    print("| op | B/A, geometric mean over sizes | B/A against each run's gloo |")
+    print("|---|---|---|")
+    for op, cells in per_op.items():
+        gm = statistics.geometric_mean(r for r, _ in cells)
+        norm = [v for _, v in cells if v]
+        print(f"| {op} | {gm:.3f} | {statistics.geometric_mean(norm):.3f} |" if norm else f"| {op} | {gm:.3f} | |")
 
 
 if __name__ == "__main__":
