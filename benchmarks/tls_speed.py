@@ -10,8 +10,9 @@ compress, then encrypt). Round by round, alternating the groups, it times a
 32 MiB all_reduce and a 32 MiB send / recv each way, and the process CPU
 time each took: the CPU time TLS adds over plain is the cipher's (both
 ends encrypt and decrypt on the same cores on a small machine). Median and
-spread over ``--rounds``. Writes ``OUT.jsonl`` (every link's rows) and
-``OUT.md`` (a table per link).
+spread over ``--rounds``. Writes ``OUT.jsonl`` (a header, one results-schema
+row per link, op and group, then every round's row) and ``OUT.md`` (a table
+per link).
 """
 
 from __future__ import annotations
@@ -109,6 +110,23 @@ def run(link: str, rounds: int, size: int) -> tuple[dict, str]:
         return json.loads(out.read_text()), hosts[0].shaping
 
 
+def summary_rows(rounds: list[dict], link: str, size: int) -> list[dict]:
+    """One results-schema row per (op, group) of a link: the time per call
+    over the rounds (``backend`` rustccl:GROUP; ``link`` names the link)."""
+    out = []
+    for op in ("all_reduce", "send_recv"):
+        for v in VARIANTS:
+            rs = [r for r in rounds if r["op"] == op and r["variant"] == v]
+            if not rs:
+                continue
+            us = sorted(r["s"] * 1e6 for r in rs)
+            out.append({"kind": "result", "op": op, "bytes": size, "dtype": "float32", "world": 2,
+                        "backend": f"rustccl:{v}", "link": link, "us": statistics.median(us), "us_min": us[0],
+                        "us_max": us[-1], "cpu_us": statistics.median(r["cpu_s"] * 1e6 for r in rs),
+                        "repeats": len(rs), "method": "ab"})
+    return out
+
+
 def report(res: dict, link: str, shaping: str, size: int, machine: str) -> str:
     rows = res["rows"]
     out = [f"# TLS against plain TCP, {link} link ({machine})", "",
@@ -145,14 +163,22 @@ def main() -> None:
     ap.add_argument("--machine", default=os.uname().nodename)
     ap.add_argument("--out", required=True, help="path without suffix")
     args = ap.parse_args()
-    rows, mds = [], []
+    rows, results, mds = [], [], []
     for link in args.links.split(","):
         res, shaping = run(link, args.rounds, args.bytes)
-        rows += [dict(r, link=link, machine=args.machine) for r in res["rows"]]
+        rows += [dict(r, kind="round", link=link, machine=args.machine) for r in res["rows"]]
+        results += summary_rows(res["rows"], link, args.bytes)
         mds.append(report(res, link, shaping, args.bytes, args.machine))
+    from rustccl.bench import schema
+
+    results = schema.stamp(results, backends=[f"rustccl:{v}" for v in VARIANTS], machine=args.machine,
+                           commit=schema.git_commit())
+    head = {"kind": "header", "machine": args.machine, "host_fingerprint": schema.host_fingerprint(),
+            "links": args.links, "rounds": args.rounds, "bytes": args.bytes,
+            "command": "python benchmarks/tls_speed.py " + " ".join(sys.argv[1:])}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in [head, *results, *rows]))
     md = "\n".join(mds)
     out.with_suffix(".md").write_text(md + "\n")
     print(md)
