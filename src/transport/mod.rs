@@ -8,7 +8,10 @@
 //! and its length, so ranks that disagree about the collective, its root,
 //! its dtype or its size get an error instead of garbage.
 //!
-//! Implementations: `tcp` (any hosts) and `loopback` (in-process, for tests).
+//! Implementations: [`mesh::Mesh`], the real one, over a TCP link
+//! (`tcp`, any host) or a shared-memory link (`shm`, same host) per peer;
+//! `sub` (a subgroup's view of a mesh, for the steps between hosts) and
+//! `loopback` (in-process, for tests).
 // `unsafe` lives only in `shm` (shared memory).
 #![deny(unsafe_code)]
 
