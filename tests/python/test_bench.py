@@ -258,6 +258,28 @@ def test_cli_reports_a_failing_backend(tmp_path):
     assert "## Errors" in (tmp_path / "e.md").read_text()
 
 
+def test_cli_under_load_reports_how_fast_the_load_ran_beside_each_backend(tmp_path):
+    """--load 1: one busy process per core beside the ranks for the run;
+    every row says so (load) and carries the busy processes' rate while
+    its backend ran, the DDP step (--ddp-threads) too; the busy processes
+    are gone afterwards."""
+    cmd = [sys.executable, "-m", "rustccl.bench", "--ops", "all_reduce", "--max-bytes", "8", "--iters", "3",
+           "--warmup", "1", "--repeats", "2", "--no-pp", "--ddp", "--ddp-size", "64", "--ddp-steps", "1",
+           "--ddp-threads", "2", "--load", "1", "--out", str(tmp_path), "--name", "l", "--no-progress"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    recs = [json.loads(line) for line in open(tmp_path / "l.jsonl")]
+    assert recs[0]["options"]["load"] == 1 and recs[0]["options"]["ddp_threads"] == 2
+    results = [r for r in recs if r["kind"] == "result"]
+    assert {(r["backend"], r["op"]) for r in results} == {(b, o) for b in ("rustccl", "gloo")
+                                                          for o in ("all_reduce", "ddp_toy_step")}
+    for r in results:
+        assert r["load"] == 1 and r["load_rate"] > 0 and not schema.missing(r), r
+    assert "busy process(es) per core" in (tmp_path / "l.md").read_text()
+    left = subprocess.run(["pgrep", "-f", "bench-load-"], capture_output=True, text=True).stdout.split()
+    assert not left, f"busy processes left running: {left}"
+
+
 def test_cli_times_a_variant_of_rustccl_in_the_same_alternation(tmp_path):
     """--variant: a rustccl group with its own settings is one more backend
     of the A/B alternation, its rows named rustccl:NAME, its settings in

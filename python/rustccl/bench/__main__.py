@@ -21,6 +21,8 @@ import sys
 import time
 
 from . import metrics
+from .load import ENV as LOAD_ENV
+from .load import busy
 from .ops import DTYPES
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
@@ -73,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--ddp-size", type=int, default=4000, help="SIZE of the toy model's Linear(SIZE, SIZE) layers (4000)")
     a("--ddp-batch", type=int, help="batch per rank (default 1000 on cuda, 64 on cpu)")
     a("--ddp-steps", type=int, help="timed DDP steps after 3 untimed ones (default 20 on cuda, 5 on cpu)")
+    a("--ddp-threads", type=int, help="torch intra-op threads of each rank during the DDP step (default: as the "
+      "rank runs, 1 when spawned); the cores' count models a CPU training job's compute")
+    a("--load", type=int, default=0, help="busy processes per core beside the ranks for the whole run (default 0; "
+      "rows report their rate beside each backend as load_rate); only when the bench spawns the ranks")
     a("--no-pp", dest="pp", action="store_false", help="skip the pipeline-parallel micro-benchmark")
     a("--pp-stages", type=int, default=4, help="pipeline stages (default 4, at most the world size)")
     a("--pp-micro", type=int, default=8, help="micro-batches per pipeline step (default 8)")
@@ -165,6 +171,17 @@ def spawn(cfg, world: int) -> int:
     from .runner import child_entry
 
     procs = [ctx.Process(target=child_entry, args=(r, world, port, cfg)) for r in range(world)]
+    with busy(cfg.load) as spec:
+        if spec:
+            os.environ[LOAD_ENV] = spec
+        try:
+            return _run(procs)
+        finally:
+            os.environ.pop(LOAD_ENV, None)
+
+
+def _run(procs: list) -> int:
+    """Starts the ranks and waits for them; returns the worst exit status."""
     for proc in procs:
         proc.start()
     crashed_at = None

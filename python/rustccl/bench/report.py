@@ -66,7 +66,8 @@ def ratios(rows: list[dict], backends: list[str]) -> list[dict]:
 
 def write_jsonl(path: str, header: dict, rows: list[dict], ratio_rows: list[dict]) -> None:
     machine = header.get("machine")
-    rows = schema.stamp(rows, backends=header["options"]["backends"], machine=machine, commit=header.get("rustccl_git"))
+    rows = schema.stamp(rows, backends=header["options"]["backends"], machine=machine, commit=header.get("rustccl_git"),
+                        load=header["options"].get("load", 0))
     with open(path, "w") as f:
         f.write(json.dumps(dict(header, host_fingerprint=schema.host_fingerprint())) + "\n")
         for r in rows + ratio_rows:
@@ -199,6 +200,11 @@ def markdown(header: dict, rows: list[dict], ratio_rows: list[dict], mismatches:
            f"{h.get('loadavg_end')} at end",
            f"- torch {h['torch']}, rustccl {h['rustccl']}" + (f", NCCL {h['nccl']}" if h.get("nccl") else ""),
            f"- command: `{h['command']}`"]
+    if h["options"].get("load"):
+        out.append(f"- load: {h['options']['load']} busy process(es) per core beside the ranks for the whole run; "
+                   "`load_rate` in the JSONL rows: their iterations per second while each backend ran")
+    if h["options"].get("ddp_threads"):
+        out.append(f"- DDP step with {h['options']['ddp_threads']} intra-op threads per rank")
     if "huge_pages" in h:  # headers of runs before 2026-11-29 lack it
         thp = h["huge_pages"]
         out.append(f"- huge pages: THP_MEM_ALLOC_ENABLE={thp.get('THP_MEM_ALLOC_ENABLE')} (torch's own setting), "

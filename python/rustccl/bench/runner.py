@@ -80,7 +80,8 @@ def header(cfg, world: int, device: torch.device, hosts: list[str], load_start, 
          "command": cfg.command,
          "options": {k: getattr(cfg, k) for k in ("backends", "ops", "dtype", "min_bytes", "max_bytes", "factor",
                                                   "iters", "warmup", "repeats", "check", "ddp", "ddp_size", "ddp_batch",
-                                                  "ddp_steps", "timeout", "method", "pp", "pp_stages", "pp_micro",
+                                                  "ddp_steps", "ddp_threads", "load", "timeout", "method", "pp",
+                                                  "pp_stages", "pp_micro",
                                                   "pp_bytes", "pp_steps", "variants")}}
     if device.type == "cuda":
         h["gpu"] = torch.cuda.get_device_name(device)
