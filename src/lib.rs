@@ -6,26 +6,30 @@
 //! 1. [`error`], [`types`]: vocabulary shared by everything.
 //! 2. [`config`] (the `RUSTCCL_*` settings), [`profile`] (where the CPU
 //!    time of a call goes).
-//! 3. [`tensor`]: borrowed views of caller memory (DLPack), the only place
+//! 3. [`tuning`]: the rules that choose sizes, threads and thresholds
+//!    where the settings leave them to rustccl (pure functions of the
+//!    settings, the group and the host).
+//! 4. [`tensor`]: borrowed views of caller memory (DLPack), the only place
 //!    DLPack pointers are dereferenced; [`cuda`]: the CUDA driver, loaded
 //!    at run time; [`work`]: the async handle of every operation;
 //!    [`bootstrap`]: rendezvous through a key-value [`bootstrap::Store`],
 //!    handing back connected links; [`tls`]: TLS sessions for TCP links
 //!    (`RUSTCCL_TLS`) and the non-blocking socket, plain or encrypted, that
 //!    links read and write.
-//! 4. [`transport`]: moves bytes between ranks. [`transport::mesh`] drives
+//! 5. [`transport`]: moves bytes between ranks. [`transport::mesh`] drives
 //!    sets of sends and receives ([`transport::Xfer`]) over shared memory
 //!    within a host and TCP between hosts; `loopback` is an in-process one
 //!    for tests.
-//! 5. [`collectives`]: the algorithms written against
+//! 6. [`collectives`]: the algorithms written against
 //!    [`transport::Transport`]: `net` over links (ring, recursive doubling,
 //!    trees, chain, direct), `shm` among the ranks of one host, `compress`
 //!    the codecs between hosts; `plan` holds the chunk arithmetic and
 //!    `kernels` the element-wise reductions.
-//! 6. [`comm`]: the `Communicator` that owns a group's transport, CPU
-//!    engine (`comm::cpu`), point-to-point engine and sequence numbers; `comm::nccl` runs
-//!    CUDA collectives through NCCL and rustccl's kernels.
-//! 7. `capi` (extern "C", used by the C++ c10d shim) and 8. `py` (PyO3
+//! 7. [`comm`]: the `Communicator` that owns a group's transport, CPU
+//!    engine (`comm::cpu`), point-to-point engine and sequence numbers;
+//!    `comm::nccl` runs CUDA collectives through NCCL and rustccl's
+//!    kernels.
+//! 8. `capi` (extern "C", used by the C++ c10d shim) and 9. `py` (PyO3
 //!    module), both only with the `python` feature.
 // These docs are for the engine's developers: they link private items
 // (helpers, constants) on purpose.
