@@ -227,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         world = int(os.environ["WORLD_SIZE"])
         if cfg.world is not None and cfg.world != world:
             build_parser().error(f"--world {cfg.world} but the launcher started WORLD_SIZE={world}")
+        if cfg.load:
+            build_parser().error("--load starts the busy processes beside ranks the bench spawns itself: run it "
+                                 "without a launcher, or start the load yourself and leave --load out")
         cfg = finish_config(cfg, world)
         from .runner import rank_main
 
