@@ -278,6 +278,43 @@ mod tests {
     use super::{quick_leads_for, quick_share, room_to_spin, slot_bytes_for, stage_for};
     use crate::config::{Config, Setting, ShmConfig};
 
+    /// The whole choice on two hosts, with the kernel-read timing stubbed:
+    /// the 2-core VM (2 ranks of one thread; reads slower than copies: no
+    /// single-copy collectives, no staging) and a 64-core host (4 ranks of
+    /// 8 threads: never times reads, stages 8 MiB, 2 MiB slots).
+    #[test]
+    fn the_choice_follows_the_host_and_times_reads_only_where_a_rule_needs_it() {
+        use super::{choose, ShmChoice};
+        use crate::config::NEVER;
+        use crate::tuning::HostFacts;
+        use std::cell::Cell;
+        let sizes = ShmConfig { segment_bytes: 256 << 10, ..Config::get().shm };
+        let auto = ShmConfig {
+            threads: Setting::Auto,
+            attach_min: Setting::Auto,
+            staged_max: Setting::Auto,
+            slot_min: Setting::Auto,
+            spin_us: Setting::Auto,
+            quick_threads: Setting::Auto,
+            ..sizes
+        };
+        let timed = Cell::new(0);
+        let slow = || {
+            timed.set(timed.get() + 1);
+            Some((1e9, 4e9))
+        };
+        let vm: ShmChoice = choose(0, &auto, HostFacts { cores: 2, l2_bytes: 512 << 10 }, 2, false, &slow);
+        assert_eq!((vm.threads, vm.stage_bytes, vm.quick_threads, vm.spin), (1, 0, 0, std::time::Duration::ZERO));
+        assert!(vm.reads.slow && vm.reads.attach == NEVER && timed.get() == 1, "{vm:?}");
+        let big = choose(0, &auto, HostFacts { cores: 64, l2_bytes: 2 << 20 }, 4, false, &slow);
+        assert_eq!((big.threads, big.stage_bytes, big.slot_bytes, timed.get()), (8, 8 << 20, 2 << 20, 1));
+        assert!(!big.reads.slow && big.reads.attach < NEVER, "{big:?}");
+        // a setting wins over the host
+        let set = ShmConfig { threads: Setting::Fixed(3), staged_max: Setting::Fixed(0), ..auto };
+        let c = choose(0, &set, HostFacts { cores: 64, l2_bytes: 2 << 20 }, 4, false, &slow);
+        assert_eq!((c.threads, c.stage_bytes), (3, 0));
+    }
+
     #[test]
     fn a_quick_team_takes_a_ranks_share_of_a_quarter_of_the_cores() {
         // 64 cores: 4 ranks of 8 sleeping workers get 4, 8 ranks 2, 16
