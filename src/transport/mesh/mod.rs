@@ -346,8 +346,13 @@ impl Mesh {
                 Some(Link::Shm(l)) => (l.unread(), l.readable()),
                 _ => (false, false),
             };
+            // A peer that published the phase we wait for and then went on
+            // to wait for our messages (a step, then messages, in one
+            // operation) set its word after that phase: read after the
+            // word, the phase shows it, and our wait is over, not stuck.
+            let reached = phase.is_some_and(|target| local.segs[i].phase().load(Ordering::Acquire) >= target);
             let in_flight = |b: &Blocked| match b {
-                Blocked::Message { .. } => unread,
+                Blocked::Message { .. } => unread || reached,
                 Blocked::Phase { .. } => readable,
                 _ => false,
             };
