@@ -128,7 +128,6 @@ def summary_rows(rounds: list[dict], link: str, size: int) -> list[dict]:
 
 
 def report(res: dict, link: str, shaping: str, size: int, machine: str) -> str:
-    rows = res["rows"]
     out = [f"# TLS against plain TCP, {link} link ({machine})", "",
            f"`python benchmarks/tls_speed.py --links {link}`: two network namespaces ({shaping}), one rank in",
            f"each; {size // MIB} MiB, the four groups alternating round by round in the same processes; median",
@@ -137,18 +136,13 @@ def report(res: dict, link: str, shaping: str, size: int, machine: str) -> str:
            + ", ".join(f"{v} {k}" for v, k in res["links"].items()) + ".", "",
            "| op | group | time (ms) | throughput (MB/s) | speed vs the same group without TLS | CPU (ms) |", "|---|---|---|---|---|---|"]
     med = {}
-    for op in ("all_reduce", "send_recv"):
-        for v in VARIANTS:
-            rs = [r for r in rows if r["op"] == op and r["variant"] == v]
-            if not rs:
-                continue
-            ts = sorted(r["s"] for r in rs)
-            med[op, v] = statistics.median(ts)
-            cpu = statistics.median(r["cpu_s"] for r in rs)
-            base = med.get((op, v.replace("tls", "plain"))) if v.startswith("tls") else None
-            ratio = f"{base / med[op, v]:.2f}" if base else "-"
-            out.append(f"| {op} | {v} | {med[op, v] * 1e3:.1f} ({ts[0] * 1e3:.1f}-{ts[-1] * 1e3:.1f}) | "
-                       f"{size / med[op, v] / 1e6:.0f} | {ratio} | {cpu * 1e3:.1f} |")
+    for r in summary_rows(res["rows"], link, size):
+        op, v = r["op"], r["backend"].removeprefix("rustccl:")
+        med[op, v] = r["us"]
+        base = med.get((op, v.replace("tls", "plain"))) if v.startswith("tls") else None
+        ratio = f"{base / r['us']:.2f}" if base else "-"
+        out.append(f"| {op} | {v} | {r['us'] / 1e3:.1f} ({r['us_min'] / 1e3:.1f}-{r['us_max'] / 1e3:.1f}) | "
+                   f"{size / r['us']:.0f} | {ratio} | {r['cpu_us'] / 1e3:.1f} |")
     out.append("")
     return "\n".join(out)
 
