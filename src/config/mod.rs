@@ -144,6 +144,14 @@ pub struct ShmConfig {
     pub block_wait_us: usize,
 }
 
+impl ShmConfig {
+    /// Single-copy reads are off (`RUSTCCL_SHM_ATTACH_MIN_BYTES=off`): none
+    /// at all, not even probed, and no staging area.
+    pub fn attach_off(&self) -> bool {
+        self.attach_min == Setting::Fixed(NEVER)
+    }
+}
+
 /// `ShmConfig::block_wait_us` when `RUSTCCL_SHM_BLOCK_WAIT_US` is unset:
 /// far longer than a sender's copy of a whole block takes unless its
 /// threads lost their cores.

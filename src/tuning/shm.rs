@@ -67,7 +67,7 @@ pub fn choose(
     let reads = reads_for(me, sizes, n, threads, shared, read_speed);
     // No staging area where nothing is read: staged sends replace reads.
     let stage_bytes = match sizes.staged_max {
-        _ if sizes.attach_min == Setting::Fixed(crate::config::NEVER) => 0,
+        _ if sizes.attach_off() => 0,
         Setting::Auto if reads.slow => 0,
         Setting::Auto => stage_for(threads),
         Setting::Fixed(set) => set,

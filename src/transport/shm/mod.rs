@@ -52,7 +52,7 @@ pub use place::moves as thread_moves;
 
 use crate::bootstrap::Conn;
 use crate::config::log_at;
-use crate::config::{LogLevel, Setting, ShmConfig, NEVER};
+use crate::config::{LogLevel, ShmConfig};
 use crate::tuning::shm::{choose, SPIN};
 use crate::tuning::HostFacts;
 use crate::types::Rank;
@@ -284,7 +284,7 @@ pub fn connect(
     let c = choose(me, &sizes, host, n, arena::Arena::get().is_some(), &remote::read_and_copy_speed_once);
     let (threads, reads) = (c.threads, &c.reads);
     // Off (the setting) means no reads at all, not even probed.
-    let attach_off = sizes.attach_min == Setting::Fixed(NEVER);
+    let attach_off = sizes.attach_off();
     let layout = Layout::new(n, sizes.ring_bytes, c.small_bytes, c.slot_bytes);
     let stage = c.stage_bytes;
     let path = |r: Rank| PathBuf::from(format!("/dev/shm/rustccl-{token}-{r}"));
