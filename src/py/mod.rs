@@ -85,8 +85,11 @@ fn reduce_op(name: &str) -> PyResult<i32> {
 
 impl PyCommunicator {
     /// Submits one operation and waits for it with the GIL released.
-    fn run(&self, py: Python<'_>, spec: OpSpec) -> PyResult<Option<usize>> {
+    fn run(&self, py: Python<'_>, mut spec: OpSpec) -> PyResult<Option<usize>> {
         let comm = self.inner.clone();
+        // It waits at once: the engine leaves the operation to this thread
+        // instead of waking its worker for it.
+        spec.sync = true;
         // The work records a receive's source before it finishes, so it is
         // known once wait() returns.
         py.detach(move || {

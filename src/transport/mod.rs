@@ -91,7 +91,11 @@ pub struct OpCtx {
 
 impl OpCtx {
     pub fn new(site: OpSite, timeout: Duration) -> OpCtx {
-        let started = Instant::now();
+        OpCtx::started_at(site, timeout, Instant::now())
+    }
+
+    /// As [`OpCtx::new`], for an operation that started at `started`.
+    pub fn started_at(site: OpSite, timeout: Duration, started: Instant) -> OpCtx {
         OpCtx { site, started, deadline: started + timeout, roots: 0, what: frame::What::default() }
     }
 

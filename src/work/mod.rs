@@ -186,7 +186,12 @@ impl Work {
 
     /// Marks the start of execution (for durations and the flight recorder).
     pub fn mark_started(&self) {
-        self.lock().started = Some(Instant::now());
+        self.mark_started_at(Instant::now());
+    }
+
+    /// As [`Work::mark_started`], with the instant the caller already read.
+    pub fn mark_started_at(&self, at: Instant) {
+        self.lock().started = Some(at);
     }
 
     /// A receive's message came from `rank`, by `route` where the engine
@@ -232,12 +237,17 @@ impl Work {
     /// under its own lock runs them after releasing it, so that a callback
     /// may submit and wait for more work.
     pub fn complete(&self, result: Result<()>) -> Callbacks {
+        self.complete_at(result, Instant::now())
+    }
+
+    /// As [`Work::complete`], for work that finished at `at`.
+    pub fn complete_at(&self, result: Result<()>, at: Instant) -> Callbacks {
         let (callbacks, source, asleep) = {
             let mut s = self.lock();
             if s.result.is_some() {
                 return Callbacks::default();
             }
-            s.finished = Some(Instant::now());
+            s.finished = Some(at);
             s.result = Some(result.clone());
             (std::mem::take(&mut s.callbacks), s.source, s.waiters > 0)
         };
@@ -298,12 +308,14 @@ impl Work {
     /// operation in one pass, past `budget`. True once the work finished.
     pub fn drive(&self, budget: Duration) -> bool {
         let Some(p) = self.0.progress.get() else { return self.lock().result.is_some() };
-        let start = Instant::now();
+        // The budget counts from the end of the first pass: a small
+        // operation that the first pass finishes reads no clock.
+        let mut start: Option<Instant> = None;
         loop {
             if self.lock().result.is_some() {
                 return true;
             }
-            if start.elapsed() >= budget {
+            if budget.is_zero() || start.is_some_and(|s| s.elapsed() >= budget) {
                 return false;
             }
             p.progress();
@@ -313,6 +325,7 @@ impl Work {
             if p.cores_taken() {
                 return false;
             }
+            start.get_or_insert_with(Instant::now);
             p.pause();
         }
     }
@@ -337,7 +350,8 @@ impl Work {
     /// Blocks until the work finishes, or `timeout` passes
     /// (`Error::WaitTimeout`; the operation goes on).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
-        let start = Instant::now();
+        // The clock only for a wait with a deadline.
+        let start = timeout.is_some().then(Instant::now);
         // A work whose engine the waiter can drive (`Progress`) is driven
         // for up to PROGRESS_FOR, yielding between passes (a host
         // collective: run by this thread, unless the wait has a deadline,
@@ -358,7 +372,7 @@ impl Work {
             let left = match timeout {
                 None => None,
                 Some(t) => {
-                    let waited = start.elapsed();
+                    let waited = start.map_or(Duration::ZERO, |s| s.elapsed());
                     if waited >= t {
                         return Err(Error::WaitTimeout { op: self.0.op, seq: self.0.seq, waited });
                     }

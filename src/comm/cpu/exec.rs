@@ -50,11 +50,13 @@ impl Exec {
     pub(super) fn run(&mut self, mut job: Job, by_caller: bool) -> Callbacks {
         let g = self.group.clone();
         let rank = self.transport.rank();
-        job.work.mark_started();
+        // One clock read at each end: a small collective takes about as
+        // long as a few of them.
+        let started = Instant::now();
+        job.work.mark_started_at(started);
         let op_name = job.work.op();
         let seq = self.next_seq;
         self.next_seq += 1;
-        let started = Instant::now();
         let mut algo_name: AlgoName = "none";
         self.comp.begin(job.compress.take());
         let injected = self.fault.as_ref().filter(|f| f.seq == seq).map(|f| f.action);
@@ -73,7 +75,7 @@ impl Exec {
             let site = OpSite { op: op_name, seq, group: g.clone() };
             let roots = frame::roots_tag(job.ops.iter().filter_map(|o| o.root()));
             let what = collectives::wire_what(&job.ops);
-            self.transport.begin(OpCtx::new(site, job.timeout).with_roots(roots).with_what(what));
+            self.transport.begin(OpCtx::started_at(site, job.timeout, started).with_roots(roots).with_what(what));
             log_at!(LogLevel::Trace, "group '{g}' rank {rank}: {op_name} seq {seq} ({} bytes) start", job.bytes);
             let Exec { transport, scratch, comp, algo, .. } = self;
             let t = transport.as_mut();
@@ -131,6 +133,7 @@ impl Exec {
             self.scratch.trim(64 << 20);
         }
         job.ops.clear(); // release the caller's tensors before finishing
+        let ended = Instant::now();
         if let Some(obs) = &self.observer {
             obs(&Done {
                 op: op_name,
@@ -138,7 +141,7 @@ impl Exec {
                 bytes: job.bytes,
                 algo: algo_name,
                 transport: self.transport.kind(),
-                duration: started.elapsed(),
+                duration: ended.saturating_duration_since(started),
                 result: &result,
                 sent_between_hosts: self.comp.sent_between_hosts,
                 codec: self.comp.used.map_or("", |c| c.name()),
@@ -146,6 +149,6 @@ impl Exec {
             });
         }
         // Still under the exec lock: works finish in sequence order.
-        job.work.complete(result)
+        job.work.complete_at(result, ended)
     }
 }
