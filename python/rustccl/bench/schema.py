@@ -5,10 +5,10 @@ fields, so that any two runs compare by the same keys (docs/performance.md,
 
 from __future__ import annotations
 
-import hashlib
 import os
-import platform
 import subprocess
+
+from ..hostinfo import cpu_model, host_fingerprint, mem_gib  # noqa: F401 (the schema's host fields)
 
 # field: meaning (docs/performance.md renders the same list)
 FIELDS = {
@@ -29,28 +29,6 @@ FIELDS = {
 }
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def mem_gib() -> float | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / (1 << 20), 1)
-    except OSError:
-        pass
-    return None
-
-
 def git_commit() -> str | None:
     """The checkout rustccl runs from, else the one the benchmark is run
     in (an installed rustccl has no .git of its own)."""
@@ -64,13 +42,6 @@ def git_commit() -> str | None:
         if out.stdout.strip():
             return out.stdout.strip()
     return None
-
-
-def host_fingerprint() -> str:
-    """Twelve hex digits that differ between hosts of another CPU, core
-    count, memory size or kernel, and agree between runs on one host."""
-    parts = [cpu_model(), str(os.cpu_count()), str(mem_gib()), platform.machine(), platform.release()]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
 
 def stamp(rows: list[dict], *, backends: list[str], machine: str, commit: str | None, load: float = 0,
