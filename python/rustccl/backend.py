@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore, ProcessGroup
 
-from . import _rustccl, _shims
+from . import _rustccl, _shims, tune
 from ._rustccl import Communicator
 from .options import Options
 
@@ -66,7 +66,8 @@ def new_process_group(store, rank: int, size: int, timeout, group: str,
     ``init_process_group("rustccl")``."""
     _load_shim()
     timeout_s = _seconds(timeout)
-    comm = Communicator.bootstrap(store, rank, size, timeout_s, group, _store_host(store), _settings(options))
+    settings = tune.settings_for(store, rank, size, group, _settings(options))
+    comm = Communicator.bootstrap(store, rank, size, timeout_s, group, _store_host(store), settings)
     if comm.settings_warning:
         # ranks set apart (environment or pg_options) may later wait for
         # each other until the timeout: say so now, once per group

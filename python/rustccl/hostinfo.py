@@ -35,3 +35,10 @@ def host_fingerprint() -> str:
     count, memory size or kernel, and agree between runs on one host."""
     parts = [cpu_model(), str(os.cpu_count()), str(mem_gib()), platform.machine(), platform.release()]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def numa_nodes() -> int:
+    try:
+        return max(1, sum(1 for d in os.listdir("/sys/devices/system/node") if d.startswith("node") and d[4:].isdigit()))
+    except OSError:
+        return 1

@@ -489,6 +489,9 @@ impl Config {
             ("RUSTCCL_SHM_TENSORS", (self.shm_tensors as u8).to_string()),
             ("RUSTCCL_SHM_TENSORS_MIN_BYTES", self.shm_tensors_min.to_string()),
             ("RUSTCCL_SHM_TENSORS_CACHE_BYTES", self.shm_tensors_cache.to_string()),
+            // read by the Python package (`rustccl.tune`) at each group's creation
+            ("RUSTCCL_TUNE", self.env_value("RUSTCCL_TUNE").unwrap_or_else(|| "cached".into())),
+            ("RUSTCCL_TUNE_DIR", self.env_value("RUSTCCL_TUNE_DIR").unwrap_or_default()),
             ("RUSTCCL_FLIGHT_RECORDER_DIR", self.flight_dir.clone().unwrap_or_default()),
             ("RUSTCCL_FLIGHT_RECORDER_SIZE", self.flight_size.to_string()),
             ("RUSTCCL_CHECK", (self.check as u8).to_string()),

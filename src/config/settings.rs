@@ -311,6 +311,18 @@ pub const SETTINGS: &[SettingDoc] = &[
         doc: "path of the libnvrtc used to compile the one-shot kernel; default: the one torch loaded, else libnvrtc.so.<major> on the library path",
     },
     SettingDoc {
+        name: "RUSTCCL_TUNE",
+        kind: Kind::Use,
+        default: "cached",
+        doc: "cached: a new group uses the table of shared-memory settings that python -m rustccl.tune measured for rank 0's host and the group's ranks per host, if there is one (every rank applies rank 0's; settings given by hand win), else the rules; run: as cached, and where there is no table and the group's ranks share one host, they measure one first (about a minute); off: the rules",
+    },
+    SettingDoc {
+        name: "RUSTCCL_TUNE_DIR",
+        kind: Kind::Use,
+        default: "",
+        doc: "directory of the tuned tables (RUSTCCL_TUNE); default ~/.cache/rustccl/tune",
+    },
+    SettingDoc {
         name: "RUSTCCL_FLIGHT_RECORDER_DIR",
         kind: Kind::Use,
         default: "",

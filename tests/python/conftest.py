@@ -1,6 +1,12 @@
 """Shared pytest hooks for the Python tests."""
 
+import os
+
 import pytest
+
+# A table the tuner cached on this machine (~/.cache/rustccl/tune) would
+# change the algorithms the tests take; test_tune.py turns it back on.
+os.environ.setdefault("RUSTCCL_TUNE", "off")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -38,6 +38,7 @@ import time
 import numpy as np
 
 from . import schema
+from .. import tune
 from .load import ENV as LOAD_ENV
 from .load import Counters as Load
 from .load import busy
@@ -205,7 +206,10 @@ def rank_main(args) -> int:
     ops = [o for o in args.ops.split(",") if o and (o != "send_recv" or world >= 2)]
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     where = mpi.bcast(tempfile.mkdtemp(prefix="rustccl-bench-mpi-") if rank == 0 else None, root=0)
-    comm = rustccl.Communicator.bootstrap(rustccl.FileStore(os.path.join(where, "rustccl")), rank, world)
+    store = rustccl.FileStore(os.path.join(where, "rustccl"))
+    # the settings a torch group of these ranks would get (a tuned table)
+    settings = tune.settings_for(store, rank, world, "default", None)
+    comm = rustccl.Communicator.bootstrap(store, rank, world, settings=settings)
     if "gloo" in systems:
         dist.init_process_group("gloo", store=dist.FileStore(os.path.join(where, "gloo"), world), rank=rank,
                                 world_size=world)

@@ -1,0 +1,222 @@
+"""Timing the candidates of each tuned rule on this host.
+
+Every rank of a group on one host calls :func:`tune_group` with the same
+store. Each candidate setting gets a communicator of its own (a group's
+own settings, as ``rustccl.Options`` gives one), so all candidates run in
+the same processes on the same arrays, alternately: round by round,
+every candidate times its calls once, in an order that rotates, and a
+candidate's time per call is the median of its rounds on rank 0.
+
+The rules are tuned one after another, each with the choices before it
+in force. A candidate replaces the rule only where it is faster on the
+cells the rule decides (geometric mean at most ``WIN``) and slower on
+none by more than ``NOISE``. The chosen table is then timed once more
+against the rules on every cell, in fresh rounds; a rule whose cell came
+out slower than ``1 / FLOOR`` of the rules' time goes back to the rule,
+so that the table kept is never slower than the rules where it was
+measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import new_table, save
+
+WIN = 0.95
+NOISE = 1.05
+FLOOR = 0.95
+KiB, MiB = 1 << 10, 1 << 20
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A setting the rules choose, its candidates, and the calls it decides
+    (op, bytes per rank)."""
+    name: str
+    candidates: tuple[str, ...]
+    cells: tuple[tuple[str, int], ...]
+
+
+def rules(local_ranks: int, cores: int) -> list[Rule]:
+    """The rules tuned for `local_ranks` ranks on a host of `cores`:
+    those that choose an algorithm or a layout (every rank must agree on
+    them), for the sizes where the choice changes the time."""
+    big = (256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
+    out = [
+        Rule("RUSTCCL_SHM_SMALL_BYTES", ("4096", "16384", "65536", "262144"),
+             tuple(("all_reduce", b) for b in (1 * KiB, 8 * KiB, 32 * KiB, 128 * KiB))),
+        Rule("RUSTCCL_SHM_ATTACH_MIN_BYTES", ("65536", "262144", "1048576", "4194304", "off"),
+             tuple((op, b) for op in ("all_reduce", "all_gather", "reduce_scatter") for b in big)),
+        Rule("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", ("65536", "1048576", "4194304", "off"),
+             tuple(("broadcast", b) for b in big)),
+        Rule("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", ("16384", "65536", "262144", "1048576"),
+             tuple((op, b) for op in ("all_to_all", "gather") for b in (64 * KiB, 512 * KiB, 4 * MiB))),
+    ]
+    per_rank = max(1, cores // max(1, local_ranks))
+    threads = tuple(str(t) for t in (1, 2, 4, 8) if t <= per_rank)
+    if len(threads) > 1:
+        out.append(Rule("RUSTCCL_SHM_THREADS", threads,
+                        tuple((op, b) for op in ("all_reduce", "all_gather", "broadcast") for b in (1 * MiB, 16 * MiB))))
+    return out
+
+
+class Arrays:
+    """One call's arrays for `op` at `nbytes` per rank (float32)."""
+
+    def __init__(self, nbytes: int, world: int):
+        n = max(1, nbytes // 4)
+        self.x = np.ones(n, np.float32)
+        self.big = np.ones(n * world, np.float32)
+        self.other = np.zeros(n * world, np.float32)
+        self.parts = [self.big[i * n:(i + 1) * n] for i in range(world)]
+
+    def call(self, comm, op: str, rank: int):
+        x, big, other = self.x, self.big, self.other
+        return {
+            "all_reduce": lambda: comm.all_reduce(x),
+            "all_gather": lambda: comm.all_gather(big, x),
+            "reduce_scatter": lambda: comm.reduce_scatter(x, big),
+            "broadcast": lambda: comm.broadcast(x, 0),
+            "all_to_all": lambda: comm.all_to_all(other, big),
+            "gather": lambda: comm.gather(x, self.parts if rank == 0 else None, 0),
+        }[op]
+
+
+def _share(comm, value: float) -> float:
+    """Rank 0's `value` on every rank (over `comm`)."""
+    a = np.array([value], np.float64)
+    comm.broadcast(a, 0)
+    return float(a[0])
+
+
+def time_cell(comms: list, op: str, nbytes: int, rank: int, world: int, rounds: int, round_s: float) -> list[list[float]]:
+    """Per communicator, its seconds per call of `op` in each of `rounds`
+    alternating rounds (rank 0's clock; every rank runs the same calls)."""
+    arrays = Arrays(nbytes, world)
+    fns = [arrays.call(c, op, rank) for c in comms]
+    est = []
+    for c, fn in zip(comms, fns):  # warm-up, and how long a call takes
+        c.barrier()
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        est.append(time.perf_counter() - t0)
+    iters = int(_share(comms[0], float(min(500, max(2, round_s / max(max(est), 1e-7))))))
+    per = [[] for _ in comms]
+    for r in range(rounds):
+        for k in range(len(comms)):
+            i = (k + r) % len(comms)
+            comms[i].barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fns[i]()
+            per[i].append((time.perf_counter() - t0) / iters)
+    return per
+
+
+def _connect(store, rank: int, size: int, group: str, tag: str, settings: dict[str, str]):
+    from .._rustccl import Communicator
+
+    return Communicator.bootstrap(store, rank, size, 120.0, f"{group}/tune/{tag}", None, sorted(settings.items()))
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def tune_group(store, rank: int, size: int, group: str = "tune", rounds: int = 9, round_s: float = 0.005,
+               only: list[str] | None = None, where: str | None = None, log=None) -> dict:
+    """Measures this host's table with every rank of a group on it (each
+    calls this with the same arguments); rank 0 caches it (in `where`, or
+    ``RUSTCCL_TUNE_DIR``) and returns it, the others return the same
+    settings. `only`: tune these rules alone."""
+    say = log or (lambda *_: None)
+    cores = os.cpu_count() or 1
+    chosen: dict[str, str] = {}
+    cells: list[dict] = []
+    started = time.perf_counter()
+    for rule in rules(size, cores):
+        if only and rule.name not in only:
+            continue
+        variants = [("rules", dict(chosen))] + [(v, {**chosen, rule.name: v}) for v in rule.candidates]
+        comms = [_connect(store, rank, size, group, f"{rule.name}={tag}", s) for tag, s in variants]
+        try:
+            times = {}
+            for op, nbytes in rule.cells:
+                per = time_cell(comms, op, nbytes, rank, size, rounds, round_s)
+                times[(op, nbytes)] = [statistics.median(p) for p in per]
+        finally:
+            for c in comms:
+                c.shutdown()
+        ratios = {tag: [t[i] / t[0] for t in times.values()] for i, (tag, _) in enumerate(variants)}
+        best = min(ratios, key=lambda tag: _geomean(ratios[tag]))
+        win = best != "rules" and _geomean(ratios[best]) <= WIN and max(ratios[best]) <= NOISE
+        # every rank keeps rank 0's verdict
+        pick = int(_share_over(store, rank, size, group, rule.name, [tag for tag, _ in variants].index(best) if win else 0))
+        if pick:
+            chosen[rule.name] = variants[pick][0]
+        say(f"{rule.name}: " + ", ".join(f"{tag} {_geomean(r):.2f}" for tag, r in ratios.items())
+            + f" -> {variants[pick][0]}")
+    cells = validate(store, rank, size, group, chosen, only, rounds, round_s, say)
+    if rank == 0:
+        table = new_table(size, chosen, cells)
+        table["seconds"] = round(time.perf_counter() - started, 1)
+        save(table, where)
+        return table
+    return new_table(size, chosen, [])
+
+
+def _share_over(store, rank: int, size: int, group: str, name: str, value: int) -> int:
+    """Rank 0's `value` for rule `name`, through the store."""
+    key = f"rustccl/tune/{group}/pick/{name}"
+    if rank == 0:
+        store.set(key, str(value).encode())
+        return value
+    return int(bytes(store.get(key)).decode())
+
+
+def validate(store, rank: int, size: int, group: str, chosen: dict[str, str], only, rounds: int, round_s: float,
+             say) -> list[dict]:
+    """Times the rules against `chosen` on every tuned cell, in fresh
+    rounds, and takes back (from `chosen`, on every rank) each choice one
+    of whose cells came out slower than ``1 / FLOOR`` of the rules' time.
+    Returns the cells: op, bytes, rules' and tuned times (median and
+    range of the rounds, in us)."""
+    cores = os.cpu_count() or 1
+    cells = [(r.name, op, b) for r in rules(size, cores) if not only or r.name in only for op, b in r.cells]
+    if not chosen:
+        return []
+    comms = [_connect(store, rank, size, group, "validate-rules", {}),
+             _connect(store, rank, size, group, "validate-tuned", chosen)]
+    out, slower = [], set()
+    try:
+        for name, op, nbytes in cells:
+            per = time_cell(comms, op, nbytes, rank, size, rounds, round_s)
+            us = [sorted(x * 1e6 for x in p) for p in per]
+            med = [statistics.median(u) for u in us]
+            out.append({"rule": name, "op": op, "bytes": nbytes, "world": size,
+                        "rules_us": med[0], "rules_us_min": us[0][0], "rules_us_max": us[0][-1],
+                        "tuned_us": med[1], "tuned_us_min": us[1][0], "tuned_us_max": us[1][-1],
+                        "speedup": med[0] / med[1]})
+            if name in chosen and med[0] / med[1] < FLOOR:
+                slower.add(name)
+    finally:
+        for c in comms:
+            c.shutdown()
+    back = sorted(slower) if rank == 0 else []
+    keep = _share_over(store, rank, size, group, "validate", sum(1 << i for i, n in enumerate(sorted(chosen))
+                                                                      if n in back))
+    for i, n in enumerate(sorted(chosen)):
+        if keep >> i & 1:
+            say(f"{n}: slower than the rules on a cell when validated; back to the rule")
+            del chosen[n]
+    for c in out:
+        c["kept"] = c["rule"] in chosen
+    return out
