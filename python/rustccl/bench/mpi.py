@@ -210,6 +210,7 @@ def rank_main(args) -> int:
     # the settings a torch group of these ranks would get (a tuned table)
     settings = tune.settings_for(store, rank, world, "default", None)
     comm = rustccl.Communicator.bootstrap(store, rank, world, settings=settings)
+    args.tuned = dict(settings or [])
     if "gloo" in systems:
         dist.init_process_group("gloo", store=dist.FileStore(os.path.join(where, "gloo"), world), rank=rank,
                                 world_size=world)
@@ -285,7 +286,8 @@ def _header(args, world: int, started) -> dict:
             "loadavg_end": _loadavg(), "python": platform.python_version(), "rustccl": rustccl.__version__,
             "rustccl_git": _git_commit(), "mpi": MPI.Get_library_version().split(",")[0].strip(),
             "load": args.load, "command": "python -m rustccl.bench.mpi " + " ".join(sys.argv[1:]),
-            "rustccl_config": {k: v.get("value") for k, v in rustccl.config().items()}}
+            "rustccl_config": {k: v.get("value") for k, v in rustccl.config().items()},
+            "tuned": getattr(args, "tuned", {})}
 
 
 def _write(args, world: int, started, rows: list[dict], mismatches: list[str]) -> None:

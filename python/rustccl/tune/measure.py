@@ -48,7 +48,9 @@ def rules(local_ranks: int, cores: int) -> list[Rule]:
     """The rules tuned for `local_ranks` ranks on a host of `cores`:
     those that choose an algorithm or a layout (every rank must agree on
     them), for the sizes where the choice changes the time."""
-    big = (256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB)
+    # the largest size per rank keeps an all_gather's output within 64 MiB
+    top = max(1 * MiB, min(16 * MiB, (64 * MiB // max(1, local_ranks)) // MiB * MiB))
+    big = tuple(sorted({256 * KiB, 1 * MiB, min(4 * MiB, top), top}))
     out = [
         Rule("RUSTCCL_SHM_SMALL_BYTES", ("4096", "16384", "65536", "262144"),
              tuple(("all_reduce", b) for b in (1 * KiB, 8 * KiB, 32 * KiB, 128 * KiB))),
@@ -63,7 +65,7 @@ def rules(local_ranks: int, cores: int) -> list[Rule]:
     threads = tuple(str(t) for t in (1, 2, 4, 8) if t <= per_rank)
     if len(threads) > 1:
         out.append(Rule("RUSTCCL_SHM_THREADS", threads,
-                        tuple((op, b) for op in ("all_reduce", "all_gather", "broadcast") for b in (1 * MiB, 16 * MiB))))
+                        tuple((op, b) for op in ("all_reduce", "all_gather", "broadcast") for b in (1 * MiB, top))))
     return out
 
 
