@@ -60,9 +60,13 @@ impl Exec {
         let mut algo_name: AlgoName = "none";
         self.comp.begin(job.compress.take());
         let injected = self.fault.as_ref().filter(|f| f.seq == seq).map(|f| f.action);
+        // The operation's deadline counts from when it starts on the wire:
+        // after an injected delay, which plays a rank that calls late.
+        let mut on_wire = started;
         if let Some(FaultAction::Delay(d)) = injected {
             log_at!(LogLevel::Warn, "group '{g}' rank {rank}: RUSTCCL_FAULT: delaying {op_name} seq {seq} by {d:?}");
             std::thread::sleep(d);
+            on_wire = Instant::now();
         }
         let result = if let Some(cause) = &self.poisoned {
             Err(Error::Poisoned { op: op_name, cause: Box::new(cause.clone()) })
@@ -75,7 +79,7 @@ impl Exec {
             let site = OpSite { op: op_name, seq, group: g.clone() };
             let roots = frame::roots_tag(job.ops.iter().filter_map(|o| o.root()));
             let what = collectives::wire_what(&job.ops);
-            self.transport.begin(OpCtx::started_at(site, job.timeout, started).with_roots(roots).with_what(what));
+            self.transport.begin(OpCtx::started_at(site, job.timeout, on_wire).with_roots(roots).with_what(what));
             log_at!(LogLevel::Trace, "group '{g}' rank {rank}: {op_name} seq {seq} ({} bytes) start", job.bytes);
             let Exec { transport, scratch, comp, algo, .. } = self;
             let t = transport.as_mut();
