@@ -37,6 +37,9 @@ def markdown(table: dict, machine: str, started) -> str:
         "| setting | op | bytes | rules us | tuned us | rules/tuned | kept |",
         "|---|---|---|---|---|---|---|",
     ]
+    if not table.get("cells"):
+        lines.append("")
+        lines.append("No candidate beat the rules in the race: the table is the rules, and there was nothing to check.")
     for c in table.get("cells", []):
         lines.append(f"| {c['rule']} | {c['op']} | {c['bytes']} | {c['rules_us']:.1f} [{c['rules_us_min']:.1f}-"
                      f"{c['rules_us_max']:.1f}] | {c['tuned_us']:.1f} [{c['tuned_us_min']:.1f}-"
