@@ -131,7 +131,7 @@ pub struct ShmLocal {
     pub wait_window: WaitWindow,
     /// Whether this rank's pauses find its core taken by other work
     /// (then waits sleep at once).
-    pub contention: Contention,
+    pub contention: Arc<Contention>,
 }
 
 impl ShmLocal {
@@ -144,6 +144,7 @@ impl ShmLocal {
             (self.root_threads > self.workers.threads())
                 .then(|| {
                     Workers::new(self.root_threads, &format!("rustccl-shm-r{rank}-root"), self.workers.min_piece(), self.workers.spin())
+                        .map(|w| w.alone_when_taken(self.contention.clone()))
                 })?
                 .map_err(|e| log_at!(LogLevel::Info, "rank {rank}: no root threads ({e}); the rank's own do the work"))
                 .ok()
@@ -377,7 +378,8 @@ pub fn connect(
         None => log_at!(LogLevel::Info, "rank {me}: no single-copy reads from peers' tensors"),
     }
     let name = format!("rustccl-shm-r{me}");
-    let mut workers = Workers::new(threads, &name, c.min_piece, c.spin)?;
+    let contention = Arc::new(Contention::default());
+    let mut workers = Workers::new(threads, &name, c.min_piece, c.spin)?.alone_when_taken(contention.clone());
     if let Err(e) = workers.add_quick(c.quick_threads, &name, SPIN, c.quick_bytes, c.quick_min_piece, c.quick_leads) {
         log_at!(LogLevel::Info, "rank {me}: no quick team ({e}); the rank's own threads take every phase");
     }
@@ -407,7 +409,7 @@ pub fn connect(
         gather_root_share: c.gather_root_share,
         block_wait: Duration::from_micros(sizes.block_wait_us as u64),
         wait_window: WaitWindow::new(c.wait_spin, n, threads, host.cores),
-        contention: Contention::default(),
+        contention,
     });
     let (mut links, mut p2p) = (Vec::new(), Vec::new());
     for (i, &r) in ranks.iter().enumerate() {

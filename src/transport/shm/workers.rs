@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::team::Team;
+use super::wait_window::Contention;
 
 /// The threads beside the caller's.
 #[derive(Clone)]
@@ -30,6 +31,9 @@ pub struct Workers {
     threads: usize,
     min_piece: usize,
     spin: Duration,
+    /// Where the host's cores are found taken (`WaitWindow`'s
+    /// `Contention`), phases run on the calling thread alone.
+    contention: Option<Arc<Contention>>,
 }
 
 #[derive(Clone)]
@@ -69,7 +73,16 @@ impl Workers {
             ))),
             _ => Some(Pool::Team(Arc::new(Team::new(threads - 1, name, spin)?))),
         };
-        Ok(Workers { pool, quick: None, threads: threads.max(1), min_piece: min_piece.max(64), spin })
+        Ok(Workers { pool, quick: None, threads: threads.max(1), min_piece: min_piece.max(64), spin, contention: None })
+    }
+
+    /// Runs every phase on the calling thread alone while `contention`
+    /// says the host's cores are taken: a helper then wakes a scheduler
+    /// slice late, or is descheduled holding a piece the phase waits for,
+    /// while the caller alone only copies at one core's speed.
+    pub fn alone_when_taken(mut self, contention: Arc<Contention>) -> Workers {
+        self.contention = Some(contention);
+        self
     }
 
     /// Gives these workers a quick team of `threads` threads (the
@@ -138,7 +151,14 @@ impl Workers {
     /// The same threads, splitting work into pieces of at least `min_piece`
     /// (the quick team keeps its own).
     pub fn with_min_piece(&self, min_piece: usize) -> Workers {
-        Workers { pool: self.pool.clone(), quick: self.quick.clone(), threads: self.threads, min_piece: min_piece.max(64), spin: self.spin }
+        Workers {
+            pool: self.pool.clone(),
+            quick: self.quick.clone(),
+            threads: self.threads,
+            min_piece: min_piece.max(64),
+            spin: self.spin,
+            contention: self.contention.clone(),
+        }
     }
 
     /// The same threads, whose quick team (if any) takes phases of up to
@@ -208,7 +228,7 @@ impl Workers {
             None => (self.pool.as_ref(), self.min_piece),
         };
         let pool = match pool {
-            Some(t) if items.len() > 1 && bytes >= 2 * min_piece => t,
+            Some(t) if items.len() > 1 && bytes >= 2 * min_piece && !self.contention.as_ref().is_some_and(|c| c.cores_taken()) => t,
             _ => return items.into_iter().try_for_each(f),
         };
         let _t = crate::profile::start(crate::profile::Span::PoolRun);
