@@ -65,10 +65,28 @@ pub trait Progress: Send + Sync {
     fn cores_taken(&self) -> bool {
         false
     }
+
+    /// A word that moves whenever this engine may have something for
+    /// `progress` to do (a message arrived, its own thread finished work),
+    /// for a waiter that sleeps on it instead of on the work (None: no
+    /// such word; the waiter sleeps on the work).
+    fn signal(&self) -> Option<u32> {
+        None
+    }
+
+    /// Sleeps up to `max` unless the word of [`Progress::signal`] moved
+    /// from `seen` or `done()`; returns early on any wake-up.
+    fn sleep_unless(&self, _seen: u32, _max: Duration, _done: &dyn Fn() -> bool) {}
 }
 
 /// How long `wait` drives a work's engine (`Progress`) before it sleeps.
 const PROGRESS_FOR: Duration = Duration::from_micros(60);
+
+/// The longest sleep between two passes of a waiter that drives its
+/// engine while the cores are taken (`Work::wait`): its wake-ups come from
+/// the engine's word, this bounds one that comes from elsewhere (an error
+/// another thread finished the work with).
+const DRIVEN_SLEEP: Duration = Duration::from_millis(10);
 
 struct State {
     result: Option<Result<()>>,
@@ -347,6 +365,39 @@ impl Work {
         }
     }
 
+    /// While the host's cores are taken, a waiter whose engine has a word
+    /// to sleep on ([`Progress::signal`]: the shared-memory point-to-point
+    /// links) sleeps on it and runs the engine's pass itself when woken:
+    /// one wake-up between a message's arrival and its receiver, where
+    /// sleeping on the work takes two (the engine's thread, then this
+    /// one), each a time slice of the busy cores. None: not so (or no
+    /// longer: it sleeps on the work).
+    fn wait_driving(&self, timeout: Option<Duration>, start: Option<Instant>) -> Option<Result<()>> {
+        let p = self.0.progress.get()?;
+        if p.blocks() || !p.cores_taken() {
+            return None;
+        }
+        let done = || self.lock().result.is_some();
+        loop {
+            let seen = p.signal()?;
+            if let Some(r) = &self.lock().result {
+                return Some(r.clone());
+            }
+            p.progress();
+            let left = match (timeout, start) {
+                (Some(t), Some(s)) => {
+                    let waited = s.elapsed();
+                    if waited >= t && !done() {
+                        return Some(Err(Error::WaitTimeout { op: self.0.op, seq: self.0.seq, waited }));
+                    }
+                    t.saturating_sub(waited)
+                }
+                _ => DRIVEN_SLEEP,
+            };
+            p.sleep_unless(seen, left.min(DRIVEN_SLEEP), &done);
+        }
+    }
+
     /// Blocks until the work finishes, or `timeout` passes
     /// (`Error::WaitTimeout`; the operation goes on).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
@@ -363,6 +414,11 @@ impl Work {
         let skip = timeout.is_some() && self.0.progress.get().is_some_and(|p| p.blocks());
         if skip || !self.drive(timeout.map_or(PROGRESS_FOR, |t| t.min(PROGRESS_FOR))) {
             self.release();
+            if !skip {
+                if let Some(r) = self.wait_driving(timeout, start) {
+                    return r;
+                }
+            }
         }
         let mut s = self.lock();
         loop {

@@ -86,3 +86,14 @@ def test_p2p_two_simulated_hosts():
     (shared memory within, TCP between), one way and both ways, batched
     with sends within the host."""
     launch.expect_ok(launch.run("w_collectives:p2p_two_hosts", 4, env={"RUSTCCL_TEST_HOSTS": "2"}, timeout=120))
+
+
+def test_collectives_and_sends_beside_busy_processes():
+    """With a busy process per core beside the ranks (a training job's
+    compute), the waits sleep and run the engines themselves: every
+    message and collective still carries the right data."""
+    from rustccl.bench.load import busy
+
+    with busy(1):
+        res = launch.run("w_collectives:beside_busy_processes", 3, timeout=300)
+    assert res[0] == res[1] == 27 and res[2] == 18, res

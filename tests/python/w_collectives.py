@@ -576,3 +576,33 @@ def streamed_blocks(rank: int, world: int) -> tuple[int, list[str]]:
         c.true(f"{op} through the slots: {ops.get(op)}", ops.get(op, {}).get("algorithm") == "shm_attach")
     dist.barrier()
     return c.count, c.failures
+
+
+def beside_busy_processes(rank: int, world: int) -> int:
+    """Ping-pongs between ranks 0 and 1 (distinct payloads, 8 B - 2 MiB)
+    and all_reduces / broadcasts on every rank while busy processes take
+    the cores: the waits sleep and drive the engine themselves there.
+    Returns the number of checks made."""
+    checks = 0
+    for rnd in range(3):
+        for n in (2, 8 << 10, 512 << 10):
+            if rank in (0, 1):
+                peer = 1 - rank
+                mine = torch.arange(n, dtype=torch.float32) + 1000 * rank + rnd
+                got = torch.empty(n)
+                if rank == 0:
+                    dist.send(mine, peer)
+                    dist.recv(got, peer)
+                else:
+                    dist.recv(got, peer)
+                    dist.send(mine, peer)
+                assert torch.equal(got, torch.arange(n, dtype=torch.float32) + 1000 * peer + rnd), (rnd, n)
+                checks += 1
+            x = torch.full((n,), float(rank + 1 + rnd))
+            dist.all_reduce(x)
+            assert torch.equal(x, torch.full((n,), float(world * (world + 1) // 2 + world * rnd))), (rnd, n)
+            y = torch.arange(n, dtype=torch.float32) * (rnd + 1) if rank == 0 else torch.zeros(n)
+            dist.broadcast(y, 0)
+            assert torch.equal(y, torch.arange(n, dtype=torch.float32) * (rnd + 1)), (rnd, n)
+            checks += 2
+    return checks

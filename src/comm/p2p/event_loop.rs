@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ use super::{Incoming, Outgoing, Peer, Posted, Req, Sink, Split, Unexpected};
 use crate::error::{Error, OpSite, Result};
 use crate::tensor::CpuTensor;
 use crate::transport::frame::{self, P2pHeader, P2pKind, P2P_HEADER_LEN};
-use crate::transport::shm::ShmLocal;
+use crate::transport::shm::{Channel, ShmLocal};
 use crate::types::Rank;
 use crate::work::{Progress, Work};
 
@@ -69,6 +70,7 @@ fn lock(ev: &Mutex<EventLoop>) -> MutexGuard<'_, EventLoop> {
 /// too ([`Driver`]), between the thread's.
 pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
     let mut ready = vec![false; lock(&ev).peers.len()];
+    let wake = waiter.shm();
     loop {
         waiter.arm();
         let (pass, deadline) = {
@@ -85,6 +87,12 @@ pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
             waiter.take_ready(&mut e.pump_in, &mut e.pump_out, &mut e.watch);
             (e.pass(), e.next_deadline())
         };
+        if let Some(local) = &wake {
+            // A waiter that drives the loop itself while the cores are
+            // taken sleeps on this word (`Work::wait`): wake it for the
+            // work this pass may have finished.
+            local.mine().wake_if_asleep_on(Channel::P2p);
+        }
         match pass {
             Pass::Exit => return,
             Pass::Moved => {}
@@ -120,6 +128,16 @@ impl Progress for Driver {
 
     fn cores_taken(&self) -> bool {
         self.1.upgrade().is_some_and(|local| local.cores_taken())
+    }
+
+    fn signal(&self) -> Option<u32> {
+        self.1.upgrade().map(|local| local.mine().signal_of(Channel::P2p).load(Ordering::Acquire))
+    }
+
+    fn sleep_unless(&self, seen: u32, max: Duration, done: &dyn Fn() -> bool) {
+        if let Some(local) = self.1.upgrade() {
+            local.mine().sleep_unless_on(Channel::P2p, seen, max, done);
+        }
     }
 }
 

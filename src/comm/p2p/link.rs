@@ -280,6 +280,14 @@ impl Waiter {
         Ok(Waiter::Futex { local, ready, _watcher: watcher, sig0: 0, last_alive: Instant::now() })
     }
 
+    /// The shared-memory links it sleeps on (None: sockets only).
+    pub fn shm(&self) -> Option<Arc<ShmLocal>> {
+        match self {
+            Waiter::Futex { local, .. } => Some(local.clone()),
+            Waiter::Mio { .. } => None,
+        }
+    }
+
     /// Called before each pass over the peers: changes after this wake a
     /// later `wait`.
     pub fn arm(&mut self) {

@@ -436,13 +436,31 @@ impl Segment {
     /// written: a publish on 8 ranks otherwise made 7 atomic increments
     /// on lines their owners were reading.
     pub fn wake_if_asleep(&self) {
-        let c = Channel::Coll;
-        // Pairs with the fence in `sleep_unless`: either this load sees the
-        // sleeper, or its check sees what was stored before this fence.
+        self.wake_if_asleep_on(Channel::Coll)
+    }
+
+    /// As [`Segment::wake_if_asleep`], for sleepers of channel `c`
+    /// ([`Segment::sleep_unless_on`]).
+    pub fn wake_if_asleep_on(&self, c: Channel) {
+        // Pairs with the fence in `sleep_unless_on`: either this load sees
+        // the sleeper, or its check sees what was stored before this fence.
         fence(Ordering::SeqCst);
         if self.sleepers(c).load(Ordering::Relaxed) > 0 {
             self.notify_on(c);
         }
+    }
+
+    /// Sleeps (up to `timeout`) on channel `c`'s word unless it moved from
+    /// `seen` or `ready()`, checked once this thread counts as a sleeper
+    /// (see [`Segment::wake_if_asleep_on`]); returns early on any wake-up.
+    pub fn sleep_unless_on(&self, c: Channel, seen: u32, timeout: Duration, ready: impl FnOnce() -> bool) {
+        let (sig, sleepers) = (self.signal_of(c), self.sleepers(c));
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !ready() {
+            futex_wait(sig, seen, timeout);
+        }
+        sleepers.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Sleeps (up to `timeout`) on the collective thread's word unless
