@@ -47,6 +47,7 @@ from .runner import _loadavg, free_stem
 from .schema import cpu_model as _cpu_model
 from .schema import git_commit as _git_commit
 from .schema import mem_gib as _mem_gib
+from .arrays import Buffers, communicator_call, pingpong as _pingpong
 
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter", "all_to_all",
        "send_recv"]
@@ -87,34 +88,6 @@ def _launch(args, argv: list[str]) -> int:
 
 # ---------------------------------------------------------------- one rank
 
-class Buffers:
-    """One system's arrays for one point: `x` (n elements per rank),
-    `big` (n x world, also seen as `parts`) and `other` (n x world). With
-    `fill`, every element is distinct and names its rank (for --check)."""
-
-    def __init__(self, nbytes: int, rank: int, world: int, fill: bool):
-        n = max(1, nbytes // 4)
-        if fill:
-            self.x = np.arange(n, dtype=np.float32) + 1000 * rank
-            self.big = np.arange(n * world, dtype=np.float32) + 1000 * rank
-        else:
-            self.x, self.big = np.zeros(n, np.float32), np.zeros(n * world, np.float32)
-        self.parts = [self.big[i * n:(i + 1) * n] for i in range(world)]
-        self.other = np.zeros(n * world, np.float32)
-
-    def output(self, op: str, rank: int) -> np.ndarray | None:
-        """What `op` left on this rank that it defines (None: nothing)."""
-        if op in ("all_gather",) or (op == "gather" and rank == 0):
-            return self.big
-        if op == "all_to_all":
-            return self.other
-        if op in ("reduce", "gather") and rank != 0:
-            return None
-        if op == "send_recv" and rank > 1:
-            return None
-        return self.x
-
-
 def _calls(system: str, op: str, b: Buffers, rank: int, comm, mpi, dist_):
     """One call of `op` on `system` with the arrays `b`, as a closure."""
     from mpi4py import MPI
@@ -123,17 +96,7 @@ def _calls(system: str, op: str, b: Buffers, rank: int, comm, mpi, dist_):
     x, big, parts, other = b.x, b.big, b.parts, b.other
     root = rank == 0
     if system == "rustccl":
-        return {
-            "all_reduce": lambda: comm.all_reduce(x),
-            "all_gather": lambda: comm.all_gather(big, x),
-            "reduce_scatter": lambda: comm.reduce_scatter(x, big),
-            "broadcast": lambda: comm.broadcast(x, 0),
-            "reduce": lambda: comm.reduce(x, 0),
-            "gather": lambda: comm.gather(x, parts if root else None, 0),
-            "scatter": lambda: comm.scatter(x, parts if root else None, 0),
-            "all_to_all": lambda: comm.all_to_all(other, big),
-            "send_recv": lambda: _pingpong(rank, lambda: comm.send(x, 1 - rank), lambda: comm.recv(x, 1 - rank)),
-        }[op]
+        return communicator_call(comm, op, b, rank)
     if system == "mpi":
         return {
             "all_reduce": lambda: mpi.Allreduce(MPI.IN_PLACE, x),
@@ -172,16 +135,6 @@ def _check(systems: list[str], op: str, nbytes: int, rank: int, world: int, comm
         out[s] = b.output(op, rank)
     ref = out.get("mpi")
     return [s for s in systems if ref is not None and out[s] is not None and not np.array_equal(out[s], ref)]
-
-
-def _pingpong(rank: int, send, recv) -> None:
-    """Ranks 0 and 1 exchange one message each way (other ranks idle)."""
-    if rank == 0:
-        send()
-        recv()
-    elif rank == 1:
-        recv()
-        send()
 
 
 def _round(fn, iters: int) -> list[float]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..bench.arrays import Buffers, communicator_call
 from . import new_table, save
 
 WIN = 0.95
@@ -72,28 +73,6 @@ def rules(local_ranks: int, cores: int) -> list[Rule]:
     return out
 
 
-class Arrays:
-    """One call's arrays for `op` at `nbytes` per rank (float32)."""
-
-    def __init__(self, nbytes: int, world: int):
-        n = max(1, nbytes // 4)
-        self.x = np.ones(n, np.float32)
-        self.big = np.ones(n * world, np.float32)
-        self.other = np.zeros(n * world, np.float32)
-        self.parts = [self.big[i * n:(i + 1) * n] for i in range(world)]
-
-    def call(self, comm, op: str, rank: int):
-        x, big, other = self.x, self.big, self.other
-        return {
-            "all_reduce": lambda: comm.all_reduce(x),
-            "all_gather": lambda: comm.all_gather(big, x),
-            "reduce_scatter": lambda: comm.reduce_scatter(x, big),
-            "broadcast": lambda: comm.broadcast(x, 0),
-            "all_to_all": lambda: comm.all_to_all(other, big),
-            "gather": lambda: comm.gather(x, self.parts if rank == 0 else None, 0),
-        }[op]
-
-
 def _share(comm, value: float) -> float:
     """Rank 0's `value` on every rank (over `comm`)."""
     a = np.array([value], np.float64)
@@ -104,8 +83,8 @@ def _share(comm, value: float) -> float:
 def time_cell(comms: list, op: str, nbytes: int, rank: int, world: int, rounds: int, round_s: float) -> list[list[float]]:
     """Per communicator, its seconds per call of `op` in each of `rounds`
     alternating rounds (rank 0's clock; every rank runs the same calls)."""
-    arrays = Arrays(nbytes, world)
-    fns = [arrays.call(c, op, rank) for c in comms]
+    arrays = Buffers(nbytes, rank, world, fill=False)
+    fns = [communicator_call(c, op, arrays, rank) for c in comms]
     est = []
     for c, fn in zip(comms, fns):  # warm-up, and how long a call takes
         c.barrier()

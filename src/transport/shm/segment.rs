@@ -467,14 +467,8 @@ impl Segment {
     /// `ready()`, checked once this thread counts as a sleeper (see
     /// [`Segment::wake_if_asleep`]); returns early on any wake-up.
     pub fn sleep_unless(&self, timeout: Duration, ready: impl FnOnce() -> bool) {
-        let (sig, sleepers) = (self.signal_of(Channel::Coll), self.sleepers(Channel::Coll));
-        let seen = sig.load(Ordering::Acquire);
-        sleepers.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if !ready() {
-            futex_wait(sig, seen, timeout);
-        }
-        sleepers.fetch_sub(1, Ordering::AcqRel);
+        let seen = self.signal_of(Channel::Coll).load(Ordering::Acquire);
+        self.sleep_unless_on(Channel::Coll, seen, timeout, ready)
     }
 
     /// Sleeps (up to `timeout`) until the collective thread's word differs
