@@ -26,6 +26,7 @@ the table. The tables live in ``RUSTCCL_TUNE_DIR`` (default
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -46,6 +47,7 @@ def mode() -> str:
     return m
 
 
+@functools.cache
 def host_key() -> str:
     """The host fingerprint the tables are cached under: the results'
     fingerprint (CPU model, cores, memory, kernel) with the NUMA nodes."""
@@ -117,8 +119,10 @@ def settings_for(store, rank: int, size: int, group: str,
         local = _local_ranks(size)
         table = load(local)
         measure = table is None and m == "run" and local == size
-        store.set(key, b"measure" if measure else json.dumps(sorted((table or {}).get("settings", {}).items())).encode())
-    raw = bytes(store.get(key)).decode()
+        raw = "measure" if measure else json.dumps(sorted((table or {}).get("settings", {}).items()))
+        store.set(key, raw.encode())
+    else:
+        raw = bytes(store.get(key)).decode()
     if raw == "measure":
         # rank 0 has no table for this host and was asked to make one:
         # every rank of the group measures it with rank 0
