@@ -122,13 +122,10 @@ def tune_group(store, rank: int, size: int, group: str = "tune", rounds: int = 9
     ``RUSTCCL_TUNE_DIR``) and returns it, the others return the same
     settings. `only`: tune these rules alone."""
     say = log or (lambda *_: None)
-    cores = os.cpu_count() or 1
+    tuned = [r for r in rules(size, os.cpu_count() or 1) if not only or r.name in only]
     chosen: dict[str, str] = {}
-    cells: list[dict] = []
     started = time.perf_counter()
-    for rule in rules(size, cores):
-        if only and rule.name not in only:
-            continue
+    for rule in tuned:
         # The rules run twice, as two communicators: one communicator can
         # run slower than another of the same settings for its whole life
         # (where its memory and threads landed), and a candidate must beat
@@ -154,7 +151,7 @@ def tune_group(store, rank: int, size: int, group: str = "tune", rounds: int = 9
         if pick:
             chosen[rule.name] = tags[pick]
         say(f"{rule.name}: " + ", ".join(f"{tag} {_geomean(r):.2f}" for tag, r in ratios.items()) + f" -> {tags[pick]}")
-    cells = validate(store, rank, size, group, chosen, only, rounds, round_s, say)
+    cells = validate(store, rank, size, group, chosen, tuned, rounds, round_s, say)
     if rank == 0:
         table = new_table(size, chosen, cells)
         table["seconds"] = round(time.perf_counter() - started, 1)
@@ -172,17 +169,16 @@ def _share_over(store, rank: int, size: int, group: str, name: str, value: int) 
     return int(bytes(store.get(key)).decode())
 
 
-def validate(store, rank: int, size: int, group: str, chosen: dict[str, str], only, rounds: int, round_s: float,
-             say) -> list[dict]:
+def validate(store, rank: int, size: int, group: str, chosen: dict[str, str], tuned: list[Rule], rounds: int,
+             round_s: float, say) -> list[dict]:
     """Times the rules against `chosen` on every tuned cell, in fresh
     rounds, and takes back (from `chosen`, on every rank) each choice one
     of whose cells came out slower than ``1 / FLOOR`` of the rules' time.
-    Returns the cells: op, bytes, rules' and tuned times (median and
-    range of the rounds, in us)."""
-    cores = os.cpu_count() or 1
-    cells = [(r.name, op, b) for r in rules(size, cores) if not only or r.name in only for op, b in r.cells]
+    Returns the cells of the `tuned` rules: op, bytes, rules' and tuned
+    times (median and range of the rounds, in us)."""
     if not chosen:
         return []
+    cells = [(r.name, op, b) for r in tuned for op, b in r.cells]
     comms = [_connect(store, rank, size, group, "validate-rules", {}),
              _connect(store, rank, size, group, "validate-rules#2", {}),
              _connect(store, rank, size, group, "validate-tuned", chosen)]
