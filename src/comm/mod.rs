@@ -369,6 +369,13 @@ impl Communicator {
         self.cpu.seq()
     }
 
+    /// Times a CPU collective's submit woke the engine's sleeping worker
+    /// thread (`comm::cpu`): a loop of blocking calls that their callers
+    /// run wakes it about once per caller-runs grace, not once a call.
+    pub fn worker_wakes(&self) -> u64 {
+        self.cpu.worker_wakes()
+    }
+
     /// Checks and submits one operation, or several as one unit of work
     /// (coalesced collectives, or a batch of sends and receives). `timeout`
     /// overrides the group's; `callback` runs once when the work finishes.

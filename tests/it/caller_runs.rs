@@ -170,3 +170,31 @@ fn shutdown_waits_for_a_collective_its_caller_runs() {
         assert!(done, "shutdown returned while a caller still ran the collective");
     }
 }
+
+#[test]
+fn a_loop_of_blocking_calls_wakes_the_worker_once_a_grace() {
+    // Each call's caller runs it, so the worker has nothing to do. Woken
+    // by every submit, it would find the job gone and sleep until the next
+    // submit woke it again: a wake-up a call, on some rank's core. It
+    // sleeps a grace instead once calls came, and a submit (due a grace
+    // later) wakes it only from a sleep with no end.
+    const GRACE: Duration = Duration::from_millis(20);
+    const CALLS: usize = 2000;
+    let cs = comms(GRACE.as_micros() as u64);
+    let got = on_ranks(&cs, |r, c| {
+        let t0 = Instant::now();
+        let mut sums = Vec::new();
+        for k in 0..CALLS {
+            let (b, w) = submit_sum(c, &[(r + k) as f64], true);
+            w.wait(None).unwrap();
+            sums.push(read(DType::F32, &b)[0]);
+        }
+        (sums, t0.elapsed(), c.worker_wakes(), by_caller(c))
+    });
+    for (sums, took, wakes, counts) in got {
+        assert_eq!(sums, (0..CALLS).map(|k| (3 + 3 * k) as f64).collect::<Vec<_>>());
+        assert_eq!(counts, (CALLS as u64, CALLS as u64), "every call ran on its caller");
+        let most = 2 + (took.as_micros() / GRACE.as_micros()) as u64;
+        assert!(wakes <= most, "{wakes} wake-ups of the worker in {took:?} of {CALLS} calls (at most {most})");
+    }
+}

@@ -94,6 +94,8 @@ struct Queue {
     /// thread: no other work starts until they return, so that work they
     /// submit runs in the same place on every rank.
     callbacks: Option<(ThreadId, usize)>,
+    /// Times a submit woke the sleeping worker.
+    wakes: u64,
 }
 
 /// What the worker is doing, so that a submit wakes it only when needed.
@@ -164,6 +166,8 @@ impl Shared {
     fn work(&self) {
         let mut q = lock(&self.queue);
         let mut last_ran = Instant::now();
+        // The number of jobs submitted when this thread last went to sleep.
+        let mut seen = q.next_seq;
         loop {
             if q.jobs.is_empty() && !q.open {
                 // Shutting down: a caller may still be running one;
@@ -187,8 +191,21 @@ impl Shared {
             }
             // While callbacks run no job may start: sleep until they end
             // (`leave_callbacks` wakes this thread), not until a due time
-            // that has passed, which would spin.
-            let until = if q.callbacks.is_some() { None } else { q.jobs.front().map(|j| j.due) };
+            // that has passed, which would spin. With nothing queued but
+            // jobs submitted since the last sleep (a caller running its
+            // own in a loop), sleep one grace: a blocking job submitted
+            // meanwhile is due no earlier than that, so its submit need
+            // not wake this thread. Woken for each one, the thread would
+            // find its caller had run it already, sleep until the next
+            // submit and be woken again: a wake-up a call, on the core
+            // of a rank.
+            let until = match q.jobs.front() {
+                _ if q.callbacks.is_some() => None,
+                Some(j) => Some(j.due),
+                None if q.next_seq != seen => Some(Instant::now() + self.grace),
+                None => None,
+            };
+            seen = q.next_seq;
             q.worker = WorkerState::Asleep(until);
             q = match until {
                 None => self.ready.wait(q).unwrap_or_else(|p| p.into_inner()),
@@ -357,6 +374,7 @@ impl CpuEngine {
                 worker: WorkerState::Awake,
                 last_async: None,
                 callbacks: None,
+                wakes: 0,
             }),
             ready: Condvar::new(),
             exec: Mutex::new(exec),
@@ -429,6 +447,7 @@ impl CpuEngine {
                 WorkerState::Asleep(Some(until)) => due < until,
             };
         if wake {
+            q.wakes += 1;
             self.shared.ready.notify_one();
         }
         drop(q);
@@ -443,6 +462,11 @@ impl CpuEngine {
     /// Number of collectives submitted so far.
     pub fn seq(&self) -> u64 {
         lock(&self.shared.queue).next_seq
+    }
+
+    /// Times a submit woke the sleeping worker thread.
+    pub fn worker_wakes(&self) -> u64 {
+        lock(&self.shared.queue).wakes
     }
 
     /// Stops accepting work. With `abort`, interrupts the running operation;
