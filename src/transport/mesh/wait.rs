@@ -63,6 +63,7 @@ impl Mesh {
         }
         // The clock only for a wait that does not end at the first look.
         let t0 = Instant::now();
+        local.spin(t0, || !(0..local.segs.len()).any(lags));
         let mut slept = false;
         loop {
             if !(0..local.segs.len()).any(lags) {

@@ -156,6 +156,18 @@ impl ShmLocal {
         &self.segs[self.me]
     }
 
+    /// The first moments of a wait that began at `t0`: spins on the core
+    /// until `done()` or [`wait_window::SPIN`] has passed, unless the cores
+    /// are taken (then the wait goes on to its pauses or sleep at once).
+    pub fn spin(&self, t0: Instant, done: impl Fn() -> bool) {
+        if self.contention.cores_taken() {
+            return;
+        }
+        while !done() && t0.elapsed() < wait_window::SPIN {
+            std::hint::spin_loop();
+        }
+    }
+
     /// Between two looks of a thread polling for a local peer: yields the
     /// CPU, and first moves to another if a local rank's polling thread
     /// shares it (`place.rs`).

@@ -77,6 +77,13 @@ impl WaitWindow {
     }
 }
 
+/// How long a wait spins on its core, without yielding, before the window's
+/// polling begins (not while the cores are taken): a peer that publishes
+/// within it is seen at once, where a yield (a system call, and on a VM
+/// often longer) would see it only after the call returns, and a peer
+/// waiting in turn for this rank's next publish would wait that long too.
+pub const SPIN: Duration = Duration::from_micros(3);
+
 /// A pause (a yield of the core between two looks) that took longer than
 /// this ran another task on the core.
 pub const TAKEN_AFTER: Duration = Duration::from_micros(40);
