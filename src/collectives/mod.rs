@@ -457,6 +457,15 @@ pub fn run(
         }
         Op::Gather { input, outputs, root } => {
             if n > 1 {
+                if let Some((win, wait)) = whole_host(t).filter(|(win, _)| win.one_round_blocks(BlockOp::Gather, input.nbytes(), 1)) {
+                    let mut outs = outputs.as_mut().map(|o| {
+                        let (dst, off, len) = locate_mut(o, r);
+                        copy_region(dst, off, input, 0, len);
+                        o.views_mut()
+                    });
+                    shm::one_round::gather(&win, wait, input.bytes(), outs.as_deref_mut(), *root)?;
+                    return Ok("shm_one_round");
+                }
                 if let Some((win, wait)) = attach_host(t, BlockOp::Gather, Some(input.nbytes())) {
                     // The root's own part: copied by the algorithm while the
                     // senders' blocks arrive, unless the input overlaps an
@@ -487,6 +496,15 @@ pub fn run(
         }
         Op::Scatter { inputs, output, root } => {
             if n > 1 {
+                if let Some((win, wait)) = whole_host(t).filter(|(win, _)| win.one_round_blocks(BlockOp::Scatter, output.nbytes(), n)) {
+                    let views = inputs.as_ref().map(|i| i.views());
+                    shm::one_round::scatter(&win, wait, views.as_deref(), output.bytes_mut(), *root)?;
+                    if let Some(ins) = inputs.as_ref() {
+                        let (src, so, len) = locate(ins, r);
+                        copy_region(output, 0, src, so, len);
+                    }
+                    return Ok("shm_one_round");
+                }
                 if let Some((win, wait)) = attach_host(t, BlockOp::Scatter, Some(output.nbytes())) {
                     // The root copies its own part while the others take
                     // theirs, unless its output overlaps an input the

@@ -94,6 +94,14 @@ pub fn choose(
     }
 }
 
+/// Largest gather or scatter block that goes through the small slots in
+/// one step (`collectives::shm::one_round`) where the rings would take it
+/// otherwise (reads are slow: `Window::one_round_blocks`): every rank
+/// writes, publishes, waits for the rest and reads, where the rings let
+/// a receiver copy a message out while its sender still writes it
+/// (`docs/decisions/0004`).
+pub const ONE_ROUND_BLOCK_MAX: usize = 2 << 10;
+
 /// Below this many bytes per thread the pool is not started (unless the
 /// shared-memory segment setting is smaller, as in tests): waking sleeping
 /// threads costs about as long as one core needs to copy a piece this

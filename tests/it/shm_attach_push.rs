@@ -48,13 +48,13 @@ fn a_broadcast_between_two_ranks_is_split_between_them() {
 
 /// Where tensors are read through the kernel, a gather's root posts its
 /// outputs and the senders of blocks that no slot takes write them there.
-/// A rank that passed another size must not write anywhere: the root
-/// fails naming the size mismatch (whether it posted or not), and nothing
+/// A rank that passed another size must not write anywhere: every rank
+/// fails naming the sizes (whether the root posted or not), and nothing
 /// lands in the odd rank's part of the root's output; also where the root
 /// reads a share of each pushed block (`gather_root_share: 2`), which
 /// makes the senders wait for the root's last publish.
 #[test]
-fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
+fn gather_ranks_with_other_sizes_than_the_root_fail_everywhere_and_write_nothing() {
     // 256-byte small slots: 40 floats fit after the header, 1000 do not.
     let (small, large) = (40usize, 1000usize);
     for (share, (odd, rest)) in [1, 2].into_iter().flat_map(|s| [(small, large), (large, small)].map(|c| (s, c))) {
@@ -82,10 +82,13 @@ fn gather_ranks_with_other_sizes_than_the_root_write_nothing() {
             }
             e
         });
+        // Every rank announces its block's size: all of them find the
+        // difference before any byte moves, rank 2 too.
         let what = format!("share {share}, rank 0 {odd} floats, others {rest}: {errs:?}");
-        let root_err = errs[1].as_deref().unwrap_or_else(|| panic!("the root must fail: {what}"));
-        assert!(root_err.contains("rustccl gather") && root_err.contains("expects"), "{what}");
-        assert!(errs[2].is_none(), "rank 2 passed the root's size: {what}");
+        for (r, e) in errs.iter().enumerate() {
+            let e = e.as_deref().unwrap_or_else(|| panic!("rank {r} must fail: {what}"));
+            assert!(e.contains("rustccl gather") && e.contains(&format!("gather of {} bytes", 4 * odd)), "rank {r}: {what}");
+        }
     }
 }
 

@@ -13,6 +13,8 @@
 //!   buffer, so all ranks get bitwise identical results;
 //! - broadcast: the root writes, the others read;
 //! - all_gather: every rank writes its part and reads the others';
+//! - gather: every rank but the root writes its block, the root reads them;
+//! - scatter: the root writes every other rank's block, each reads its own;
 //! - barrier: the step alone.
 //!
 //! Every rank picks this algorithm from sizes that its peers announce and
@@ -87,6 +89,41 @@ pub fn all_gather(win: &Window, w: &mut dyn PhaseWait, outs: &mut [&mut [u8]]) -
     let slot = step(win, w, &desc, |slot| win.put(slot, 0, outs[me]))?;
     for (c, out) in outs.iter_mut().enumerate().filter(|(c, _)| *c != me) {
         win.get(c, slot, 0, out);
+    }
+    Ok(())
+}
+
+/// `input`: this rank's block; `outs`: the root's outputs (rank c's part
+/// in `outs[c]`; the caller copies the root's own), None elsewhere. For
+/// blocks up to a small slot.
+pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&mut [&mut [u8]]>, root: usize) -> Result<()> {
+    let me = win.me();
+    let desc = Desc { name: "gather", dtype: DType::U8, op: ReduceOp::Sum, len: input.len(), root: Some(root) };
+    let slot = step(win, w, &desc, |slot| {
+        if me != root {
+            win.put(slot, 0, input);
+        }
+    })?;
+    for (c, out) in outs.into_iter().flatten().enumerate().filter(|(c, _)| *c != me) {
+        win.get(c, slot, 0, out);
+    }
+    Ok(())
+}
+
+/// `ins`: the root's blocks (rank c's in `ins[c]`; the caller copies the
+/// root's own), None elsewhere; `out`: this rank's block. For all the
+/// blocks together up to a small slot.
+pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, out: &mut [u8], root: usize) -> Result<()> {
+    let me = win.me();
+    let len = out.len();
+    let desc = Desc { name: "scatter", dtype: DType::U8, op: ReduceOp::Sum, len, root: Some(root) };
+    let slot = step(win, w, &desc, |slot| {
+        for (c, block) in ins.into_iter().flatten().enumerate().filter(|(c, _)| *c != me) {
+            win.put(slot, c * len, block);
+        }
+    })?;
+    if me != root {
+        win.get(root, slot, me * len, out);
     }
     Ok(())
 }

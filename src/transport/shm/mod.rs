@@ -53,7 +53,7 @@ pub use place::moves as thread_moves;
 use crate::bootstrap::Conn;
 use crate::config::log_at;
 use crate::config::{LogLevel, ShmConfig};
-use crate::tuning::shm::{choose, SPIN};
+use crate::tuning::shm::{choose, ONE_ROUND_BLOCK_MAX, SPIN};
 use crate::tuning::HostFacts;
 use crate::types::Rank;
 
@@ -97,6 +97,9 @@ pub struct ShmLocal {
     root_pool: OnceLock<Option<Workers>>,
     /// Largest all-reduce done in one round (the setting, or from the host).
     pub one_round_max: usize,
+    /// Largest gather or scatter block taken in one step
+    /// (`tuning::shm::ONE_ROUND_BLOCK_MAX`).
+    pub one_round_block_max: usize,
     /// Cross-memory attach between every pair of local ranks, when all
     /// of them could use it.
     pub attach: Option<Attach>,
@@ -410,6 +413,7 @@ pub fn connect(
         root_threads: c.root_threads,
         root_pool: OnceLock::new(),
         one_round_max: c.one_round_max,
+        one_round_block_max: ONE_ROUND_BLOCK_MAX,
         attach,
         stage_min: sizes.staged_min,
         stage_shared: sizes.stage_shared,

@@ -174,6 +174,16 @@ impl Window {
         self.local.one_round_max.min(self.small_capacity())
     }
 
+    /// Whether `op`'s `count` blocks of `block` bytes each (a gather's one,
+    /// a scatter's root's all) go through a small slot in one step: where
+    /// they fit, if they are small (`ShmLocal::one_round_block_max`) or
+    /// the single-copy algorithm would take them otherwise (its headers
+    /// cost more than the second copy does); not where the rings would,
+    /// which let a receiver copy a message out while its sender writes it.
+    pub fn one_round_blocks(&self, op: BlockOp, block: usize, count: usize) -> bool {
+        block * count <= self.small_capacity() && (block <= self.local.one_round_block_max || self.attach_blocks(op, Some(block)))
+    }
+
     pub fn slot_capacity(&self) -> usize {
         self.local.mine().layout.seg
     }

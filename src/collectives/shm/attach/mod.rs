@@ -245,7 +245,7 @@ pub fn gather(win: &Window, w: &mut dyn PhaseWait, input: &[u8], outs: Option<&m
     let at = packed_blocks(win, BlockOp::Gather, &blocks);
     let wk = win.workers();
     let offered = || offer(win, slot, &blocks, flags);
-    let (step, mine) = Step::begin_then(win, w, &desc("gather", 0, Some(root)), &posted, offered, |&mine, seq| {
+    let (step, mine) = Step::begin_then(win, w, &desc("gather", input.len(), Some(root)), &posted, offered, |&mine, seq| {
         deliver(win, wk, seq, puts(wk, &blocks, &at, mine))
     })?;
     drop(posted);

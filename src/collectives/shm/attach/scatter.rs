@@ -65,7 +65,7 @@ pub fn scatter(win: &Window, w: &mut dyn PhaseWait, ins: Option<&[&[u8]]>, outpu
     // slots as soon as it published (its receivers take each chunk as it
     // lands), then its own part in the same phase; a receiver posts its
     // output (where the root may write).
-    let d = desc("scatter", 0, Some(root));
+    let d = desc("scatter", output.len(), Some(root));
     let offered = || offer(win, slot, &blocks, flags);
     let begun = if me == root {
         let out = &mut *output;
