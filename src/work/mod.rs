@@ -66,6 +66,11 @@ pub trait Progress: Send + Sync {
         false
     }
 
+    /// A waiting thread starts (`on`) or stops driving the engine with
+    /// `progress`: an engine whose own thread would do the same work may
+    /// leave it asleep meanwhile.
+    fn driving(&self, _on: bool) {}
+
     /// A word that moves whenever this engine may have something for
     /// `progress` to do (a message arrived, its own thread finished work),
     /// for a waiter that sleeps on it instead of on the work (None: no
@@ -326,6 +331,13 @@ impl Work {
     /// operation in one pass, past `budget`. True once the work finished.
     pub fn drive(&self, budget: Duration) -> bool {
         let Some(p) = self.0.progress.get() else { return self.lock().result.is_some() };
+        p.driving(true);
+        let done = self.drive_with(&**p, budget);
+        p.driving(false);
+        done
+    }
+
+    fn drive_with(&self, p: &dyn Progress, budget: Duration) -> bool {
         // The budget counts from the end of the first pass: a small
         // operation that the first pass finishes reads no clock.
         let mut start: Option<Instant> = None;

@@ -135,3 +135,53 @@ fn a_receive_nobody_sends_times_out_naming_the_peer() {
     assert!(matches!(e, Error::Timeout { ref waiting, .. } if waiting == &vec![1]), "{e}");
     assert!(e.to_string().contains(" Timed out "), "{e}");
 }
+
+/// CPU time so far of the point-to-point engine threads of group `g`
+/// (`rustccl-p2p-{g}-r{rank}`, 15 characters of it: a group of 3, so that
+/// other tests' groups running meanwhile do not count).
+fn p2p_threads_cpu(g: &str) -> (Duration, usize) {
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let tick = 1.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let (mut ticks, mut threads) = (0u64, 0);
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != format!("rustccl-p2p-{g}") {
+            continue;
+        }
+        threads += 1;
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // utime and stime: fields 14 and 15, the 12th and 13th after the name's ')'.
+        let rest: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace().collect();
+        ticks += rest.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        ticks += rest.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    }
+    (Duration::from_secs_f64(ticks as f64 * tick), threads)
+}
+
+#[test]
+fn the_engine_threads_sleep_while_their_callers_drive_a_ping_pong() {
+    // Each rank waits for its own receive and reads the ring itself; the
+    // engine's threads have nothing to do. Polling beside the callers (or
+    // woken by every message) they took a core's worth of time.
+    const GROUP: &str = "pp2";
+    let comms = shm_comms_with(2, AlgoConfig::default(), Duration::from_secs(30), |_, o| o.group = GROUP.into());
+    let ping = |r: usize, c: &rustccl::Communicator, k: usize| {
+        let (mine, got) = (buf(DType::F32, &[(k * 2 + r) as f64]), buf(DType::F32, &[-1.0]));
+        if r == 0 {
+            send(c, &mine, 1, 5).wait(None).unwrap();
+            recv(c, &got, Some(1), 5).wait(None).unwrap();
+        } else {
+            recv(c, &got, Some(0), 5).wait(None).unwrap();
+            send(c, &mine, 0, 5).wait(None).unwrap();
+        }
+        assert_eq!(read(DType::F32, &got), vec![(k * 2 + 1 - r) as f64], "message {k} to rank {r}");
+    };
+    on_ranks(&comms, |r, c| (0..200).for_each(|k| ping(r, c, k)));
+    let ((cpu0, _), t0) = (p2p_threads_cpu(GROUP), Instant::now());
+    const ROUNDS: usize = 20_000;
+    on_ranks(&comms, |r, c| (200..200 + ROUNDS).for_each(|k| ping(r, c, k)));
+    let ((cpu1, threads), wall) = (p2p_threads_cpu(GROUP), t0.elapsed());
+    assert_eq!(threads, 2, "the two ranks' engine threads");
+    let cpu = cpu1 - cpu0;
+    assert!(cpu < wall / 4, "the engine threads took {cpu:?} of CPU in {wall:?} of {ROUNDS} ping-pongs");
+}

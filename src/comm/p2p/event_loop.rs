@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
-use super::link::Waiter;
+use super::link::{Driving, Waiter};
 use super::{Incoming, Outgoing, Peer, Posted, Req, Sink, Split, Unexpected};
 use crate::error::{Error, OpSite, Result};
 use crate::tensor::CpuTensor;
@@ -73,7 +73,7 @@ pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
     let wake = waiter.shm();
     loop {
         waiter.arm();
-        let (pass, deadline) = {
+        let (pass, deadline, busy) = {
             let mut e = lock(&ev);
             for (p, r) in ready.iter_mut().enumerate() {
                 // Any event (readable, writable, closed, error): both
@@ -85,7 +85,7 @@ pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
             }
             let e = &mut *e;
             waiter.take_ready(&mut e.pump_in, &mut e.pump_out, &mut e.watch);
-            (e.pass(), e.next_deadline())
+            (e.pass(), e.next_deadline(), e.busy())
         };
         if let Some(local) = &wake {
             // A waiter that drives the loop itself while the cores are
@@ -95,8 +95,8 @@ pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
         }
         match pass {
             Pass::Exit => return,
-            Pass::Moved => {}
-            Pass::Idle => waiter.wait(deadline.map(|d| d.saturating_duration_since(Instant::now())), &mut ready),
+            Pass::Moved if !waiter.defers(busy) => {}
+            Pass::Moved | Pass::Idle => waiter.wait(deadline.map(|d| d.saturating_duration_since(Instant::now())), &mut ready, busy),
         }
     }
 }
@@ -106,17 +106,57 @@ pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
 /// its receive finished on that thread, without a hand-off from the
 /// engine's thread. Holds the loop and the shared-memory links weakly: a
 /// work kept after shutdown keeps nothing alive.
-pub(super) struct Driver(pub(super) Weak<Mutex<EventLoop>>, pub(super) Weak<ShmLocal>);
+pub(super) struct Driver(pub(super) Weak<Mutex<EventLoop>>, pub(super) Weak<ShmLocal>, pub(super) Arc<Driving>);
 
-impl Progress for Driver {
-    fn progress(&self) {
-        let Some(ev) = self.0.upgrade() else { return };
+impl Driver {
+    /// Runs a pass on the calling thread unless another thread is running
+    /// one; true when it ran.
+    pub(super) fn try_pass(&self) -> bool {
+        let Some(ev) = self.0.upgrade() else { return false };
         let mut e = match ev.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
+            Err(TryLockError::WouldBlock) => return false,
         };
         e.pass();
+        drop(e);
+        if let Some(local) = self.1.upgrade() {
+            // As after the engine thread's passes: a waiter asleep on the
+            // word (`Work::wait`) whose work this pass finished.
+            local.mine().wake_if_asleep_on(Channel::P2p);
+        }
+        true
+    }
+
+    /// A request went into the channel that no pass took (`Driving::request`).
+    pub(super) fn request(&self) {
+        self.2.request();
+    }
+
+    /// Whether the engine's thread has anything to do: works not finished,
+    /// messages queued (true when another thread holds the loop).
+    fn busy(&self) -> bool {
+        let Some(ev) = self.0.upgrade() else { return false };
+        let e = match ev.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return true,
+        };
+        e.busy()
+    }
+}
+
+impl Progress for Driver {
+    fn progress(&self) {
+        self.try_pass();
+    }
+
+    fn driving(&self, on: bool) {
+        if on {
+            self.2.begin();
+        } else {
+            self.2.end(|| self.busy());
+        }
     }
 
     fn pause(&self) {
@@ -170,6 +210,15 @@ impl EventLoop {
             exited: false,
             timeout,
         }
+    }
+
+    /// Anything left for the engine's thread: receives posted, messages
+    /// queued or awaiting their acks, split receives, a staged send.
+    /// (A request still in the channel was announced to the thread:
+    /// `P2pEngine::submit`, `Driving::request`.)
+    fn busy(&self) -> bool {
+        let peers = self.peers.iter().flatten().any(|p| !p.out.is_empty() || !p.awaiting.is_empty());
+        !self.posted.is_empty() || peers || !self.splits.is_empty() || self.staged.is_some()
     }
 
     /// One pass: new requests, then the peers with something to do: those

@@ -16,13 +16,17 @@
 //! sleeps on the point-to-point futex word of this rank's segment, which
 //! the peers' producers and consumers, new requests, and a small watcher
 //! thread bump; the watcher sleeps in `mio::Poll` over the TCP connections
-//! and flags the peers it saw events for.
+//! and flags the peers it saw events for. While a caller drives the engine
+//! (waits for its own send or receive and runs the passes itself), and
+//! for a moment after when nothing is left to do, the thread sleeps deaf
+//! to that word instead ([`Driving`]): the callers read the rings, and a
+//! thread polling beside them, or woken by each message, took a core.
 #![forbid(unsafe_code)]
 
 use std::io::{self, IoSlice};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -40,6 +44,94 @@ const YIELD_FOR: Duration = Duration::from_micros(60);
 /// How often shared-memory peers are checked for life when nothing else
 /// (the watcher) says they died.
 pub const ALIVE_EVERY: Duration = Duration::from_millis(50);
+/// The longest the thread sleeps deaf to pushes while a caller drives the
+/// engine ([`Driving`]): a message with no receive posted waits at most
+/// this long in its ring after the last driver left.
+const DEAF_FOR: Duration = Duration::from_millis(2);
+
+/// The threads driving the engine themselves right now (`Work::wait`
+/// through `event_loop::Driver`), and whether the engine's thread sleeps
+/// deaf to pushes meanwhile. A driver reads the rings in its own passes,
+/// so the engine's thread need not: polling beside it, or woken by each
+/// message, it took a core from the driver or its peer (on a VM with as
+/// many cores as ranks, a context switch a message).
+pub struct Driving {
+    count: AtomicU32,
+    deaf: AtomicBool,
+    /// The engine's thread, which parks while deaf.
+    thread: OnceLock<Thread>,
+    epoch: Instant,
+    /// When the last driver stopped (nanoseconds after `epoch`).
+    last_end: AtomicU64,
+    /// A request waits in the channel that no pass took yet.
+    requested: AtomicBool,
+}
+
+impl Default for Driving {
+    fn default() -> Driving {
+        Driving {
+            count: AtomicU32::new(0),
+            deaf: AtomicBool::new(false),
+            thread: OnceLock::new(),
+            epoch: Instant::now(),
+            last_end: AtomicU64::new(0),
+            requested: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Driving {
+    /// Wakes the thread from its deaf sleep (or the next one, at once).
+    fn rouse(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+
+    /// A request went into the channel and no pass took it: the thread
+    /// must not sleep deaf before its next pass (woken if it does).
+    pub fn request(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `Waiter::wait`: either the thread sees
+        // the request, or this load sees it deaf.
+        fence(Ordering::SeqCst);
+        if self.deaf.load(Ordering::SeqCst) {
+            self.rouse();
+        }
+    }
+
+    /// A caller starts driving the engine.
+    pub fn begin(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The calling driver stops; `busy`: whether the engine has work left
+    /// (asked only when it was the last driver and the thread sleeps deaf,
+    /// which is then woken).
+    pub fn end(&self, busy: impl FnOnce() -> bool) {
+        self.last_end.store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let last = self.count.fetch_sub(1, Ordering::SeqCst) == 1;
+        // Pairs with the fence in `Waiter::wait`: either the thread sees
+        // no driver, or this load sees it deaf.
+        fence(Ordering::SeqCst);
+        if last && self.deaf.load(Ordering::SeqCst) && busy() {
+            self.rouse();
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.count.load(Ordering::SeqCst) > 0
+    }
+
+    /// Whether the engine's thread should leave the rings to the callers:
+    /// one drives now, or one stopped less than [`DEAF_FOR`] ago and the
+    /// engine has nothing left to do (`busy`), as between the calls of a
+    /// ping-pong, where a thread that took a message first kept passing.
+    fn defer(&self, busy: bool) -> bool {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.any() || (!busy && now < self.last_end.load(Ordering::Relaxed) + DEAF_FOR.as_nanos() as u64)
+    }
+}
 
 pub enum PeerLink {
     Tcp(Socket),
@@ -269,15 +361,16 @@ impl Drop for Watcher {
 /// How the engine's thread waits (see the module docs).
 pub enum Waiter {
     Mio { poll: Poll, events: Events },
-    Futex { local: Arc<ShmLocal>, ready: Arc<Vec<AtomicBool>>, _watcher: Watcher, sig0: u32, last_alive: Instant },
+    Futex { local: Arc<ShmLocal>, ready: Arc<Vec<AtomicBool>>, _watcher: Watcher, sig0: u32, last_alive: Instant, driving: Arc<Driving> },
 }
 
 impl Waiter {
     /// A futex waiter over `local`, its watcher polling `poll` for `n` peers.
-    pub fn futex(poll: Poll, local: Arc<ShmLocal>, n: usize, name: String) -> io::Result<Waiter> {
+    /// `driving`: the callers driving the engine (then it sleeps deaf).
+    pub fn futex(poll: Poll, local: Arc<ShmLocal>, n: usize, name: String, driving: Arc<Driving>) -> io::Result<Waiter> {
         let ready: Arc<Vec<AtomicBool>> = Arc::new((0..n).map(|_| AtomicBool::new(true)).collect());
         let watcher = Watcher::start(poll, local.clone(), ready.clone(), name)?;
-        Ok(Waiter::Futex { local, ready, _watcher: watcher, sig0: 0, last_alive: Instant::now() })
+        Ok(Waiter::Futex { local, ready, _watcher: watcher, sig0: 0, last_alive: Instant::now(), driving })
     }
 
     /// The shared-memory links it sleeps on (None: sockets only).
@@ -320,9 +413,21 @@ impl Waiter {
         }
     }
 
+    /// After a pass that moved something: whether the thread should still
+    /// wait rather than pass again, leaving the rings to the callers that
+    /// drive the engine ([`Driving::defer`]; `busy`: the engine has work
+    /// left).
+    pub fn defers(&self, busy: bool) -> bool {
+        match self {
+            Waiter::Futex { driving, .. } => driving.defer(busy),
+            Waiter::Mio { .. } => false,
+        }
+    }
+
     /// Sleeps until something may have happened, at most `timeout`.
-    /// `ready_out[p]` is set for peers with events (mio mode).
-    pub fn wait(&mut self, timeout: Option<Duration>, ready_out: &mut [bool]) {
+    /// `ready_out[p]` is set for peers with events (mio mode). `busy`: the
+    /// engine has work left.
+    pub fn wait(&mut self, timeout: Option<Duration>, ready_out: &mut [bool], busy: bool) {
         match self {
             Waiter::Mio { poll, events } => match poll.poll(events, timeout) {
                 Ok(()) => {
@@ -339,10 +444,10 @@ impl Waiter {
                     ready_out.fill(true);
                 }
             },
-            Waiter::Futex { local, sig0, .. } => {
+            Waiter::Futex { local, sig0, driving, .. } => {
                 let word = local.mine().signal_of(Channel::P2p);
                 let t0 = Instant::now();
-                while t0.elapsed() < YIELD_FOR {
+                while t0.elapsed() < YIELD_FOR && !driving.defer(busy) {
                     if word.load(Ordering::Acquire) != *sig0 {
                         return;
                     }
@@ -351,6 +456,20 @@ impl Waiter {
                     std::thread::yield_now();
                 }
                 let cap = timeout.unwrap_or(ALIVE_EVERY).min(ALIVE_EVERY);
+                if driving.defer(busy) {
+                    // Deaf: not on the word the pushes bump (while callers
+                    // ping-pong it moves every few microseconds), but
+                    // parked, until a driver or a request rouses it.
+                    driving.thread.get_or_init(std::thread::current);
+                    driving.deaf.store(true, Ordering::SeqCst);
+                    // Pairs with the fence in `Driving::end`.
+                    fence(Ordering::SeqCst);
+                    if driving.defer(busy) && !driving.requested.swap(false, Ordering::SeqCst) {
+                        std::thread::park_timeout(cap.min(DEAF_FOR));
+                    }
+                    driving.deaf.store(false, Ordering::SeqCst);
+                    return;
+                }
                 local.mine().sleep_on(Channel::P2p, *sig0, cap);
             }
         }

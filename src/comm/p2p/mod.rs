@@ -67,10 +67,10 @@ use crate::transport::frame::P2pHeader;
 use crate::transport::frame::{self, P2pKind, P2P_HEADER_LEN};
 use crate::transport::shm::{RingRx, ShmLink, ShmLocal};
 use crate::types::Rank;
-use crate::work::{Progress, Work};
+use crate::work::Work;
 
 use event_loop::{Driver, EventLoop};
-use link::{PeerLink, ShmTx, Waiter, Wake, WAKE};
+use link::{Driving, PeerLink, ShmTx, Waiter, Wake, WAKE};
 
 /// Shared-memory links of the point-to-point channel, by global rank.
 pub type ShmP2p = (Arc<ShmLocal>, Vec<(Rank, ShmLink)>);
@@ -206,7 +206,7 @@ struct Running {
     handle: Option<JoinHandle<()>>,
     /// Given to every work, when some peer is on this host (see
     /// `event_loop::Driver`).
-    driver: Option<Arc<dyn Progress>>,
+    driver: Option<Arc<Driver>>,
 }
 
 /// What the event loop starts from.
@@ -324,8 +324,12 @@ impl P2pEngine {
         let name = |what: &str| format!("rustccl-{what}-{}-r{}", self.group, self.rank);
         let attach = self.attach.clone();
         let local_weak = local.as_ref().map(Arc::downgrade);
+        let driving = Arc::new(Driving::default());
         let (waiter, wake) = match local {
-            Some(local) => (Waiter::futex(poll, local.clone(), self.size, name("p2pw")).map_err(internal("watcher"))?, Wake::Futex(local)),
+            Some(local) => (
+                Waiter::futex(poll, local.clone(), self.size, name("p2pw"), driving.clone()).map_err(internal("watcher"))?,
+                Wake::Futex(local),
+            ),
             None => {
                 let waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(internal("waker"))?);
                 (Waiter::Mio { poll, events: Events::with_capacity(64) }, Wake::Mio(waker))
@@ -334,7 +338,7 @@ impl P2pEngine {
         let (tx, rx) = mpsc::channel();
         let any_shm = peers.iter().flatten().any(|p| p.link.is_shm());
         let ev = Arc::new(Mutex::new(EventLoop::new(self.rank, self.group.clone(), peers, rx, attach, self.timeout)));
-        let driver = local_weak.filter(|_| any_shm).map(|l| Arc::new(Driver(Arc::downgrade(&ev), l)) as Arc<dyn Progress>);
+        let driver = local_weak.filter(|_| any_shm).map(|l| Arc::new(Driver(Arc::downgrade(&ev), l, driving)));
         let handle = std::thread::Builder::new()
             .name(name("p2p"))
             .spawn(move || event_loop::run(ev, waiter))
@@ -392,7 +396,20 @@ impl P2pEngine {
                     work.set_progress(d.clone());
                 }
                 r.tx.send(req).map_err(|_| Error::Closed { op: kind, how: "shut down" })?;
-                r.wake.wake();
+                // The request taken in a pass of our own needs no wake-up
+                // of the engine's thread: a message for it wakes that
+                // thread (or its driver reads it), and its deadline is
+                // looked at within `link::ALIVE_EVERY`. Else wake the
+                // thread, even one asleep deaf beside a driver
+                // (`link::Driving`).
+                match &r.driver {
+                    Some(d) if d.try_pass() => {}
+                    Some(d) => {
+                        r.wake.wake();
+                        d.request();
+                    }
+                    None => r.wake.wake(),
+                }
                 Ok(work)
             }
             _ => Err(Error::Closed { op: kind, how: "shut down" }),
