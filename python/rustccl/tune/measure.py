@@ -56,8 +56,12 @@ def rules(local_ranks: int, cores: int) -> list[Rule]:
     top = max(1 * MiB, min(16 * MiB, (64 * MiB // max(1, local_ranks)) // MiB * MiB))
     big = tuple(sorted({256 * KiB, 1 * MiB, min(4 * MiB, top), top}))
     out = [
+        # The small slots also bound the one-step all_gather, scatter and
+        # the blocks of all_to_all that skip the input slots: a slot that
+        # speeds the all-reduce must not push those off their one step.
         Rule("RUSTCCL_SHM_SMALL_BYTES", ("4096", "16384", "65536", "262144"),
-             tuple(("all_reduce", b) for b in (1 * KiB, 8 * KiB, 32 * KiB, 128 * KiB))),
+             tuple(("all_reduce", b) for b in (1 * KiB, 8 * KiB, 32 * KiB, 128 * KiB))
+             + tuple((op, 1 * KiB) for op in ("all_gather", "scatter", "all_to_all"))),
         Rule("RUSTCCL_SHM_ATTACH_MIN_BYTES", ("65536", "262144", "1048576", "4194304", "off"),
              tuple((op, b) for op in ("all_reduce", "all_gather", "reduce_scatter") for b in big)),
         Rule("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", ("65536", "1048576", "4194304", "off"),
