@@ -56,6 +56,10 @@ const DEAF_FOR: Duration = Duration::from_millis(2);
 /// message, it took a core from the driver or its peer (on a VM with as
 /// many cores as ranks, a context switch a message).
 pub struct Driving {
+    /// Every peer is on this host: a driver's passes read every link. (A
+    /// TCP peer's socket events reach only the engine's thread, through
+    /// the watcher, so with one the thread never sleeps deaf.)
+    local_only: bool,
     count: AtomicU32,
     deaf: AtomicBool,
     /// The engine's thread, which parks while deaf.
@@ -67,9 +71,11 @@ pub struct Driving {
     requested: AtomicBool,
 }
 
-impl Default for Driving {
-    fn default() -> Driving {
+impl Driving {
+    /// `local_only`: every peer of the engine is on this host.
+    pub fn new(local_only: bool) -> Driving {
         Driving {
+            local_only,
             count: AtomicU32::new(0),
             deaf: AtomicBool::new(false),
             thread: OnceLock::new(),
@@ -78,9 +84,7 @@ impl Default for Driving {
             requested: AtomicBool::new(false),
         }
     }
-}
 
-impl Driving {
     /// Wakes the thread from its deaf sleep (or the next one, at once).
     fn rouse(&self) {
         if let Some(t) = self.thread.get() {
@@ -94,6 +98,17 @@ impl Driving {
         self.requested.store(true, Ordering::SeqCst);
         // Pairs with the fence in `Waiter::wait`: either the thread sees
         // the request, or this load sees it deaf.
+        fence(Ordering::SeqCst);
+        if self.deaf.load(Ordering::SeqCst) {
+            self.rouse();
+        }
+    }
+
+    /// The watcher flagged peers with socket events (a TCP peer's message,
+    /// a death), which only the engine's thread takes: wake it if deaf.
+    fn watched(&self) {
+        // Pairs with the fence in `Waiter::wait`: either the thread sees
+        // the flags, or this load sees it deaf.
         fence(Ordering::SeqCst);
         if self.deaf.load(Ordering::SeqCst) {
             self.rouse();
@@ -128,6 +143,9 @@ impl Driving {
     /// engine has nothing left to do (`busy`), as between the calls of a
     /// ping-pong, where a thread that took a message first kept passing.
     fn defer(&self, busy: bool) -> bool {
+        if !self.local_only {
+            return false;
+        }
         let now = self.epoch.elapsed().as_nanos() as u64;
         self.any() || (!busy && now < self.last_end.load(Ordering::Relaxed) + DEAF_FOR.as_nanos() as u64)
     }
@@ -320,7 +338,13 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    fn start(mut poll: Poll, local: Arc<ShmLocal>, ready: Arc<Vec<AtomicBool>>, name: String) -> io::Result<Watcher> {
+    fn start(
+        mut poll: Poll,
+        local: Arc<ShmLocal>,
+        ready: Arc<Vec<AtomicBool>>,
+        name: String,
+        driving: Arc<Driving>,
+    ) -> io::Result<Watcher> {
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
@@ -342,6 +366,8 @@ impl Watcher {
                     }
                 }
                 local.mine().notify_on(Channel::P2p);
+                // Only the engine's thread takes these flags: a deaf one too.
+                driving.watched();
             }
         })?;
         Ok(Watcher { stop, waker, handle: Some(handle) })
@@ -369,7 +395,7 @@ impl Waiter {
     /// `driving`: the callers driving the engine (then it sleeps deaf).
     pub fn futex(poll: Poll, local: Arc<ShmLocal>, n: usize, name: String, driving: Arc<Driving>) -> io::Result<Waiter> {
         let ready: Arc<Vec<AtomicBool>> = Arc::new((0..n).map(|_| AtomicBool::new(true)).collect());
-        let watcher = Watcher::start(poll, local.clone(), ready.clone(), name)?;
+        let watcher = Watcher::start(poll, local.clone(), ready.clone(), name, driving.clone())?;
         Ok(Waiter::Futex { local, ready, _watcher: watcher, sig0: 0, last_alive: Instant::now(), driving })
     }
 
@@ -444,7 +470,7 @@ impl Waiter {
                     ready_out.fill(true);
                 }
             },
-            Waiter::Futex { local, sig0, driving, .. } => {
+            Waiter::Futex { local, sig0, driving, ready, .. } => {
                 let word = local.mine().signal_of(Channel::P2p);
                 let t0 = Instant::now();
                 while t0.elapsed() < YIELD_FOR && !driving.defer(busy) {
@@ -462,9 +488,11 @@ impl Waiter {
                     // parked, until a driver or a request rouses it.
                     driving.thread.get_or_init(std::thread::current);
                     driving.deaf.store(true, Ordering::SeqCst);
-                    // Pairs with the fence in `Driving::end`.
+                    // Pairs with the fences in `Driving::end`, `request`
+                    // and `watched`.
                     fence(Ordering::SeqCst);
-                    if driving.defer(busy) && !driving.requested.swap(false, Ordering::SeqCst) {
+                    let flagged = ready.iter().any(|r| r.load(Ordering::SeqCst));
+                    if driving.defer(busy) && !driving.requested.swap(false, Ordering::SeqCst) && !flagged {
                         std::thread::park_timeout(cap.min(DEAF_FOR));
                     }
                     driving.deaf.store(false, Ordering::SeqCst);

@@ -324,7 +324,8 @@ impl P2pEngine {
         let name = |what: &str| format!("rustccl-{what}-{}-r{}", self.group, self.rank);
         let attach = self.attach.clone();
         let local_weak = local.as_ref().map(Arc::downgrade);
-        let driving = Arc::new(Driving::default());
+        let local_only = peers.iter().flatten().all(|p| p.link.is_shm());
+        let driving = Arc::new(Driving::new(local_only));
         let (waiter, wake) = match local {
             Some(local) => (
                 Waiter::futex(poll, local.clone(), self.size, name("p2pw"), driving.clone()).map_err(internal("watcher"))?,
