@@ -55,7 +55,9 @@ impl Communicator {
         let mut out_of_time = false;
         for (r, w) in recvs {
             let left = timeout.saturating_sub(start.elapsed());
-            if !wait_all && left.is_zero() && !w.is_completed() {
+            // (A receive may already have failed on its own deadline, in
+            // the pass that took it: that is no check-in either.)
+            if !wait_all && left.is_zero() && !matches!(w.result(), Some(Ok(()))) {
                 // gloo's wording: rank 0's own time ran out before this
                 // rank's check-in was looked at.
                 out_of_time = true;
