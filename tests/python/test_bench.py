@@ -262,8 +262,10 @@ def test_cli_under_load_reports_how_fast_the_load_ran_beside_each_backend(tmp_pa
     """--load 1: one busy process per core beside the ranks for the run;
     every row says so (load) and carries the busy processes' rate while
     its backend ran, the DDP step (--ddp-threads) too; the busy processes
-    are gone afterwards."""
-    cmd = [sys.executable, "-m", "rustccl.bench", "--ops", "all_reduce", "--max-bytes", "8", "--iters", "3",
+    are gone afterwards. Rounds of 300 calls: the busy processes publish
+    their counts every 1024 iterations, so a round of a few fast calls
+    can see none and report a rate of 0."""
+    cmd = [sys.executable, "-m", "rustccl.bench", "--ops", "all_reduce", "--max-bytes", "8", "--iters", "300",
            "--warmup", "1", "--repeats", "2", "--no-pp", "--ddp", "--ddp-size", "64", "--ddp-steps", "1",
            "--ddp-threads", "2", "--load", "1", "--out", str(tmp_path), "--name", "l", "--no-progress"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
