@@ -96,19 +96,15 @@ impl Driving {
     /// must not sleep deaf before its next pass (woken if it does).
     pub fn request(&self) {
         self.requested.store(true, Ordering::SeqCst);
-        // Pairs with the fence in `Waiter::wait`: either the thread sees
-        // the request, or this load sees it deaf.
-        fence(Ordering::SeqCst);
-        if self.deaf.load(Ordering::SeqCst) {
-            self.rouse();
-        }
+        self.watched();
     }
 
     /// The watcher flagged peers with socket events (a TCP peer's message,
-    /// a death), which only the engine's thread takes: wake it if deaf.
+    /// a death), which only the engine's thread takes, or a request was
+    /// stored: wake the thread if deaf.
     fn watched(&self) {
         // Pairs with the fence in `Waiter::wait`: either the thread sees
-        // the flags, or this load sees it deaf.
+        // the flags (or the request), or this load sees it deaf.
         fence(Ordering::SeqCst);
         if self.deaf.load(Ordering::SeqCst) {
             self.rouse();
