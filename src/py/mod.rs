@@ -90,14 +90,20 @@ impl PyCommunicator {
         // It waits at once: the engine leaves the operation to this thread
         // instead of waking its worker for it.
         spec.sync = true;
+        // The arrays' exports are released here, under the GIL, after the
+        // engine let go of its holds without it.
+        // (The first apart: most calls pass one array, and need no list.)
+        let mut holds = spec.inputs.iter().chain(&spec.outputs).filter_map(|t| t.py_hold());
+        let holds = (holds.next(), holds.collect::<Vec<_>>());
         // The work records a receive's source before it finishes, so it is
         // known once wait() returns.
-        py.detach(move || {
+        let r = py.detach(move || {
             let w = comm.submit(vec![spec], None, None)?;
             w.wait(None)?;
             Ok(w.source())
-        })
-        .map_err(to_py)
+        });
+        drop(holds);
+        r.map_err(to_py)
     }
 }
 

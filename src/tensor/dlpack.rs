@@ -18,9 +18,11 @@ use crate::types::{DType, Device};
 enum Owner {
     /// A legacy `DLManagedTensor*` handed to us (by the C++ shim).
     Managed(NonNull<DLManagedTensor>),
-    /// A capsule imported from Python (`__dlpack__`); releases under the GIL.
+    /// A capsule imported from Python (`__dlpack__`), shared with the
+    /// caller's [`PyHold`] where it took one: whichever lets go last
+    /// releases it, under the GIL.
     #[cfg(feature = "python")]
-    Py(#[allow(dead_code)] dlpack_rs::pyo3_glue::PyTensor),
+    Py(#[allow(dead_code)] Arc<PyExport>),
     /// Memory rustccl allocated itself (scratch, staging).
     Vec(#[allow(dead_code)] Vec<u64>),
     /// Memory lent by a [`SharedBuf`]; returned to it on drop.
@@ -45,6 +47,21 @@ impl Drop for Owner {
     }
 }
 
+/// A hold on a Python export that a [`Tensor`] also holds
+/// ([`Tensor::py_hold`]).
+#[cfg(feature = "python")]
+pub struct PyHold(#[allow(dead_code)] Arc<PyExport>);
+
+/// A Python export held by a tensor and its caller's [`PyHold`].
+#[cfg(feature = "python")]
+struct PyExport(#[allow(dead_code)] dlpack_rs::pyo3_glue::PyTensor);
+
+// SAFETY: nothing reads an export through a shared reference: its holders
+// only keep it and drop it, and the last drop (under the GIL, which the
+// producer's deleter takes itself) releases it once.
+#[cfg(feature = "python")]
+unsafe impl Sync for PyExport {}
+
 /// A tensor on any device, with its metadata read once.
 pub struct Tensor {
     data: *mut u8,
@@ -58,10 +75,11 @@ pub struct Tensor {
     owner: Owner,
 }
 
-// SAFETY: a Tensor is the sole owner of its DLPack export; the exporters we
-// accept (torch, numpy) allow the deleter to run on any thread (the Python
-// owner takes the GIL itself). The data pointer is only dereferenced through
-// CpuTensor, under Rust's borrow rules.
+// SAFETY: a Tensor is the sole owner of its DLPack export, or shares a
+// Python export with its caller's `PyHold` (an `Arc` of a `Sync` holder);
+// the exporters we accept (torch, numpy) allow the deleter to run on any
+// thread (the Python owner takes the GIL itself). The data pointer is only
+// dereferenced through CpuTensor, under Rust's borrow rules.
 unsafe impl Send for Tensor {}
 
 /// Reads metadata of a DLTensor. Returns an error string for layouts that
@@ -142,7 +160,21 @@ impl Tensor {
         let shape = pt.shape().to_vec();
         let contiguous = is_row_major(&shape, pt.strides());
         let numel = pt.numel();
-        Ok(Ok(Tensor { data: ptr.wrapping_add(offset), numel, dtype, device, shape, contiguous, owner: Owner::Py(pt) }))
+        let owner = Owner::Py(Arc::new(PyExport(pt)));
+        Ok(Ok(Tensor { data: ptr.wrapping_add(offset), numel, dtype, device, shape, contiguous, owner }))
+    }
+
+    /// A second hold on an export imported from Python ([`Tensor::from_py`]),
+    /// for a caller that waits for the operation with the GIL released and
+    /// drops the hold once it has the GIL again: the export is then released
+    /// there, where releasing it on the engine's side would take the GIL
+    /// once more (the producer's deleter needs it).
+    #[cfg(feature = "python")]
+    pub fn py_hold(&self) -> Option<PyHold> {
+        match &self.owner {
+            Owner::Py(pt) => Some(PyHold(pt.clone())),
+            _ => None,
+        }
     }
 
     /// A fresh, zeroed, 8-byte aligned CPU tensor of `numel` elements.

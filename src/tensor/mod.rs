@@ -3,6 +3,8 @@
 
 mod dlpack;
 
+#[cfg(feature = "python")]
+pub use dlpack::PyHold;
 pub use dlpack::{copy_region, CpuTensor, SharedBuf, Tensor};
 
 use std::ops::Range;
