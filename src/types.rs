@@ -138,17 +138,21 @@ impl ReduceOp {
     }
 
     pub fn from_name(s: &str) -> Option<ReduceOp> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "sum" => ReduceOp::Sum,
-            "avg" | "mean" => ReduceOp::Avg,
-            "product" | "prod" => ReduceOp::Product,
-            "min" => ReduceOp::Min,
-            "max" => ReduceOp::Max,
-            "band" => ReduceOp::BAnd,
-            "bor" => ReduceOp::BOr,
-            "bxor" => ReduceOp::BXor,
-            _ => return None,
-        })
+        use ReduceOp::*;
+        // Compared without a lowercased copy: this runs on every call.
+        const NAMES: [(&str, ReduceOp); 10] = [
+            ("sum", Sum),
+            ("avg", Avg),
+            ("mean", Avg),
+            ("product", Product),
+            ("prod", Product),
+            ("min", Min),
+            ("max", Max),
+            ("band", BAnd),
+            ("bor", BOr),
+            ("bxor", BXor),
+        ];
+        NAMES.iter().find(|(name, _)| name.eq_ignore_ascii_case(s)).map(|&(_, op)| op)
     }
 
     pub fn name(self) -> &'static str {
