@@ -4,6 +4,7 @@
 //! through [`Error::code`].
 #![forbid(unsafe_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::types::Rank;
@@ -16,7 +17,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct OpSite {
     pub op: &'static str,
     pub seq: u64,
-    pub group: String,
+    pub group: Arc<str>,
 }
 
 impl std::fmt::Display for OpSite {

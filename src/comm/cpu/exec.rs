@@ -6,6 +6,7 @@
 
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Done, Job, Observer};
@@ -26,7 +27,7 @@ pub(super) struct Exec {
     pub(super) fault: Option<FaultSpec>,
     pub(super) algo: AlgoConfig,
     pub(super) observer: Option<Observer>,
-    pub(super) group: String,
+    pub(super) group: Arc<str>,
     /// The tensors of the first operation that broke (poisoned) or was
     /// aborted in a group with peers on this host, which could still write
     /// into them (see `run`): never released.

@@ -362,7 +362,7 @@ impl CpuEngine {
             fault,
             algo,
             observer,
-            group: group.clone(),
+            group: group.as_str().into(),
             kept: ManuallyDrop::new(Vec::new()),
             next_seq: 0,
         };

@@ -116,7 +116,7 @@ impl WatchState {
 
 struct Shared {
     rank: Rank,
-    group: String,
+    group: Arc<str>,
     lib: &'static NcclLib,
     comms: Mutex<HashMap<Key, Arc<DeviceComm>>>,
     watch: Mutex<WatchState>,
@@ -183,7 +183,7 @@ impl NcclEngine {
         log_at!(LogLevel::Info, "group '{group}' rank {rank}: NCCL {} loaded", lib.version_string());
         let sh = Arc::new(Shared {
             rank,
-            group,
+            group: group.into(),
             lib,
             comms: Mutex::new(HashMap::new()),
             watch: Mutex::new(WatchState::default()),

@@ -56,7 +56,7 @@ pub(super) enum Pass {
 }
 
 pub(super) fn site(work: &Work, group: &str) -> OpSite {
-    OpSite { op: work.op(), seq: work.seq(), group: group.to_string() }
+    OpSite { op: work.op(), seq: work.seq(), group: group.into() }
 }
 
 fn lock(ev: &Mutex<EventLoop>) -> MutexGuard<'_, EventLoop> {

@@ -109,7 +109,7 @@ impl Mesh {
             }
         }
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
-        let ctx = OpCtx::new(OpSite { op: "none", seq: 0, group: String::new() }, Duration::from_secs(1));
+        let ctx = OpCtx::new(OpSite { op: "none", seq: 0, group: "".into() }, Duration::from_secs(1));
         // Without local peers nothing polls for them.
         let window = local.as_ref().map_or(WaitWindow::new(None, 1, 1, 1), |l| l.wait_window);
         Ok(Mesh {
@@ -155,7 +155,7 @@ impl Mesh {
     pub fn agree_shm(&mut self, timeout: Duration) -> crate::error::Result<bool> {
         let alone = self.hosts.iter().any(|h| h.len() == 1 && h[0] == self.rank);
         let mine = (alone || self.local.as_ref().is_some_and(|l| l.complete)) as u8;
-        self.begin(OpCtx::new(OpSite { op: "setup", seq: u32::MAX as u64, group: String::new() }, timeout));
+        self.begin(OpCtx::new(OpSite { op: "setup", seq: u32::MAX as u64, group: "".into() }, timeout));
         let mut got = vec![[0u8; 1]; self.size];
         let me = [mine];
         {
