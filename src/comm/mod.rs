@@ -398,9 +398,8 @@ impl Communicator {
         let meta = flight::Meta::of(&ops);
         // Compression serves the CPU engine only (CPU tensors).
         let compress = if meta.device == Device::Cpu { self.compression.request_with(next, &ops) } else { None };
-        let queued = Instant::now();
         let w = self.dispatch(ops, stream, sync, timeout_d, callback, compress)?;
-        self.flight.record(meta, queued, &w);
+        self.flight.record(meta, w.queued().unwrap_or_else(Instant::now), &w);
         if let Some(dir) = &Config::get().flight_dir {
             let (fr, dir, g, r, n) = (self.flight.clone(), dir.clone(), self.opts.group.clone(), self.rank, self.size);
             w.on_complete(Box::new(move |res, _| {

@@ -112,6 +112,9 @@ struct State {
 struct Inner {
     op: &'static str,
     seq: u64,
+    /// When its engine queued it, where the engine read the clock for
+    /// itself (the flight recorder reads it rather than the clock again).
+    queued: Option<Instant>,
     state: Mutex<State>,
     cv: Condvar,
     progress: OnceLock<Arc<dyn Progress>>,
@@ -147,9 +150,19 @@ impl Callbacks {
 
 impl Work {
     pub fn new(op: &'static str, seq: u64) -> Work {
+        Work::new_at(op, seq, None)
+    }
+
+    /// A work its engine queued at `queued` ([`Work::queued`]).
+    pub fn queued_at(op: &'static str, seq: u64, queued: Instant) -> Work {
+        Work::new_at(op, seq, Some(queued))
+    }
+
+    fn new_at(op: &'static str, seq: u64, queued: Option<Instant>) -> Work {
         Work(Arc::new(Inner {
             op,
             seq,
+            queued,
             state: Mutex::new(State {
                 result: None,
                 mark: None,
@@ -171,6 +184,7 @@ impl Work {
         Work(Arc::new(Inner {
             op,
             seq,
+            queued: Some(started),
             state: Mutex::new(State {
                 result: None,
                 mark: Some(mark),
@@ -239,6 +253,11 @@ impl Work {
     }
 
     /// (started, finished) instants, where known.
+    /// When its engine queued it, if the engine said ([`Work::queued_at`]).
+    pub fn queued(&self) -> Option<Instant> {
+        self.0.queued
+    }
+
     pub fn times(&self) -> (Option<Instant>, Option<Instant>) {
         let s = self.lock();
         (s.started, s.finished)

@@ -418,12 +418,12 @@ impl CpuEngine {
             return Err(Error::Closed { op: op_name, how: "shut down" });
         }
         let seq = q.next_seq;
-        let work = Work::new(op_name, seq);
+        let now = Instant::now();
+        let work = Work::queued_at(op_name, seq, now);
         if !self.shared.grace.is_zero() {
             work.set_progress(Arc::new(CallerRuns { shared: Arc::downgrade(&self.shared), seq }));
         }
         prepare(&work);
-        let now = Instant::now();
         let child = q.in_callbacks();
         let due = now + if caller_waits && !child { self.shared.grace } else { Duration::ZERO };
         if !caller_waits {
