@@ -59,6 +59,13 @@ pub trait Progress: Send + Sync {
         std::thread::yield_now();
     }
 
+    /// How long a waiting thread runs passes back to back at the start of
+    /// its wait, before its first pause: a pause is a system call, and a
+    /// message due within this time is read sooner without one.
+    fn spin(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// The host's cores are taken by other work (`pause` found it): a
     /// waiting thread should sleep rather than drive, since each pause
     /// would cost another task's time slice.
@@ -374,8 +381,12 @@ impl Work {
             if p.cores_taken() {
                 return false;
             }
-            start.get_or_insert_with(Instant::now);
-            p.pause();
+            let s = *start.get_or_insert_with(Instant::now);
+            if s.elapsed() < p.spin() {
+                std::hint::spin_loop();
+            } else {
+                p.pause();
+            }
         }
     }
 

@@ -170,6 +170,10 @@ impl Progress for Driver {
         self.1.upgrade().is_some_and(|local| local.cores_taken())
     }
 
+    fn spin(&self) -> Duration {
+        self.1.upgrade().map_or(Duration::ZERO, |local| local.spin_for())
+    }
+
     fn signal(&self) -> Option<u32> {
         self.1.upgrade().map(|local| local.mine().signal_of(Channel::P2p).load(Ordering::Acquire))
     }

@@ -163,11 +163,20 @@ impl ShmLocal {
     /// until `done()` or [`wait_window::SPIN`] has passed, unless the cores
     /// are taken (then the wait goes on to its pauses or sleep at once).
     pub fn spin(&self, t0: Instant, done: impl Fn() -> bool) {
-        if self.contention.cores_taken() {
-            return;
-        }
-        while !done() && t0.elapsed() < wait_window::SPIN {
+        let max = self.spin_for();
+        while !done() && t0.elapsed() < max {
             std::hint::spin_loop();
+        }
+    }
+
+    /// How long a wait may spin on its core before its first pause
+    /// ([`ShmLocal::spin`]; a point-to-point waiter runs its passes
+    /// meanwhile): [`wait_window::SPIN`], none while the cores are taken.
+    pub fn spin_for(&self) -> Duration {
+        if self.contention.cores_taken() {
+            Duration::ZERO
+        } else {
+            wait_window::SPIN
         }
     }
 
