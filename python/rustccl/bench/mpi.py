@@ -3,7 +3,8 @@ MPI (mpi4py) and gloo, in the same processes, on the same numpy arrays.
 
 Every (op, size) point runs ``--rounds`` rounds; each round times every
 system once, in an order that rotates from round to round, after a
-barrier. A system's time per call is the mean of one round's calls on rank
+barrier, for about ``--round-ms`` (each system its own number of calls,
+the same on every rank). A system's time per call is the mean of one round's calls on rank
 0; the table shows the median round with the rounds' min-max, and the p50
 and p99 of single calls (each call timed on its own). gloo runs through
 ``torch.distributed`` on tensors that share the arrays' memory.
@@ -147,6 +148,12 @@ def _round(fn, iters: int) -> list[float]:
     return out
 
 
+def _iters(round_ms: float, per_call: float) -> int:
+    """Calls in a round of about `round_ms` ms, of `per_call` seconds each
+    (at least 3, at most 100000)."""
+    return int(min(100_000, max(3, round_ms / 1e3 / max(per_call, 1e-7))))
+
+
 def rank_main(args) -> int:
     from mpi4py import MPI
     import torch.distributed as dist
@@ -181,21 +188,31 @@ def rank_main(args) -> int:
             for s in systems:  # warm-up, and how long a call takes
                 mpi.Barrier()
                 est[s] = statistics.median(_round(fns[s], 5))
-            slowest = mpi.bcast(max(est.values()), root=0)
-            iters = int(min(2000, max(3, args.round_ms / 1e3 / max(slowest, 1e-7))))
+            # Each system's own number of calls (the same on every rank), so
+            # that its round lasts about --round-ms: a round of the slowest
+            # system's count would last a fraction of a scheduler slice for
+            # the fastest, which under load then ran on cores it held alone.
+            iters = {s: _iters(args.round_ms, mpi.allreduce(est[s], op=MPI.MAX)) for s in systems}
             samples = {s: [] for s in systems}
             means = {s: [] for s in systems}
             rate = {s: [] for s in systems}
             for r in range(args.rounds):
                 for k in range(len(systems)):
                     s = systems[(k + r) % len(systems)]
+                    if load.active:
+                        # A system that spun through its round (Open MPI) left
+                        # its ranks behind the busy processes in the
+                        # scheduler's fair share, and woken ranks of the next
+                        # round would wait out the busy processes' slices: all
+                        # ranks idle first, as long as five rounds, to settle it.
+                        time.sleep(5 * args.round_ms / 1e3)
                     mpi.Barrier()
                     c0, t0 = load.count(), time.perf_counter()
-                    calls = _round(fns[s], iters)
+                    calls = _round(fns[s], iters[s])
                     dt = time.perf_counter() - t0
                     rate[s].append((load.count() - c0) / dt)
                     samples[s] += calls
-                    means[s].append(sum(calls) / iters)
+                    means[s].append(sum(calls) / iters[s])
             if rank == 0:
                 for s in systems:
                     us = sorted(m * 1e6 for m in means[s])
