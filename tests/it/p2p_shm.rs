@@ -162,9 +162,10 @@ fn the_engine_threads_sleep_while_their_callers_drive_a_ping_pong() {
     // woken by every message) they took a core's worth of time. Where the
     // cores are taken (other tests running), waits sleep on the ring's
     // word and the engine's thread is woken with them, as it should be:
-    // so the quietest of several batches counts.
+    // so the quietest of several batches counts, and batches run until
+    // one is quiet (the whole parallel suite can keep the cores for a few).
     const GROUP: &str = "pp2";
-    const BATCHES: usize = 5;
+    const BATCHES: usize = 20;
     const ROUNDS: usize = 4000;
     let comms = shm_comms_with(2, AlgoConfig::default(), Duration::from_secs(30), |_, o| o.group = GROUP.into());
     let ping = |r: usize, c: &rustccl::Communicator, k: usize| {
@@ -187,6 +188,9 @@ fn the_engine_threads_sleep_while_their_callers_drive_a_ping_pong() {
         let ((cpu1, threads), wall) = (p2p_threads_cpu(GROUP), t0.elapsed());
         assert_eq!(threads, 2, "the two ranks' engine threads");
         shares.push((cpu1 - cpu0).as_secs_f64() / wall.as_secs_f64());
+        if shares[b] < 0.25 {
+            break;
+        }
     }
     let least = shares.iter().cloned().fold(f64::INFINITY, f64::min);
     assert!(least < 0.25, "the engine threads' CPU time / wall time in each batch of {ROUNDS} ping-pongs: {shares:?}");
