@@ -70,6 +70,9 @@ pub struct ShmConfig {
     /// Smallest collective that reads peers' buffers directly (cross-memory
     /// attach); [`NEVER`]: off, not even probed.
     pub attach_min: Setting<usize>,
+    /// Per-collective single-copy thresholds over what `attach_min` and
+    /// the host's rules give that collective.
+    pub op_attach_min: OpAttach,
     /// Smallest piece of a copy a rank's worker threads split off;
     /// reductions take half.
     pub min_piece: Setting<usize>,
@@ -142,6 +145,23 @@ pub struct ShmConfig {
     /// takes the wait over, with the group's timeout and dead-peer checks
     /// (`collectives::shm::blocks`); 0: it hands over at once.
     pub block_wait_us: usize,
+}
+
+/// One collective's own single-copy threshold each
+/// (`RUSTCCL_SHM_<OP>_ATTACH_MIN_BYTES`); [`Setting::Auto`]: the one
+/// `ShmConfig::attach_min` and the host's rules give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpAttach {
+    pub all_reduce: Setting<usize>,
+    pub all_gather: Setting<usize>,
+    pub reduce_scatter: Setting<usize>,
+    pub reduce: Setting<usize>,
+}
+
+impl OpAttach {
+    /// Each left to the shared threshold and the host.
+    pub const AUTO: OpAttach =
+        OpAttach { all_reduce: Setting::Auto, all_gather: Setting::Auto, reduce_scatter: Setting::Auto, reduce: Setting::Auto };
 }
 
 impl ShmConfig {
@@ -370,6 +390,12 @@ impl Config {
                 slot_min: v.size_setting("RUSTCCL_SHM_SLOT_MIN_BYTES", false, &[]),
                 threads: v.count_setting("RUSTCCL_SHM_THREADS", true, &[]),
                 attach_min: v.size_setting("RUSTCCL_SHM_ATTACH_MIN_BYTES", false, &[("off", NEVER)]),
+                op_attach_min: OpAttach {
+                    all_reduce: v.size_setting("RUSTCCL_SHM_ALL_REDUCE_ATTACH_MIN_BYTES", false, &[("off", NEVER)]),
+                    all_gather: v.size_setting("RUSTCCL_SHM_ALL_GATHER_ATTACH_MIN_BYTES", false, &[("off", NEVER)]),
+                    reduce_scatter: v.size_setting("RUSTCCL_SHM_REDUCE_SCATTER_ATTACH_MIN_BYTES", false, &[("off", NEVER)]),
+                    reduce: v.size_setting("RUSTCCL_SHM_REDUCE_ATTACH_MIN_BYTES", false, &[("off", NEVER)]),
+                },
                 min_piece: v.size_setting("RUSTCCL_SHM_MIN_PIECE_BYTES", true, &[]),
                 single_min: v.size_setting("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", true, &[]),
                 block_min: v.size_setting("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", true, &[]),
@@ -454,6 +480,10 @@ impl Config {
             ("RUSTCCL_SHM_SLOT_MIN_BYTES", self.shm.slot_min.show("")),
             ("RUSTCCL_SHM_THREADS", self.shm.threads.show("")),
             ("RUSTCCL_SHM_ATTACH_MIN_BYTES", self.shm.attach_min.show("off")),
+            ("RUSTCCL_SHM_ALL_REDUCE_ATTACH_MIN_BYTES", self.shm.op_attach_min.all_reduce.show("off")),
+            ("RUSTCCL_SHM_ALL_GATHER_ATTACH_MIN_BYTES", self.shm.op_attach_min.all_gather.show("off")),
+            ("RUSTCCL_SHM_REDUCE_SCATTER_ATTACH_MIN_BYTES", self.shm.op_attach_min.reduce_scatter.show("off")),
+            ("RUSTCCL_SHM_REDUCE_ATTACH_MIN_BYTES", self.shm.op_attach_min.reduce.show("off")),
             ("RUSTCCL_SHM_MIN_PIECE_BYTES", self.shm.min_piece.show("")),
             ("RUSTCCL_SHM_SINGLE_READER_MIN_BYTES", self.shm.single_min.show("")),
             ("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", self.shm.block_min.show("")),

@@ -98,7 +98,31 @@ pub const SETTINGS: &[SettingDoc] = &[
         name: "RUSTCCL_SHM_ATTACH_MIN_BYTES",
         kind: Kind::Tuning,
         default: "auto",
-        doc: "all_reduce, reduce_scatter, all_gather and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks over RUSTCCL_SHM_BLOCK_READ_MIN_BYTES and point-to-point sends over RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (256 KiB by default; or from this size, if smaller) do too (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 (all_reduce: 4 MiB per local rank, at least that) where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else never for these collectives (but reduce, where roots take pushes, from 524288 with more than 8 local ranks: RUSTCCL_SHM_GATHER_PUSH; single-reader transfers: RUSTCCL_SHM_SINGLE_READER_MIN_BYTES); with more than 8 local ranks of at most 2 threads, all_reduce from 16777216 and reduce_scatter from 8388608 whether reads are fast or slow (many readers beat the slots' copies there); a value set applies to all_reduce, reduce_scatter, all_gather and reduce too; with shared tensors (RUSTCCL_SHM_TENSORS=1) auto is 262144 (all_reduce 4194304, reduce 16777216 with up to 4 local ranks, all_reduce 8388608 and all_gather 16777216 with 8 or more local ranks of 32 or more threads among them)",
+        doc: "all_reduce, reduce_scatter, all_gather and reduce between ranks of one host on buffers of at least this many bytes read the peers' tensors directly (cross-memory attach: one copy instead of two); all_to_all, gather and scatter blocks over RUSTCCL_SHM_BLOCK_READ_MIN_BYTES and point-to-point sends over RUSTCCL_SHM_SINGLE_READER_MIN_BYTES (256 KiB by default; or from this size, if smaller) do too (such a send completes once its receive took the data); off: never (also skips the setup probe); auto: 16777216 (all_reduce: 4 MiB per local rank, at least that) where a rank has two or more threads (cores / local ranks), or where one thread reads another process's memory at least 0.8x as fast as it copies its own (measured at setup); else never for these collectives (but reduce, where roots take pushes, from 524288 with more than 8 local ranks: RUSTCCL_SHM_GATHER_PUSH; single-reader transfers: RUSTCCL_SHM_SINGLE_READER_MIN_BYTES); with more than 8 local ranks of at most 2 threads, all_reduce from 16777216 and reduce_scatter from 8388608 whether reads are fast or slow (many readers beat the slots' copies there); a value set applies to all_reduce, reduce_scatter, all_gather and reduce too (but where their own RUSTCCL_SHM_<OP>_ATTACH_MIN_BYTES is set); with shared tensors (RUSTCCL_SHM_TENSORS=1) auto is 262144 (all_reduce 4194304, reduce 16777216 with up to 4 local ranks, all_reduce 8388608 and all_gather 16777216 with 8 or more local ranks of 32 or more threads among them)",
+    },
+    SettingDoc {
+        name: "RUSTCCL_SHM_ALL_REDUCE_ATTACH_MIN_BYTES",
+        kind: Kind::Tuning,
+        default: "auto",
+        doc: "all_reduce alone: the smallest buffer that reads the peers' tensors directly (cross-memory attach, unless RUSTCCL_SHM_ATTACH_MIN_BYTES is off); off: never; auto: as RUSTCCL_SHM_ATTACH_MIN_BYTES says for all_reduce. The tuner (python -m rustccl.tune) chooses it per host, apart from the other collectives: where one op's crossover lies elsewhere than another's, one shared threshold would leave one of them slower",
+    },
+    SettingDoc {
+        name: "RUSTCCL_SHM_ALL_GATHER_ATTACH_MIN_BYTES",
+        kind: Kind::Tuning,
+        default: "auto",
+        doc: "all_gather alone (bytes per rank), as RUSTCCL_SHM_ALL_REDUCE_ATTACH_MIN_BYTES",
+    },
+    SettingDoc {
+        name: "RUSTCCL_SHM_REDUCE_SCATTER_ATTACH_MIN_BYTES",
+        kind: Kind::Tuning,
+        default: "auto",
+        doc: "reduce_scatter alone (bytes of its input), as RUSTCCL_SHM_ALL_REDUCE_ATTACH_MIN_BYTES",
+    },
+    SettingDoc {
+        name: "RUSTCCL_SHM_REDUCE_ATTACH_MIN_BYTES",
+        kind: Kind::Tuning,
+        default: "auto",
+        doc: "reduce alone (bytes per rank), as RUSTCCL_SHM_ALL_REDUCE_ATTACH_MIN_BYTES",
     },
     SettingDoc {
         name: "RUSTCCL_SHM_SINGLE_READER_MIN_BYTES",

@@ -132,6 +132,14 @@ pub(super) fn reads_for(
     // The sender, idle while its receiver reads, writes half where this
     // rank takes pushes.
     let split_send = sizes.split_send_min.or_auto(|| if sizes.gather_push { SPLIT_SEND_MIN } else { NEVER });
+    // A collective's own setting wins over what the shared one gave it.
+    let own = &sizes.op_attach_min;
+    let (all_reduce, reduce_scatter, reduce, all_gather) = (
+        own.all_reduce.or_auto(|| all_reduce),
+        own.reduce_scatter.or_auto(|| reduce_scatter),
+        own.reduce.or_auto(|| reduce),
+        own.all_gather.or_auto(|| all_gather),
+    );
     Reads { attach, single, all_reduce, reduce_scatter, reduce, all_gather, block, broadcast, slow, split_send }
 }
 
@@ -437,6 +445,30 @@ mod tests {
             ),
             (usize::MAX, usize::MAX, usize::MAX)
         );
+    }
+
+    #[test]
+    fn a_collectives_own_threshold_wins_over_the_shared_one_and_the_hosts_rule_and_leaves_the_others() {
+        use super::{reads_for, NEVER};
+        use crate::config::OpAttach;
+        let auto = OpAttach::AUTO;
+        let host = ShmConfig { attach_min: Setting::Auto, op_attach_min: auto, gather_push: false, ..Config::get().shm };
+        // one thread a rank, reads through the kernel at half the speed of
+        // a copy: no collective reads
+        let slow = || Some((1e9, 2e9));
+        let r = reads_for(0, &host, 2, 1, false, &slow);
+        assert_eq!((r.all_reduce, r.all_gather, r.reduce_scatter, r.reduce, r.slow), (NEVER, NEVER, NEVER, NEVER, true));
+        let own = ShmConfig { op_attach_min: OpAttach { all_gather: Setting::Fixed(1 << 20), ..auto }, ..host };
+        let r = reads_for(0, &own, 2, 1, false, &slow);
+        assert_eq!((r.all_reduce, r.all_gather, r.reduce_scatter, r.reduce, r.attach, r.slow), (NEVER, 1 << 20, NEVER, NEVER, NEVER, true));
+        // over a shared threshold set by hand, and "off" too
+        let both = ShmConfig {
+            attach_min: Setting::Fixed(64 << 10),
+            op_attach_min: OpAttach { all_reduce: Setting::Fixed(NEVER), reduce: Setting::Fixed(8 << 20), ..auto },
+            ..host
+        };
+        let r = reads_for(0, &both, 2, 1, false, &slow);
+        assert_eq!((r.all_reduce, r.all_gather, r.reduce_scatter, r.reduce), (NEVER, 64 << 10, 64 << 10, 8 << 20));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use rustccl::bootstrap::MemStore;
 use rustccl::collectives::OpSpec;
 use rustccl::comm::CommOptions;
 use rustccl::config::Setting::{self, Auto, Fixed};
-use rustccl::config::{AlgoConfig, ShmConfig, TransportMode, NEVER};
+use rustccl::config::{AlgoConfig, OpAttach, ShmConfig, TransportMode, NEVER};
 use rustccl::tensor::{SharedBuf, Tensor};
 use rustccl::transport::loopback;
 use rustccl::{Communicator, DType, OpKind, ReduceOp};
@@ -46,6 +46,7 @@ pub const TINY_SHM: ShmConfig = ShmConfig {
     slot_min: Fixed(0),
     threads: Fixed(1),
     attach_min: Fixed(NEVER),
+    op_attach_min: OpAttach::AUTO,
     min_piece: Auto,
     single_min: Auto,
     block_min: Auto,

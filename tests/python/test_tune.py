@@ -13,6 +13,7 @@ from rustccl.tune import measure
 from rustccl.bench import schema
 
 SMALL, BCAST = "RUSTCCL_SHM_SMALL_BYTES", "RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES"
+ATTACH, GATHER = "RUSTCCL_SHM_ATTACH_MIN_BYTES", "RUSTCCL_SHM_ALL_GATHER_ATTACH_MIN_BYTES"
 
 
 def test_the_tuner_keeps_only_what_beat_the_rules_where_it_checked(tmp_path):
@@ -52,7 +53,7 @@ def _table(where, settings):
 
 def _run(tmp_path, env):
     dirs = [str(tmp_path / "t0"), str(tmp_path / "t1")]
-    _table(dirs[0], {SMALL: "16384", BCAST: "65536"})
+    _table(dirs[0], {SMALL: "16384", BCAST: "65536", GATHER: "262144"})
     _table(dirs[1], {BCAST: "4194304"})
     return launch.run("w_tune:settings_in_force", 2, dirs, env, init="none", timeout=150)
 
@@ -61,13 +62,19 @@ def test_every_rank_applies_rank_0s_table_in_every_group(tmp_path):
     res = _run(tmp_path, {})
     for r in range(2):
         for g in ("default", "new_group"):
-            assert res[r][g] == {SMALL: "16384", BCAST: "65536"}, (r, g, res[r])
+            assert res[r][g] == {SMALL: "16384", BCAST: "65536", ATTACH: "auto", GATHER: "262144"}, (r, g, res[r])
 
 
 def test_a_setting_given_by_hand_wins_over_the_table(tmp_path):
     res = _run(tmp_path, {SMALL: "8192"})
     for r in range(2):
-        assert res[r]["default"] == {SMALL: "8192", BCAST: "65536"}, res[r]
+        assert res[r]["default"] == {SMALL: "8192", BCAST: "65536", ATTACH: "auto", GATHER: "262144"}, res[r]
+
+
+def test_a_shared_read_threshold_given_by_hand_also_keeps_the_tables_per_collective_ones_out(tmp_path):
+    res = _run(tmp_path, {ATTACH: "4194304"})
+    for r in range(2):
+        assert res[r]["default"] == {SMALL: "16384", BCAST: "65536", ATTACH: "4194304", GATHER: "auto"}, res[r]
 
 
 def test_tune_off_keeps_the_rules(tmp_path):

@@ -35,6 +35,11 @@ import warnings
 from ..hostinfo import cpu_model, host_fingerprint, numa_nodes
 
 MODES = ("off", "cached", "run")
+# A setting the user gives also keeps the tuned values of the narrower
+# settings it speaks for: a table's per-collective read threshold would
+# otherwise win over the user's shared one.
+COVERS = {"RUSTCCL_SHM_ATTACH_MIN_BYTES": tuple(f"RUSTCCL_SHM_{op}_ATTACH_MIN_BYTES" for op in
+                                                ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "REDUCE"))}
 TABLE_KIND = "rustccl.tune/1"
 
 
@@ -131,8 +136,9 @@ def settings_for(store, rank: int, size: int, group: str,
         pairs = sorted(tune_group(store, rank, size, group)["settings"].items())
     else:
         pairs = [(k, v) for k, v in json.loads(raw)]
-    given = {k for k, _ in settings or []}
-    tuned = [(k, v) for k, v in pairs if k not in given and k not in os.environ]
+    given = {k for k, _ in settings or []} | {k for k in os.environ if k.startswith("RUSTCCL_")}
+    given |= {k for g in given for k in COVERS.get(g, ())}
+    tuned = [(k, v) for k, v in pairs if k not in given]
     if not tuned:
         return settings
     return list(settings or []) + tuned

@@ -62,8 +62,11 @@ def rules(local_ranks: int, cores: int) -> list[Rule]:
         Rule("RUSTCCL_SHM_SMALL_BYTES", ("4096", "16384", "65536", "262144"),
              tuple(("all_reduce", b) for b in (1 * KiB, 8 * KiB, 32 * KiB, 128 * KiB))
              + tuple((op, 1 * KiB) for op in ("all_gather", "scatter", "all_to_all"))),
-        Rule("RUSTCCL_SHM_ATTACH_MIN_BYTES", ("65536", "262144", "1048576", "4194304", "off"),
-             tuple((op, b) for op in ("all_reduce", "all_gather", "reduce_scatter") for b in big)),
+        # One rule per collective: where reads pay differs from op to op,
+        # and one shared threshold would hold each op to the others' loss.
+        *(Rule(f"RUSTCCL_SHM_{op.upper()}_ATTACH_MIN_BYTES", ("65536", "262144", "1048576", "4194304", "off"),
+               tuple((op, b) for b in big))
+          for op in ("all_reduce", "all_gather", "reduce_scatter", "reduce")),
         Rule("RUSTCCL_SHM_BROADCAST_ATTACH_MIN_BYTES", ("65536", "1048576", "4194304", "off"),
              tuple(("broadcast", b) for b in big)),
         Rule("RUSTCCL_SHM_BLOCK_READ_MIN_BYTES", ("16384", "65536", "262144", "1048576"),
