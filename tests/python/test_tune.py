@@ -47,6 +47,16 @@ def test_the_tuner_keeps_only_what_beat_the_rules_where_it_checked(tmp_path):
         assert schema.missing(row) == [] and row["backend"] in ("rustccl", "rustccl:tuned"), row
 
 
+def test_the_fastest_candidate_slower_on_no_cell_replaces_the_rule():
+    # the fastest mean loses on one small cell: the next one, slower on
+    # none, wins
+    ratios = {"rules": [1, 1, 1], "65536": [1.4, 0.5, 0.5], "4194304": [1.0, 0.7, 0.6], "off": [1.0, 1.0, 1.02]}
+    assert measure.choose(ratios) == "4194304"
+    # no fair candidate fast enough (mean above WIN): the rules
+    assert measure.choose({"rules": [1, 1], "a": [0.99, 0.97], "b": [0.5, 1.2]}) == "rules"
+    assert measure.choose({"rules": [1, 1], "a": [0.9, 0.9], "b": [0.8, 1.0]}) == "b"
+
+
 def _table(where, settings):
     tune.save(tune.new_table(2, settings, []), str(where))
 

@@ -11,9 +11,9 @@ communicator can run slower than another of the same settings for its
 whole life.
 
 The rules are tuned one after another, each with the choices before it
-in force. A candidate replaces the rule only where it is faster on the
-cells the rule decides (geometric mean at most ``WIN``) and slower on
-none by more than ``NOISE``. The chosen table is then timed once more
+in force. Of the candidates slower on none of the cells the rule decides
+by more than ``NOISE``, the fastest (geometric mean) replaces the rule
+where its mean is at most ``WIN``. The chosen table is then timed once more
 against the rules on every cell, in fresh rounds; a rule whose cell came
 out slower than ``1 / FLOOR`` of the rules' time goes back to the rule,
 so that the table kept is never slower than the rules where it was
@@ -122,6 +122,17 @@ def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+def choose(ratios: dict[str, list[float]]) -> str:
+    """The candidate that replaces the rule, from each one's time per cell
+    over the rules' (``"rules"``: none): the fastest (geometric mean) of
+    those slower on no cell by more than ``NOISE``, where its mean is at
+    most ``WIN``. A threshold too low can lose on the small cells where a
+    higher one still wins the large."""
+    fair = [tag for tag in ratios if tag != "rules" and max(ratios[tag]) <= NOISE]
+    best = min(fair, key=lambda tag: _geomean(ratios[tag]), default="rules")
+    return best if best != "rules" and _geomean(ratios[best]) <= WIN else "rules"
+
+
 def tune_group(store, rank: int, size: int, group: str = "tune", rounds: int = 9, round_s: float = 0.005,
                only: list[str] | None = None, where: str | None = None, log=None) -> dict:
     """Measures this host's table with every rank of a group on it (each
@@ -151,10 +162,8 @@ def tune_group(store, rank: int, size: int, group: str = "tune", rounds: int = 9
                 c.shutdown()
         tags = ["rules"] + [tag for tag, _ in variants[2:]]
         ratios = {tag: [t[i] / t[0] for t in times.values()] for i, tag in enumerate(tags)}
-        best = min(ratios, key=lambda tag: _geomean(ratios[tag]))
-        win = best != "rules" and _geomean(ratios[best]) <= WIN and max(ratios[best]) <= NOISE
         # every rank keeps rank 0's verdict
-        pick = int(_share_over(store, rank, size, group, rule.name, tags.index(best) if win else 0))
+        pick = int(_share_over(store, rank, size, group, rule.name, tags.index(choose(ratios))))
         if pick:
             chosen[rule.name] = tags[pick]
         say(f"{rule.name}: " + ", ".join(f"{tag} {_geomean(r):.2f}" for tag, r in ratios.items()) + f" -> {tags[pick]}")
