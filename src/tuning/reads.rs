@@ -20,7 +20,8 @@ use crate::types::Rank;
 /// slower than [`READ_VS_COPY`] of a copy (or cannot be measured), no
 /// collective reads (`usize::MAX`; blocks and sends: `Reads::slow`), except
 /// all_reduce, reduce_scatter and reduce with many local ranks
-/// ([`many_few_thread_ranks`], [`pushed_reduce_attach_min`]). The
+/// ([`many_few_thread_ranks`], [`pushed_reduce_attach_min`]) and large
+/// collectives between two ranks ([`PAIR_SLOW_READ_MIN`]). The
 /// measurements: `docs/decisions/0004`.
 fn host_attach_min(me: Rank, threads: usize, read_speed: &dyn Fn() -> Option<(f64, f64)>) -> usize {
     if threads >= 2 {
@@ -112,6 +113,13 @@ pub(super) fn reads_for(
     // (`host_attach_min`): sends over 256 KiB are read, not staged; blocks
     // over the single-reader threshold too (`Attach::agreed`).
     let slow = host && !shared && attach == NEVER;
+    // Two such ranks read large buffers all the same: each then copies a
+    // byte once, where the slots' algorithms hand every one over twice
+    // through phases that both must reach ([`PAIR_SLOW_READ_MIN`]).
+    let (all_reduce, reduce_scatter, reduce, all_gather) = match PAIR_SLOW_READ_MIN {
+        m if slow && n == 2 => (all_reduce.min(m), reduce_scatter.min(m), reduce.min(m), all_gather.min(m)),
+        _ => (all_reduce, reduce_scatter, reduce, all_gather),
+    };
     let block = match sizes.block_min {
         Setting::Auto if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
         Setting::Auto if shared => SINGLE_READER_MIN,
@@ -304,6 +312,16 @@ const MID_READ_THREADS: usize = 2;
 /// it, the pipelined copies are faster (`docs/decisions/0004`).
 const PAIR_BROADCAST_READ_MIN: usize = 1 << 20;
 
+/// Where reads are slow and a host has 2 local ranks (one thread each),
+/// all_reduce, all_gather, reduce_scatter and reduce from this size read
+/// the peer's tensor. The slots' algorithms move every byte twice, in
+/// phases both ranks must reach: while the cores are taken each phase
+/// waits out a scheduler slice, and where the ranks' caches lie apart
+/// every byte the peer just wrote crosses twice. Below it, and for the
+/// quiet all_reduce of a host in its fast state, the slots are as fast or
+/// faster (`docs/decisions/0004`).
+const PAIR_SLOW_READ_MIN: usize = 4 << 20;
+
 /// See [`pushed_reduce_attach_min`].
 const PUSHED_REDUCE_READ_MIN: usize = 8 << 20;
 /// See [`pushed_reduce_attach_min`].
@@ -456,10 +474,10 @@ mod tests {
         // one thread a rank, reads through the kernel at half the speed of
         // a copy: no collective reads
         let slow = || Some((1e9, 2e9));
-        let r = reads_for(0, &host, 2, 1, false, &slow);
+        let r = reads_for(0, &host, 3, 1, false, &slow);
         assert_eq!((r.all_reduce, r.all_gather, r.reduce_scatter, r.reduce, r.slow), (NEVER, NEVER, NEVER, NEVER, true));
         let own = ShmConfig { op_attach_min: OpAttach { all_gather: Setting::Fixed(1 << 20), ..auto }, ..host };
-        let r = reads_for(0, &own, 2, 1, false, &slow);
+        let r = reads_for(0, &own, 3, 1, false, &slow);
         assert_eq!((r.all_reduce, r.all_gather, r.reduce_scatter, r.reduce, r.attach, r.slow), (NEVER, 1 << 20, NEVER, NEVER, NEVER, true));
         // over a shared threshold set by hand, and "off" too
         let both = ShmConfig {
@@ -469,6 +487,27 @@ mod tests {
         };
         let r = reads_for(0, &both, 2, 1, false, &slow);
         assert_eq!((r.all_reduce, r.all_gather, r.reduce_scatter, r.reduce), (NEVER, 64 << 10, 64 << 10, 8 << 20));
+    }
+
+    #[test]
+    fn two_ranks_of_one_thread_whose_reads_are_slow_read_from_4_mib_in_the_four_collectives_unless_set() {
+        use super::{reads_for, NEVER, PAIR_SLOW_READ_MIN};
+        use crate::config::OpAttach;
+        let host = ShmConfig { attach_min: Setting::Auto, op_attach_min: OpAttach::AUTO, gather_push: true, ..Config::get().shm };
+        let (slow, fast) = (|| Some((1e9, 2e9)), || Some((2e9, 2e9)));
+        let r = reads_for(0, &host, 2, 1, false, &slow);
+        let m = PAIR_SLOW_READ_MIN;
+        assert_eq!((r.all_reduce, r.all_gather, r.reduce_scatter, r.reduce, r.attach, r.slow), (m, m, m, m, NEVER, true));
+        // fast reads keep the host's thresholds; 3 slow ranks read none
+        let r = reads_for(0, &host, 2, 1, false, &fast);
+        assert!(!r.slow && r.all_gather > m && r.all_reduce > m);
+        assert_eq!(reads_for(0, &host, 3, 1, false, &slow).all_gather, NEVER);
+        // a setting wins: the shared one, or the op's own
+        let set = ShmConfig { attach_min: Setting::Fixed(NEVER - 1), ..host };
+        assert_eq!(reads_for(0, &set, 2, 1, false, &slow).all_gather, NEVER - 1);
+        let own = ShmConfig { op_attach_min: OpAttach { reduce: Setting::Fixed(NEVER), ..OpAttach::AUTO }, ..host };
+        let r = reads_for(0, &own, 2, 1, false, &slow);
+        assert_eq!((r.reduce, r.all_gather), (NEVER, m));
     }
 
     #[test]
