@@ -115,11 +115,15 @@ pub(super) fn reads_for(
     let slow = host && !shared && attach == NEVER;
     // Two such ranks read large buffers all the same: each then copies a
     // byte once, where the slots' algorithms hand every one over twice
-    // through phases that both must reach ([`PAIR_SLOW_READ_MIN`]).
-    let (all_reduce, reduce_scatter, reduce, all_gather) = match PAIR_SLOW_READ_MIN {
-        m if slow && n == 2 => (all_reduce.min(m), reduce_scatter.min(m), reduce.min(m), all_gather.min(m)),
-        _ => (all_reduce, reduce_scatter, reduce, all_gather),
-    };
+    // through phases that both must reach ([`PAIR_SLOW_READ_MIN`]). A
+    // collective's own setting wins over both.
+    let pair = slow && n == 2;
+    let per_op = |own: Setting<usize>, rule: usize| own.or_auto(|| if pair { rule.min(PAIR_SLOW_READ_MIN) } else { rule });
+    let own = &sizes.op_attach_min;
+    let all_reduce = per_op(own.all_reduce, all_reduce);
+    let reduce_scatter = per_op(own.reduce_scatter, reduce_scatter);
+    let reduce = per_op(own.reduce, reduce);
+    let all_gather = per_op(own.all_gather, all_gather);
     let block = match sizes.block_min {
         Setting::Auto if shared && n > BLOCK_SLOT_RANKS => SHARED_BLOCK_READ_MIN,
         Setting::Auto if shared => SINGLE_READER_MIN,
@@ -140,14 +144,6 @@ pub(super) fn reads_for(
     // The sender, idle while its receiver reads, writes half where this
     // rank takes pushes.
     let split_send = sizes.split_send_min.or_auto(|| if sizes.gather_push { SPLIT_SEND_MIN } else { NEVER });
-    // A collective's own setting wins over what the shared one gave it.
-    let own = &sizes.op_attach_min;
-    let (all_reduce, reduce_scatter, reduce, all_gather) = (
-        own.all_reduce.or_auto(|| all_reduce),
-        own.reduce_scatter.or_auto(|| reduce_scatter),
-        own.reduce.or_auto(|| reduce),
-        own.all_gather.or_auto(|| all_gather),
-    );
     Reads { attach, single, all_reduce, reduce_scatter, reduce, all_gather, block, broadcast, slow, split_send }
 }
 
