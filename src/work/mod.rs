@@ -365,13 +365,15 @@ impl Work {
 
     fn drive_with(&self, p: &dyn Progress, budget: Duration) -> bool {
         // The budget counts from the end of the first pass: a small
-        // operation that the first pass finishes reads no clock.
-        let mut start: Option<Instant> = None;
+        // operation that the first pass finishes reads no clock. How long
+        // to spin is asked then too: a wait whose cores are taken stops
+        // at its next pass anyway.
+        let mut start: Option<(Instant, Duration)> = None;
         loop {
             if self.lock().result.is_some() {
                 return true;
             }
-            if budget.is_zero() || start.is_some_and(|s| s.elapsed() >= budget) {
+            if budget.is_zero() || start.is_some_and(|(s, _)| s.elapsed() >= budget) {
                 return false;
             }
             p.progress();
@@ -381,8 +383,8 @@ impl Work {
             if p.cores_taken() {
                 return false;
             }
-            let s = *start.get_or_insert_with(Instant::now);
-            if s.elapsed() < p.spin() {
+            let (s, spin) = *start.get_or_insert_with(|| (Instant::now(), p.spin()));
+            if s.elapsed() < spin {
                 std::hint::spin_loop();
             } else {
                 p.pause();
