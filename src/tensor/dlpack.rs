@@ -3,8 +3,9 @@
 //! A [`Tensor`] owns one DLPack export (it calls the producer's deleter when
 //! dropped; one imported from Python it may share with the caller's
 //! [`PyHold`], and the last to let go releases it), so a collective holding
-//! it keeps the caller's memory alive until it completes. Host memory is only ever touched through [`CpuTensor`],
-//! whose slices exist only for CPU, contiguous, aligned tensors.
+//! it keeps the caller's memory alive until it completes. Host memory is
+//! only ever touched through [`CpuTensor`], whose slices exist only for
+//! CPU, contiguous, aligned tensors.
 
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
