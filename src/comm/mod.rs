@@ -108,23 +108,20 @@ fn fault_for(opts: &CommOptions, rank: Rank) -> Option<crate::config::FaultSpec>
 /// Feeds the CPU engine's reports into `stats`.
 fn observer(stats: Arc<stats::Stats>) -> Observer {
     Box::new(move |d: &Done<'_>| {
-        let op = OpKind::from_name(d.op).unwrap_or(OpKind::AllReduce);
         stats.record(stats::Sample {
-            op,
+            op: d.kind,
             bytes: d.bytes as u64,
             duration: Some(d.duration),
             algorithm: d.algo,
             transport: d.transport,
             ok: d.result.is_ok(),
+            by_caller: d.by_caller,
         });
         if let Err(e) = d.result {
             stats.note_error(e);
         }
-        if d.by_caller {
-            stats.record_by_caller(op);
-        }
         if d.result.is_ok() && (d.sent_between_hosts > 0 || !d.codec.is_empty()) {
-            stats.record_between_hosts(op, d.sent_between_hosts, d.codec);
+            stats.record_between_hosts(d.kind, d.sent_between_hosts, d.codec);
         }
     })
 }
@@ -477,7 +474,15 @@ impl Communicator {
                     let w2 = w.clone();
                     w.on_complete(Box::new(move |r, _| {
                         let algorithm = w2.route().unwrap_or("direct");
-                        let s = stats::Sample { op: kind, bytes, duration: w2.duration(), algorithm, transport, ok: r.is_ok() };
+                        let s = stats::Sample {
+                            op: kind,
+                            bytes,
+                            duration: w2.duration(),
+                            algorithm,
+                            transport,
+                            ok: r.is_ok(),
+                            by_caller: false,
+                        };
                         st.record(s);
                         if let Err(e) = r {
                             st.note_error(e);

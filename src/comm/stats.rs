@@ -53,6 +53,8 @@ pub struct Sample {
     pub algorithm: &'static str,
     pub transport: &'static str,
     pub ok: bool,
+    /// A CPU call the waiting caller's thread ran itself.
+    pub by_caller: bool,
 }
 
 #[derive(Default)]
@@ -104,6 +106,7 @@ impl Stats {
         let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
         let e = ops.entry(s.op.name()).or_default();
         e.calls += 1;
+        e.by_caller += s.by_caller as u64;
         if !s.ok {
             e.errors += 1;
             return;
@@ -129,12 +132,6 @@ impl Stats {
         let e = ops.entry(op.name()).or_default();
         e.between_hosts_bytes += bytes;
         e.codec = codec;
-    }
-
-    /// Counts a finished `op` that the caller's thread ran.
-    pub fn record_by_caller(&self, op: OpKind) {
-        let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
-        ops.entry(op.name()).or_default().by_caller += 1;
     }
 
     pub fn snapshot(&self) -> BTreeMap<&'static str, OpStats> {
@@ -275,14 +272,31 @@ mod tests {
                 algorithm: "ring",
                 transport: "tcp",
                 ok: true,
+                by_caller: false,
             });
         }
-        s.record(Sample { op: OpKind::AllReduce, bytes: 5, duration: None, algorithm: "x", transport: "y", ok: false });
-        s.record(Sample { op: OpKind::AllReduce, bytes: 0, duration: None, algorithm: "one_round", transport: "shm", ok: true });
-        s.record(Sample { op: OpKind::AllReduce, bytes: 0, duration: None, algorithm: "ring", transport: "tcp", ok: true });
+        s.record(Sample { op: OpKind::AllReduce, bytes: 5, duration: None, algorithm: "x", transport: "y", ok: false, by_caller: false });
+        s.record(Sample {
+            op: OpKind::AllReduce,
+            bytes: 0,
+            duration: None,
+            algorithm: "one_round",
+            transport: "shm",
+            ok: true,
+            by_caller: true,
+        });
+        s.record(Sample {
+            op: OpKind::AllReduce,
+            bytes: 0,
+            duration: None,
+            algorithm: "ring",
+            transport: "tcp",
+            ok: true,
+            by_caller: false,
+        });
         let snap = s.snapshot();
         let a = &snap["all_reduce"];
-        assert_eq!((a.calls, a.errors, a.bytes, a.timed_calls), (43, 1, 4000, 40));
+        assert_eq!((a.calls, a.errors, a.bytes, a.timed_calls, a.by_caller), (43, 1, 4000, 40, 1));
         // Failed calls count under no algorithm.
         assert_eq!(a.algorithms.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>(), vec![("one_round", 1), ("ring", 41)]);
         assert_eq!(a.recent.len(), RECENT);

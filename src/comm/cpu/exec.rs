@@ -16,6 +16,7 @@ use crate::config::{AlgoConfig, FaultAction, FaultSpec, LogLevel};
 use crate::error::{Error, OpSite, Result};
 use crate::tensor::CpuTensor;
 use crate::transport::{frame, OpCtx, Transport};
+use crate::types::OpKind;
 use crate::work::Callbacks;
 
 /// Everything a running collective uses; one runner at a time.
@@ -56,6 +57,7 @@ impl Exec {
         let started = Instant::now();
         job.work.mark_started_at(started);
         let op_name = job.work.op();
+        let kind = job.ops.first().map_or(OpKind::Barrier, |o| o.kind());
         let seq = self.next_seq;
         self.next_seq += 1;
         let mut algo_name: AlgoName = "none";
@@ -142,6 +144,7 @@ impl Exec {
         if let Some(obs) = &self.observer {
             obs(&Done {
                 op: op_name,
+                kind,
                 seq,
                 bytes: job.bytes,
                 algo: algo_name,

@@ -45,6 +45,7 @@ use crate::config::{AlgoConfig, FaultSpec, LogLevel};
 use crate::error::{Error, Result};
 use crate::tensor::CpuTensor;
 use crate::transport::{Interrupter, Transport};
+use crate::types::OpKind;
 use crate::work::{Progress, Work};
 
 mod exec;
@@ -53,6 +54,7 @@ use exec::Exec;
 /// What the engine reports after each operation (stats hook).
 pub struct Done<'a> {
     pub op: &'static str,
+    pub kind: OpKind,
     pub seq: u64,
     pub bytes: usize,
     pub algo: AlgoName,

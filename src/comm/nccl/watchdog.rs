@@ -36,7 +36,7 @@ pub(super) fn fail_all(sh: &Shared, e: Error, abort: bool) {
     let pending = lock(&sh.watch).drain();
     for p in pending {
         let Pending { work, kind, bytes, algorithm, transport, .. } = p;
-        sh.stats.record(Sample { op: kind, bytes, duration: None, algorithm, transport, ok: false });
+        sh.stats.record(Sample { op: kind, bytes, duration: None, algorithm, transport, ok: false, by_caller: false });
         work.finish(Err(e.clone()));
     }
     sh.cv.notify_all();
@@ -99,7 +99,7 @@ pub(super) fn watchdog(sh: Arc<Shared>) {
         for p in finished {
             let Pending { work, done, start, kind, bytes, algorithm, transport, .. } = p; // tensors and scratch released here
             let duration = start.as_ref().and_then(|s| done.since(s).ok());
-            sh.stats.record(Sample { op: kind, bytes, duration, algorithm, transport, ok: true });
+            sh.stats.record(Sample { op: kind, bytes, duration, algorithm, transport, ok: true, by_caller: false });
             work.finish(Ok(()));
             drop(work);
             let mut pool = lock(&sh.events);
