@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::collectives::compress::codec::{self, Codec, Request};
@@ -59,11 +60,15 @@ pub fn take_next(group: &str) -> Option<Next> {
 #[derive(Default)]
 pub struct GroupCompression {
     setting: Mutex<Option<Setting>>,
+    /// A setting is in force: an exact group's calls skip the lock.
+    on: AtomicBool,
 }
 
 impl GroupCompression {
     pub fn set(&self, s: Option<Setting>) {
-        *self.setting.lock().unwrap_or_else(|p| p.into_inner()) = s;
+        let mut g = self.setting.lock().unwrap_or_else(|p| p.into_inner());
+        *g = s;
+        self.on.store(s.is_some(), Ordering::Relaxed);
     }
 
     pub fn get(&self) -> Option<Setting> {
@@ -94,6 +99,7 @@ impl GroupCompression {
         }
         let (setting, key) = match next {
             Some(n) => (n.setting?, n.key),
+            None if !self.on.load(Ordering::Relaxed) => return None,
             None => (self.get()?, default_key(ops)),
         };
         Some(Request { codec: setting.codec, key, feedback: setting.feedback })
