@@ -56,7 +56,7 @@ pub const SETTINGS: &[SettingDoc] = &[
         name: "RUSTCCL_CALLER_RUNS_US",
         kind: Kind::Tuning,
         default: "10000",
-        doc: "a blocking CPU collective (torch's async_op=False) waits up to this long in the queue for its caller's wait() to run it on the calling thread (no hand-off between threads) before rustccl's worker thread runs it (at most 10 s); a wait that sleeps (the engine is busy with earlier work) or has a timeout hands it to the worker at once; 0: the worker runs every collective",
+        doc: "a blocking CPU collective (torch's async_op=False) runs on the calling thread (no hand-off between threads): at once if the engine is idle, else it waits up to this long in the queue for its caller's wait() to run it before rustccl's worker thread runs it (at most 10 s); a wait that sleeps (the engine is busy with earlier work) or has a timeout hands it to the worker at once; 0: the worker runs every collective",
     },
     SettingDoc {
         name: "RUSTCCL_TRANSPORT",

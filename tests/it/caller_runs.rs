@@ -1,7 +1,8 @@
 //! Who runs a CPU collective (`comm::cpu`): for a blocking call (the
-//! caller waits at once), the thread that waits for it when it comes within
-//! the grace (`AlgoConfig::caller_runs_us`); for async work, and blocking
-//! calls whose caller did not come, the engine's worker. Either way in
+//! caller waits at once), its caller's thread, inside the submit if the
+//! engine is idle, else in its wait when that comes within the grace
+//! (`AlgoConfig::caller_runs_us`); for async work, and blocking calls
+//! whose caller did not come, the engine's worker. Either way in
 //! submission order with the same results.
 
 use std::time::{Duration, Instant};
@@ -25,6 +26,17 @@ fn submit_sum(c: &Communicator, vals: &[f64], blocking: bool) -> (std::sync::Arc
     s.sync = blocking;
     let w = c.submit(vec![s], None, None).unwrap();
     (b, w)
+}
+
+/// Keeps the engine of ranks 0 and 1 busy until `late`: an async
+/// all_reduce (sum of 1.0) that they submit at once and rank 2 only after
+/// `late`, which their workers run meanwhile, so that their blocking
+/// calls queue behind it. Rank 2's engine is idle again soon after.
+fn busy_until(r: usize, c: &Communicator, late: Duration) -> (std::sync::Arc<rustccl::tensor::SharedBuf>, rustccl::Work) {
+    if r == 2 {
+        std::thread::sleep(late);
+    }
+    submit_sum(c, &[1.0], false)
 }
 
 fn by_caller(c: &Communicator) -> (u64, u64) {
@@ -54,15 +66,36 @@ fn a_waited_collective_runs_on_the_waiting_thread() {
 }
 
 #[test]
+fn a_blocking_call_on_an_idle_engine_finishes_in_its_submit() {
+    let cs = comms(1_000_000);
+    let got = on_ranks(&cs, |r, c| {
+        let mut sums = Vec::new();
+        for k in 0..10 {
+            let (b, w) = submit_sum(c, &[(r + k) as f64], true);
+            assert!(w.is_completed(), "a blocking call on an idle engine returned from its submit unfinished");
+            sums.push(read(DType::F32, &b)[0]);
+        }
+        (sums, c.worker_wakes(), by_caller(c))
+    });
+    for (sums, wakes, counts) in got {
+        assert_eq!(sums, (0..10).map(|k| (3 + 3 * k) as f64).collect::<Vec<_>>());
+        assert_eq!(wakes, 0, "the worker was woken for calls that ran on their caller");
+        assert_eq!(counts, (10, 10));
+    }
+}
+
+#[test]
 fn blocking_calls_nobody_waits_for_run_on_the_worker() {
     let cs = comms(20);
     let got = on_ranks(&cs, |r, c| {
+        let busy = busy_until(r, c, Duration::from_millis(200));
         let subs: Vec<_> = (0..5).map(|k| submit_sum(c, &[(r + k) as f64], true)).collect();
         let t0 = Instant::now();
         while !subs.iter().all(|(_, w)| w.is_completed()) {
             assert!(t0.elapsed() < Duration::from_secs(20), "unwaited collectives did not run");
             std::thread::sleep(Duration::from_millis(1));
         }
+        busy.1.wait(None).unwrap();
         let vals: Vec<f64> = subs
             .iter()
             .map(|(b, w)| {
@@ -70,31 +103,44 @@ fn blocking_calls_nobody_waits_for_run_on_the_worker() {
                 read(DType::F32, b)[0]
             })
             .collect();
-        (vals, by_caller(c))
+        (r, read(DType::F32, &busy.0)[0], vals, by_caller(c))
     });
-    for (vals, counts) in got {
+    for (r, busy, vals, counts) in got {
+        assert_eq!(busy, 3.0);
         assert_eq!(vals, (0..5).map(|k| (3 + 3 * k) as f64).collect::<Vec<_>>());
-        assert_eq!(counts, (5, 0));
+        if r < 2 {
+            assert_eq!(counts, (6, 0), "rank {r}: queued blocking calls nobody waited for ran on a caller");
+        }
     }
 }
 
 #[test]
 fn a_caller_runs_the_collectives_queued_before_its_own_in_order() {
+    // Ranks 0 and 1 queue four blocking calls behind busy work, which ends
+    // once rank 2 comes (100 ms); their grace (1 s) has not ended when
+    // they wait for the third, 300 ms in: that wait runs the first three.
     let cs = comms(1_000_000);
     let got = on_ranks(&cs, |r, c| {
+        let busy = busy_until(r, c, Duration::from_millis(100));
         let subs: Vec<_> = (0..4).map(|k| submit_sum(c, &[(r * k) as f64], true)).collect();
-        subs[2].1.wait(None).unwrap(); // runs 0, 1 and 2; not 3
+        if r < 2 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        subs[2].1.wait(None).unwrap();
         let done: Vec<bool> = subs.iter().map(|(_, w)| w.is_completed()).collect();
         let ends: Vec<Instant> = subs[..3].iter().map(|(_, w)| w.times().1.unwrap()).collect();
         subs[3].1.wait(None).unwrap();
+        busy.1.wait(None).unwrap();
         let vals: Vec<f64> = subs.iter().map(|(b, _)| read(DType::F32, b)[0]).collect();
-        (done, ends, vals, by_caller(c))
+        (r, done, ends, vals, by_caller(c))
     });
-    for (done, ends, vals, counts) in got {
-        assert_eq!(done, vec![true, true, true, false]);
+    for (r, done, ends, vals, counts) in got {
         assert!(ends.windows(2).all(|p| p[0] <= p[1]), "finished out of order");
         assert_eq!(vals, vec![0.0, 3.0, 6.0, 9.0]); // (0+1+2) k
-        assert_eq!(counts, (4, 4));
+        if r < 2 {
+            assert_eq!(done, vec![true, true, true, false], "rank {r}");
+            assert_eq!(counts, (5, 4), "rank {r}: the waits ran the blocking calls");
+        }
     }
 }
 
@@ -102,18 +148,22 @@ fn a_caller_runs_the_collectives_queued_before_its_own_in_order() {
 fn a_wait_with_a_deadline_hands_the_collective_to_the_worker() {
     // A bounded wait must not run the collective itself (that could
     // overshoot its deadline), nor leave it queued for the grace (10 s
-    // here): it hands it to the worker at once, which finishes it well
-    // within the 5 s the wait allows.
+    // here): it hands it to the worker at once, which finishes it after
+    // the busy work (200 ms), well within the 5 s the wait allows.
     let cs = comms(10_000_000);
     let got = on_ranks(&cs, |r, c| {
+        let busy = busy_until(r, c, Duration::from_millis(200));
         let (b, w) = submit_sum(c, &[r as f64 + 1.0], true);
         let done = w.wait(Some(Duration::from_secs(5)));
-        (done.is_ok(), read(DType::F32, &b)[0], by_caller(c))
+        busy.1.wait(None).unwrap();
+        (r, done.is_ok(), read(DType::F32, &b)[0], by_caller(c))
     });
-    for (done, val, counts) in got {
+    for (r, done, val, counts) in got {
         assert!(done, "a bounded wait left the collective queued for its 10 s grace");
         assert_eq!(val, 6.0);
-        assert_eq!(counts, (1, 0));
+        if r < 2 {
+            assert_eq!(counts, (2, 0), "rank {r}: a bounded wait ran the collective itself");
+        }
     }
 }
 
@@ -151,8 +201,8 @@ fn shutdown_waits_for_a_collective_its_caller_runs() {
             return (read(DType::F32, &b)[0], true);
         }
         std::thread::scope(|s| {
-            let (b, w) = submit_sum(c, &[1.0], true);
             let runner = s.spawn(move || {
+                let (b, w) = submit_sum(c, &[1.0], true);
                 w.wait(None).unwrap();
                 b
             });

@@ -47,14 +47,12 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl Exec {
-    /// Runs `job` to the end and finishes its work; returns the work's
-    /// callbacks, which the runner runs once it released the exec lock.
-    pub(super) fn run(&mut self, mut job: Job, by_caller: bool) -> Callbacks {
+    /// Runs `job`, starting at `started` (the runner read the clock), to
+    /// the end and finishes its work; returns the work's callbacks, which
+    /// the runner runs once it released the exec lock.
+    pub(super) fn run(&mut self, mut job: Job, by_caller: bool, started: Instant) -> Callbacks {
         let g = self.group.clone();
         let rank = self.transport.rank();
-        // One clock read at each end: a small collective takes about as
-        // long as a few of them.
-        let started = Instant::now();
         job.work.mark_started_at(started);
         let op_name = job.work.op();
         let kind = job.ops.first().map_or(OpKind::Barrier, |o| o.kind());

@@ -3,11 +3,14 @@
 //!
 //! Who runs a collective: the thread that waits for it, when it gets there
 //! first, else the engine's worker thread. A blocking call (torch's
-//! `asyncOp=False`: its caller waits at once) waits in the queue up to the
-//! caller-runs grace (`RUSTCCL_CALLER_RUNS_US`) for that `wait()`, which
-//! then runs it (and any queued before it) on the caller's thread: it needs
-//! no hand-off between threads (each a wake-up of several microseconds on a
-//! VM). A caller that would sleep in its wait (the engine busy with earlier
+//! `asyncOp=False`: its caller waits at once) that finds the engine idle
+//! (nothing queued, nothing running) runs at once, inside its submit, on
+//! the caller's thread: no queue and no hand-off between threads (each a
+//! wake-up of several microseconds on a VM). One that finds the engine
+//! busy waits in the queue up to the caller-runs grace
+//! (`RUSTCCL_CALLER_RUNS_US`; 0 turns both off) for its `wait()`, which
+//! then runs it (and any queued before it) on the caller's thread. A
+//! caller that would sleep in its wait (the engine busy with earlier
 //! work) or whose wait has a deadline hands the job to the worker at once
 //! ([`Progress::release`]), so the grace is only a safety net for callers
 //! that never wait, and long (10 ms): a worker that woke at each blocking
@@ -242,12 +245,11 @@ impl Shared {
     /// does), and that work runs at the same place on every rank.
     fn run_queued(&self, who: Runner) {
         loop {
-            let mut exec = match who {
+            let exec = match who {
                 Runner::Worker | Runner::Submitter(_) => lock(&self.exec),
-                Runner::Caller(_) => match self.exec.try_lock() {
-                    Ok(e) => e,
-                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                    Err(std::sync::TryLockError::WouldBlock) => return,
+                Runner::Caller(_) => match self.try_exec() {
+                    Some(e) => e,
+                    None => return,
                 },
             };
             let job = {
@@ -265,20 +267,37 @@ impl Shared {
             };
             let Some(job) = job else { return };
             let done = job.work.seq();
-            let callbacks = exec.run(job, !matches!(who, Runner::Worker));
-            if callbacks.is_empty() {
-                drop(exec);
-            } else {
-                self.enter_callbacks();
-                drop(exec);
-                callbacks.run();
-                self.leave_callbacks();
-            }
+            self.run_job(exec, job, !matches!(who, Runner::Worker), Instant::now());
             match who {
                 Runner::Worker => return, // one job, then back to the queue
                 Runner::Submitter(seq) if done == seq => return,
                 _ => {}
             }
+        }
+    }
+
+    /// Runs `job` under `exec` from `started`, then its callbacks once the
+    /// lock is released; no other job starts until they return. One clock
+    /// read at each end of a job: a small collective takes about as long
+    /// as a few of them.
+    fn run_job(&self, mut exec: MutexGuard<'_, Exec>, job: Job, by_caller: bool, started: Instant) {
+        let callbacks = exec.run(job, by_caller, started);
+        if callbacks.is_empty() {
+            drop(exec);
+        } else {
+            self.enter_callbacks();
+            drop(exec);
+            callbacks.run();
+            self.leave_callbacks();
+        }
+    }
+
+    /// The exec lock, if no other thread holds it.
+    fn try_exec(&self) -> Option<MutexGuard<'_, Exec>> {
+        match self.exec.try_lock() {
+            Ok(e) => Some(e),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
         }
     }
 
@@ -393,8 +412,8 @@ impl CpuEngine {
         Ok(CpuEngine { shared, worker: Mutex::new(Some(worker)), exited: Mutex::new(Some(exit_rx)), interrupt, group })
     }
 
-    /// Queues `ops` as one unit of work that the caller waits for at once
-    /// (numbered with the next sequence number).
+    /// Runs or queues `ops` as one unit of work that the caller waits for
+    /// at once (numbered with the next sequence number).
     pub fn submit_blocking(&self, ops: Vec<Op<CpuTensor>>, bytes: usize, timeout: Duration) -> Result<Work> {
         self.submit(ops, bytes, timeout, None, true, |_| {})
     }
@@ -402,9 +421,9 @@ impl CpuEngine {
     /// Queues `ops` as one unit of work, numbered with the next sequence
     /// number, with a compression request for the exchange between hosts
     /// (float SUM / AVG all_reduce only). `caller_waits`: the caller waits
-    /// for it at once (torch's `asyncOp=False`), so it waits up to the
-    /// grace for the caller to run it. `prepare` attaches callbacks before
-    /// the work can finish.
+    /// for it at once (torch's `asyncOp=False`), so it runs here if the
+    /// engine is idle, else waits up to the grace for the caller to run
+    /// it. `prepare` attaches callbacks before the work can finish.
     pub fn submit(
         &self,
         ops: Vec<Op<CpuTensor>>,
@@ -422,11 +441,23 @@ impl CpuEngine {
         let seq = q.next_seq;
         let now = Instant::now();
         let work = Work::queued_at(op_name, seq, now);
+        let child = q.in_callbacks();
+        // A call its caller waits for at once, with nothing ahead of it,
+        // runs here on the caller's thread: no queue, no hand-off.
+        if caller_waits && !child && !self.shared.grace.is_zero() && q.jobs.is_empty() && q.callbacks.is_none() {
+            if let Some(exec) = self.shared.try_exec() {
+                q.next_seq += 1;
+                prepare(&work);
+                drop(q);
+                let job = Job { ops, work: work.clone(), timeout, bytes, compress, due: now, child };
+                self.shared.run_job(exec, job, true, now);
+                return Ok(work);
+            }
+        }
         if !self.shared.grace.is_zero() {
             work.set_progress(Arc::new(CallerRuns { shared: Arc::downgrade(&self.shared), seq }));
         }
         prepare(&work);
-        let child = q.in_callbacks();
         let due = now + if caller_waits && !child { self.shared.grace } else { Duration::ZERO };
         if !caller_waits {
             q.last_async = Some(now);
