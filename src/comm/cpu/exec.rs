@@ -141,7 +141,6 @@ impl Exec {
         let ended = Instant::now();
         if let Some(obs) = &self.observer {
             obs(&Done {
-                op: op_name,
                 kind,
                 seq,
                 bytes: job.bytes,

@@ -56,7 +56,6 @@ use exec::Exec;
 
 /// What the engine reports after each operation (stats hook).
 pub struct Done<'a> {
-    pub op: &'static str,
     pub kind: OpKind,
     pub seq: u64,
     pub bytes: usize,
@@ -442,14 +441,15 @@ impl CpuEngine {
         let now = Instant::now();
         let work = Work::queued_at(op_name, seq, now);
         let child = q.in_callbacks();
-        // A call its caller waits for at once, with nothing ahead of it,
-        // runs here on the caller's thread: no queue, no hand-off.
-        if caller_waits && !child && !self.shared.grace.is_zero() && q.jobs.is_empty() && q.callbacks.is_none() {
+        // A call its caller waits for at once, with nothing ahead of it
+        // and no callbacks running (so not a child), runs here on the
+        // caller's thread: no queue, no hand-off.
+        if caller_waits && !self.shared.grace.is_zero() && q.jobs.is_empty() && q.callbacks.is_none() {
             if let Some(exec) = self.shared.try_exec() {
                 q.next_seq += 1;
                 prepare(&work);
                 drop(q);
-                let job = Job { ops, work: work.clone(), timeout, bytes, compress, due: now, child };
+                let job = Job { ops, work: work.clone(), timeout, bytes, compress, due: now, child: false };
                 self.shared.run_job(exec, job, true, now);
                 return Ok(work);
             }
