@@ -327,7 +327,7 @@ def test_open_mpi_peer_mode_agrees_with_open_mpi_and_reports_load(tmp_path):
     with --check, every op's output on rustccl and gloo equals Open MPI's
     on the same distinct inputs (3 ranks); the rows and table carry each
     system's time, spread, p99 and CPU time per call, and with --load the
-    busy processes' rate beside each system."""
+    busy processes' rate beside each system (--paced: all at one pace)."""
     pytest.importorskip("mpi4py")
     out = tmp_path / "r"
     cmd = [sys.executable, "-m", "rustccl.bench.mpi", "--world", "3", "--check", "--sizes", "8,40K",
@@ -346,14 +346,17 @@ def test_open_mpi_peer_mode_agrees_with_open_mpi_and_reports_load(tmp_path):
         assert not schema.missing(r) and set(r["peer"].split(",")) == {"rustccl", "mpi", "gloo"} - {r["backend"]}, r
     table = (out / "mpi-3rank.md").read_text()
     assert "## all_to_all" in table and "mpi/rustccl" in table and "gloo/rustccl" in table and "mpi CPU us" in table
-    # beside one busy process per core
+    # beside one busy process per core, every system at the same pace
     cmd = [sys.executable, "-m", "rustccl.bench.mpi", "--world", "2", "--ops", "all_reduce", "--sizes", "8",
-           "--rounds", "2", "--round-ms", "20", "--load", "1", "--machine", "ci", "--out", str(out)]
+           "--rounds", "2", "--round-ms", "20", "--load", "1", "--paced", "--machine", "ci", "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
-    rows = [json.loads(line) for line in open(out / "mpi-2rank-load1.jsonl")][1:]
+    rows = [json.loads(line) for line in open(out / "mpi-2rank-load1-paced.jsonl")][1:]
+    # the same calls for every system, one per the slowest one's time
+    assert len({tuple(r["iters"].values()) for r in rows}) == 1 and len(set(rows[0]["iters"].values())) == 1, rows
+    assert all(r["paced_us"] > 0 for r in rows), rows
     # a system that polls may starve the busy processes for a whole round
     # (Open MPI does): a rate of 0 is a result, not a failure
     assert len(rows) == 3 and all(r["load"] == 1 and r["load_rate"] >= 0 for r in rows), rows
     assert max(r["load_rate"] for r in rows) > 0, rows
-    assert "load rate beside rustccl / beside gloo" in (out / "mpi-2rank-load1.md").read_text()
+    assert "load rate beside rustccl / beside gloo" in (out / "mpi-2rank-load1-paced.md").read_text()

