@@ -150,8 +150,8 @@ fn slot_bytes_for(sizes: &ShmConfig, local_ranks: usize, threads: usize) -> usiz
 /// take one round. Every round is three phase waits, and each wait is a
 /// sleep and a wake-up where the cores are taken (and a chance to stall
 /// on a VM): one-thread ranks' 256 KiB slots made a 2 MiB all_reduce four
-/// rounds (`docs/decisions/0004`). Every rank's segment grows by (n + 1) x
-/// the difference (4 ranks of one thread: about 9 MiB).
+/// rounds (`docs/decisions/0004`, `0008`). Every rank's segment grows by
+/// (n + 1) x the difference (4 ranks of one thread: about 9 MiB).
 const FEW_RANKS_SLOT: usize = 2 << 20;
 
 /// How long a rank's idle worker threads spin before they sleep: the
