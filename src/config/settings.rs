@@ -86,7 +86,7 @@ pub const SETTINGS: &[SettingDoc] = &[
         name: "RUSTCCL_SHM_SLOT_MIN_BYTES",
         kind: Kind::Tuning,
         default: "auto",
-        doc: "smallest shared-memory input / output slot of a rank (RUSTCCL_SHM_SEGMENT_BYTES x threads where larger); auto: 2097152 with 2-4 local ranks (a scatter's 2 MiB blocks and an all_reduce's 2 MiB chunks then take one slot, one round: fewer phase waits, each a sleep and a wake-up where the cores are taken), else none; 0: none; stats()[\"thresholds\"][\"shm_slot_bytes\"]",
+        doc: "smallest shared-memory input / output slot of a rank (RUSTCCL_SHM_SEGMENT_BYTES x threads where larger); auto: 2097152 with 2 local ranks, or 3-4 of 4 threads or more (a scatter's 2 MiB blocks and an all_reduce's 2 MiB chunks then take one slot, one round: fewer phase waits, each a sleep and a wake-up where the cores are taken; 3-4 ranks of fewer threads keep theirs, so that their segments fit a container's default 64 MiB /dev/shm), else none; 0: none; stats()[\"thresholds\"][\"shm_slot_bytes\"]",
     },
     SettingDoc {
         name: "RUSTCCL_SHM_THREADS",

@@ -135,24 +135,30 @@ fn threads_for(sizes: &ShmConfig, local_ranks: usize, cores: usize) -> usize {
 
 /// Bytes of each input / output slot (`Layout`): `segment_bytes` per
 /// thread, at least the setting (`ShmConfig::slot_min`) or, left to the
-/// host, [`FEW_RANKS_SLOT`] with 2-4 local ranks (from 8 threads,
-/// `segment_bytes` x threads is that already).
+/// host, [`FEW_RANKS_SLOT`] with 2 local ranks, or 3-4 of 4 threads or
+/// more (from 8 threads, `segment_bytes` x threads is that already).
 fn slot_bytes_for(sizes: &ShmConfig, local_ranks: usize, threads: usize) -> usize {
-    let few = (2..=4).contains(&local_ranks);
+    let few = local_ranks == 2 || ((3..=4).contains(&local_ranks) && threads >= FEW_RANKS_SLOT_THREADS);
     let min = sizes.slot_min.or_auto(|| if few { FEW_RANKS_SLOT } else { 0 });
     sizes.segment_bytes.saturating_mul(threads).max(min)
 }
 
-/// Smallest slot with up to 4 local ranks ([`slot_bytes_for`]), where
-/// ranks of fewer than 8 threads would have less (with 8, `segment_bytes`
-/// x threads is this already): an 8 MiB scatter's 2 MiB blocks then go
+/// Smallest slot with 2 local ranks, and with 3-4 of several threads
+/// ([`slot_bytes_for`]), where ranks of fewer than 8 threads would have
+/// less (with 8, `segment_bytes` x threads is this already): an 8 MiB scatter's 2 MiB blocks then go
 /// through one of the root's slots each, and an all_reduce's 2 MiB chunks
 /// take one round. Every round is three phase waits, and each wait is a
 /// sleep and a wake-up where the cores are taken (and a chance to stall
 /// on a VM): one-thread ranks' 256 KiB slots made a 2 MiB all_reduce four
 /// rounds (`docs/decisions/0004`, `0008`). Every rank's segment grows by
-/// (n + 1) x the difference (4 ranks of one thread: about 9 MiB).
+/// (n + 1) x the difference (2 ranks of one thread: about 5 MiB).
 const FEW_RANKS_SLOT: usize = 2 << 20;
+
+/// Fewest threads 3-4 local ranks need for [`FEW_RANKS_SLOT`]: four ranks
+/// of one thread would each grow by about 9 MiB, to about 60 MiB in all, a
+/// container's default `/dev/shm` being 64 MiB (with staging areas they
+/// outgrow it, and the ranks fall back to TCP).
+const FEW_RANKS_SLOT_THREADS: usize = 4;
 
 /// How long a rank's idle worker threads spin before they sleep: the
 /// setting, or [`SPIN`] where the local ranks' threads take at most a
@@ -338,16 +344,16 @@ mod tests {
     }
 
     #[test]
-    fn slots_hold_2_mib_with_up_to_4_ranks_unless_set() {
+    fn slots_hold_2_mib_with_2_ranks_or_up_to_4_of_several_threads_unless_set() {
         let host = ShmConfig { segment_bytes: 256 << 10, slot_min: Setting::Auto, ..Config::get().shm };
         let slot = |sizes, n, threads| slot_bytes_for(&sizes, n, threads);
         // 16 cores: 4 ranks of 4 threads (1 MiB) and 3 of 5 get 2 MiB, as
         // do 2 ranks of 2 (a 4-core host) and of one (the 2-core VM); 2
-        // ranks of 8 have it; 8 ranks of 2, 5 of one and a lone rank keep
-        // segment x threads
+        // ranks of 8 have it; 4 ranks of one, 3 of 3, 8 of 2 and a lone
+        // rank keep segment x threads
         assert_eq!((slot(host, 4, 4), slot(host, 3, 5), slot(host, 2, 8)), (2 << 20, 2 << 20, 2 << 20));
-        assert_eq!((slot(host, 2, 2), slot(host, 2, 1), slot(host, 4, 1)), (2 << 20, 2 << 20, 2 << 20));
-        assert_eq!((slot(host, 8, 2), slot(host, 5, 1), slot(host, 1, 8)), (512 << 10, 256 << 10, 2 << 20));
+        assert_eq!((slot(host, 2, 2), slot(host, 2, 1)), (2 << 20, 2 << 20));
+        assert_eq!((slot(host, 4, 1), slot(host, 3, 3), slot(host, 8, 2), slot(host, 1, 8)), (256 << 10, 768 << 10, 512 << 10, 2 << 20));
         // a setting: that floor (0: none) whatever the ranks
         let none = ShmConfig { slot_min: Setting::Fixed(0), ..host };
         assert_eq!((slot(none, 4, 4), slot(ShmConfig { slot_min: Setting::Fixed(3 << 20), ..host }, 8, 2)), (1 << 20, 3 << 20));

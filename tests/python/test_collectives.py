@@ -70,7 +70,7 @@ def test_streamed_blocks(world, wait_us):
 @pytest.mark.parametrize("threads", [None, "2", "4"])
 def test_default_thresholds_all_reduce(threads):
     """The shipped thresholds on a 3-rank group: none overridden, or only
-    the threads (2 MiB slots: 256 KiB a thread, at least 2 MiB with 3 ranks)."""
+    the threads (2 a rank: 512 KiB slots; 4: 2 MiB, not 1 MiB)."""
     env = {"RUSTCCL_SHM_THREADS": threads} if threads else None
     launch.expect_ok(launch.run("w_collectives:all_reduce_matrix", 3, env=env, timeout=240))
 

@@ -67,8 +67,9 @@ def all_reduce_matrix(rank: int, world: int) -> tuple[int, list[str]]:
             c.true(f"a quick team leads larger phases with up to 4 local ranks: {th}",
                    th["shm_quick_leads"] == int(quick > 0 and th["local_ranks"] <= 4))
         if not {"RUSTCCL_SHM_SEGMENT_BYTES", "RUSTCCL_SHM_SLOT_MIN_BYTES"} & set(os.environ):
-            # slots of 256 KiB a thread, at least 2 MiB with 2-4 local ranks
-            few = 2 <= th["local_ranks"] <= 4
+            # slots of 256 KiB a thread, at least 2 MiB with 2 local ranks,
+            # or 3-4 of 4 threads or more
+            few = th["local_ranks"] == 2 or (3 <= th["local_ranks"] <= 4 and th["shm_threads"] >= 4)
             slot = max((256 << 10) * th["shm_threads"], (2 << 20) if few else 0)
             c.true(f"slots as the host allows: {th}", th["shm_slot_bytes"] == slot)
         if "RUSTCCL_SHM_MIN_PIECE_BYTES" not in os.environ:
