@@ -145,13 +145,14 @@ fn slot_bytes_for(sizes: &ShmConfig, local_ranks: usize, threads: usize) -> usiz
 
 /// Smallest slot with 2 local ranks, and with 3-4 of several threads
 /// ([`slot_bytes_for`]), where ranks of fewer than 8 threads would have
-/// less (with 8, `segment_bytes` x threads is this already): an 8 MiB scatter's 2 MiB blocks then go
-/// through one of the root's slots each, and an all_reduce's 2 MiB chunks
-/// take one round. Every round is three phase waits, and each wait is a
-/// sleep and a wake-up where the cores are taken (and a chance to stall
-/// on a VM): one-thread ranks' 256 KiB slots made a 2 MiB all_reduce four
-/// rounds (`docs/decisions/0004`, `0008`). Every rank's segment grows by
-/// (n + 1) x the difference (2 ranks of one thread: about 5 MiB).
+/// less (with 8, `segment_bytes` x threads is this already): an 8 MiB
+/// scatter's 2 MiB blocks then go through one of the root's slots each,
+/// and an all_reduce's 2 MiB chunks take one round. Every round is three
+/// phase waits, and each wait is a sleep and a wake-up where the cores are
+/// taken (and a chance to stall on a VM): with one-thread ranks' 256 KiB
+/// slots a 2 MiB all_reduce would take four rounds (`docs/decisions/0004`,
+/// `0008`). Every rank's segment grows by (n + 1) x the difference (2
+/// ranks of one thread: about 5 MiB).
 const FEW_RANKS_SLOT: usize = 2 << 20;
 
 /// Fewest threads 3-4 local ranks need for [`FEW_RANKS_SLOT`]: four ranks

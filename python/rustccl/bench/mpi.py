@@ -218,7 +218,7 @@ def rank_main(args) -> int:
             # the fastest, which under load then ran on cores it held alone.
             iters = {s: _iters(args.round_ms, mpi.allreduce(est[s], op=MPI.MAX)) for s in systems}
             # --paced: the slowest system's pace and count for every system
-            period = mpi.allreduce(max(est.values()), op=MPI.MAX)
+            period = mpi.allreduce(max(est.values()), op=MPI.MAX) if args.paced else None
             if args.paced:
                 iters = dict.fromkeys(systems, min(iters.values()))
             samples = {s: [] for s in systems}
@@ -259,7 +259,7 @@ def rank_main(args) -> int:
                         "cpu_us": cpu_us[s],
                         "iters": iters, "warmup": 5, "repeats": args.rounds, "method": "ab",
                         "load": args.load, "load_rate": statistics.median(rate[s]) if load.c is not None else None,
-                        "paced_us": period * 1e6 if args.paced else None,
+                        "paced_us": period * 1e6 if period else None,
                         "machine": args.machine})
                 print(_line(rows[-len(systems):]), flush=True)
     comm.shutdown()
