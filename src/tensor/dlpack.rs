@@ -54,9 +54,13 @@ impl Drop for Owner {
 #[cfg(feature = "python")]
 pub struct PyHold(#[allow(dead_code)] Arc<PyExport>);
 
-/// A Python export held by a tensor and its caller's [`PyHold`].
+/// A Python export held by a tensor and its caller's [`PyHold`]: a DLPack
+/// capsule, or a numpy array read in place (`ndarray.rs`).
 #[cfg(feature = "python")]
-struct PyExport(#[allow(dead_code)] dlpack_rs::pyo3_glue::PyTensor);
+enum PyExport {
+    Capsule(#[allow(dead_code)] dlpack_rs::pyo3_glue::PyTensor),
+    Array(#[allow(dead_code)] pyo3::Py<pyo3::PyAny>),
+}
 
 // SAFETY: nothing reads an export through a shared reference: its holders
 // only keep it and drop it, and the last drop (under the GIL, which the
@@ -146,6 +150,15 @@ impl Tensor {
     /// Imports any Python object with `__dlpack__` (numpy arrays at least).
     #[cfg(feature = "python")]
     pub fn from_py(py: pyo3::Python<'_>, obj: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<Result<Tensor, String>> {
+        if let Some(v) = super::ndarray::view(obj) {
+            let v = match v {
+                Ok(v) => v,
+                Err(why) => return Ok(Err(why)),
+            };
+            let numel = v.shape.iter().product::<i64>() as usize;
+            let owner = Owner::Py(Arc::new(PyExport::Array(obj.clone().unbind())));
+            return Ok(Ok(Tensor { data: v.data, numel, dtype: v.dtype, device: Device::Cpu, shape: v.shape, contiguous: true, owner }));
+        }
         let pt = dlpack_rs::pyo3_glue::PyTensor::from_pyany(py, obj)?;
         let ptr = pt.data_ptr() as *mut u8;
         let offset = pt.byte_offset() as usize;
@@ -162,7 +175,7 @@ impl Tensor {
         let shape = pt.shape().to_vec();
         let contiguous = is_row_major(&shape, pt.strides());
         let numel = pt.numel();
-        let owner = Owner::Py(Arc::new(PyExport(pt)));
+        let owner = Owner::Py(Arc::new(PyExport::Capsule(pt)));
         Ok(Ok(Tensor { data: ptr.wrapping_add(offset), numel, dtype, device, shape, contiguous, owner }))
     }
 

@@ -1,7 +1,9 @@
 //! Tensors as rustccl sees them: DLPack exports with their metadata
-//! (`dlpack.rs`, the only unsafe file here) and safe helpers over byte slices.
+//! (`dlpack.rs`), numpy arrays read in place (`ndarray.rs`) and safe helpers over byte slices.
 
 mod dlpack;
+#[cfg(feature = "python")]
+mod ndarray;
 
 #[cfg(feature = "python")]
 pub use dlpack::PyHold;

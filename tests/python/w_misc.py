@@ -245,6 +245,44 @@ def numpy_api(rank: int, world: int, store_dir: str) -> tuple[int, list[str]]:
         c.true("complex reduction rejected", False)
     except ValueError as e:
         c.true(f"error names rustccl: {e}", "rustccl all_reduce" in str(e))
+    # numpy arrays are read in place; every dtype, shape and subclass the
+    # fast path takes gives numpy's own sum.
+    for dt in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8):
+        a = (np.arange(6, dtype=dt) + rank).reshape(2, 3)
+        comm.all_reduce(a)
+        want = sum((np.arange(6) + r) for r in range(world)).reshape(2, 3).astype(dt)
+        c.true(f"all_reduce {np.dtype(dt).name} 2-D", a.dtype == dt and np.array_equal(a, want))
+    flags = np.array([rank == 0, False, True])
+    comm.all_reduce(flags, op="max")
+    c.true("all_reduce bool max", np.array_equal(flags, [True, False, True]))
+    scalar = np.array(float(rank))
+    comm.all_reduce(scalar)
+    c.true("all_reduce 0-d", float(scalar) == sum(range(world)))
+
+    class Sub(np.ndarray):
+        pass
+
+    sub = np.full(3, rank + 1.0).view(Sub)
+    comm.all_reduce(sub)
+    c.true("all_reduce ndarray subclass", np.array_equal(np.asarray(sub), np.full(3, sum(range(1, world + 1)) * 1.0)))
+    # Objects other than numpy arrays still go through DLPack.
+    t = torch.full((3,), float(rank))
+    comm.all_reduce(t)
+    c.true("all_reduce torch tensor via DLPack", t.tolist() == [float(sum(range(world)))] * 3)
+    # Arrays DLPack cannot describe are refused with the fix, on every rank
+    # alike (the call never reaches the peers), and the group goes on.
+    ro = np.ones(3, dtype=np.float32)
+    ro.flags.writeable = False
+    swapped = np.ones(3, dtype=">f4" if sys.byteorder == "little" else "<f4")
+    for name, bad, why in (("read-only", ro, "read-only"), ("byte order", swapped, "byte order")):
+        try:
+            comm.all_reduce(bad)
+            c.true(f"{name} array rejected", False)
+        except ValueError as e:
+            c.true(f"{name} error names rustccl and the fix: {e}", "rustccl all_reduce" in str(e) and why in str(e) and "pass" in str(e))
+    after = np.full(2, 1.0)
+    comm.all_reduce(after)
+    c.true("group works after refused arrays", np.array_equal(after, np.full(2, float(world))))
     comm.barrier()
     comm.shutdown()
     return c.count, c.failures
