@@ -271,7 +271,8 @@ impl PyCommunicator {
         self.run(py, s).map(|_| ())
     }
 
-    /// `outputs` (a list, one per rank) only at the root.
+    /// `outputs` only at the root: one array of world size x len(input), or
+    /// a list of arrays, one per rank.
     #[pyo3(signature = (input, outputs=None, root=0))]
     fn gather(&self, py: Python<'_>, input: &Bound<'_, PyAny>, outputs: Option<&Bound<'_, PyAny>>, root: i64) -> PyResult<()> {
         let mut s = OpSpec::new(OpKind::Gather);
@@ -283,7 +284,8 @@ impl PyCommunicator {
         self.run(py, s).map(|_| ())
     }
 
-    /// `inputs` (a list, one per rank) only at the root.
+    /// `inputs` only at the root: one array of world size x len(output), or
+    /// a list of arrays, one per rank.
     #[pyo3(signature = (output, inputs=None, root=0))]
     fn scatter(&self, py: Python<'_>, output: &Bound<'_, PyAny>, inputs: Option<&Bound<'_, PyAny>>, root: i64) -> PyResult<()> {
         let mut s = OpSpec::new(OpKind::Scatter);

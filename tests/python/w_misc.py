@@ -225,6 +225,25 @@ def numpy_api(rank: int, world: int, store_dir: str) -> tuple[int, list[str]]:
     a2a = np.empty(world, dtype=np.int64)
     comm.all_to_all(a2a, np.arange(world, dtype=np.int64) + 10 * rank)
     c.true("all_to_all", np.array_equal(a2a, np.array([10 * s + rank for s in range(world)])))
+    # gather and scatter take one array per rank or one flat array (as
+    # all_gather does), at the root only.
+    root = world - 1
+    mine = np.full(2, rank, dtype=np.float32)
+    want = np.repeat(np.arange(world, dtype=np.float32), 2)
+    flat = np.zeros(2 * world, dtype=np.float32) if rank == root else None
+    comm.gather(mine, flat, root=root)
+    listed = [np.zeros(2, dtype=np.float32) for _ in range(world)] if rank == root else None
+    comm.gather(mine, listed, root=root)
+    if rank == root:
+        c.true(f"gather flat {flat}", np.array_equal(flat, want))
+        c.true("gather list", np.array_equal(np.concatenate(listed), want))
+    src = (np.arange(2 * world, dtype=np.float32) + 100) if rank == root else None
+    got = np.zeros(2, dtype=np.float32)
+    comm.scatter(got, src, root=root)
+    c.true(f"scatter flat {got}", np.array_equal(got, np.arange(2 * rank, 2 * rank + 2, dtype=np.float32) + 100))
+    got2 = np.zeros(2, dtype=np.float32)
+    comm.scatter(got2, [src[2 * r:2 * r + 2] for r in range(world)] if rank == root else None, root=root)
+    c.true("scatter list", np.array_equal(got2, got))
     if world > 1:
         if rank == 0:
             comm.send(np.array([7.0, 8.0]), dst=1, tag=4)
