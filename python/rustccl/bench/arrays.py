@@ -38,7 +38,7 @@ class Buffers:
 def communicator_call(comm, op: str, b: Buffers, rank: int):
     """One call of `op` through the ``Communicator`` `comm` on the arrays
     `b`, as a closure."""
-    x, big, parts, other = b.x, b.big, b.parts, b.other
+    x, big, other = b.x, b.big, b.other
     root = rank == 0
     return {
         "all_reduce": lambda: comm.all_reduce(x),
@@ -46,8 +46,8 @@ def communicator_call(comm, op: str, b: Buffers, rank: int):
         "reduce_scatter": lambda: comm.reduce_scatter(x, big),
         "broadcast": lambda: comm.broadcast(x, 0),
         "reduce": lambda: comm.reduce(x, 0),
-        "gather": lambda: comm.gather(x, parts if root else None, 0),
-        "scatter": lambda: comm.scatter(x, parts if root else None, 0),
+        "gather": lambda: comm.gather(x, big if root else None, 0),
+        "scatter": lambda: comm.scatter(x, big if root else None, 0),
         "all_to_all": lambda: comm.all_to_all(other, big),
         "send_recv": lambda: pingpong(rank, lambda: comm.send(x, 1 - rank), lambda: comm.recv(x, 1 - rank)),
     }[op]
