@@ -147,7 +147,8 @@ impl Tensor {
         Ok(Tensor { data, numel, dtype, device, shape, contiguous, owner })
     }
 
-    /// Imports any Python object with `__dlpack__` (numpy arrays at least).
+    /// Imports a numpy array in place (`ndarray.rs`), or any other Python
+    /// object with `__dlpack__` through its export.
     #[cfg(feature = "python")]
     pub fn from_py(py: pyo3::Python<'_>, obj: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<Result<Tensor, String>> {
         if let Some(v) = super::ndarray::view(obj) {

@@ -1,5 +1,6 @@
 //! Tensors as rustccl sees them: DLPack exports with their metadata
-//! (`dlpack.rs`), numpy arrays read in place (`ndarray.rs`) and safe helpers over byte slices.
+//! (`dlpack.rs`), numpy arrays read in place (`ndarray.rs`), and safe
+//! helpers over byte slices.
 
 mod dlpack;
 #[cfg(feature = "python")]

@@ -7,10 +7,11 @@
 //! (DLPack cannot describe either). Every other object goes through
 //! `__dlpack__`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::types::DType;
 
