@@ -42,19 +42,22 @@ fn numpy_loaded(py: Python<'_>) -> bool {
     loaded
 }
 
+/// The dtype of numpy's `kind` and `itemsize`, as DLPack would name it
+/// ([`DType::from_dlpack`]); None for kinds DLPack has no code for and for
+/// dtypes rustccl does not name (those go through `__dlpack__`, as before).
 fn dtype_of(kind: u8, itemsize: usize) -> Option<DType> {
-    Some(match (kind, itemsize) {
-        (b'f', 4) => DType::F32,
-        (b'f', 8) => DType::F64,
-        (b'f', 2) => DType::F16,
-        (b'i', 1) => DType::I8,
-        (b'i', 2) => DType::I16,
-        (b'i', 4) => DType::I32,
-        (b'i', 8) => DType::I64,
-        (b'u', 1) => DType::U8,
-        (b'b', 1) => DType::Bool,
+    use dlpack_rs::ffi::DLDataTypeCode as C;
+    let code = match kind {
+        b'f' => C::kDLFloat,
+        b'i' => C::kDLInt,
+        b'u' => C::kDLUInt,
+        b'b' => C::kDLBool,
         _ => return None,
-    })
+    };
+    match DType::from_dlpack(code as u8, u8::try_from(itemsize * 8).ok()?, 1)? {
+        DType::Other { .. } => None,
+        d => Some(d),
+    }
 }
 
 /// `obj` as a numpy array read in place, the reason it cannot be used, or
