@@ -128,6 +128,37 @@ impl Driver {
         true
     }
 
+    /// Takes a receive from a peer of this host on the calling thread,
+    /// unless another thread holds the loop: requests already in the
+    /// channel first (posting order), then this one, then a look at that
+    /// peer's ring only, not the whole pass's round of every peer, deaths
+    /// and deadlines, which the engine's thread and waiting threads run.
+    /// The request comes back when it was not taken.
+    pub(super) fn try_recv_now(&self, req: Req) -> Option<Req> {
+        let Req::Recv { peer: Some(p), .. } = &req else { return Some(req) };
+        let p = *p;
+        let Some(ev) = self.0.upgrade() else { return Some(req) };
+        let mut e = match ev.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(g)) => g.into_inner(),
+            Err(TryLockError::WouldBlock) => return Some(req),
+        };
+        if e.exited || !e.shm.get(p).copied().unwrap_or(false) || e.take_requests().is_none() {
+            return Some(req);
+        }
+        e.handle(req);
+        if !e.posted.is_empty() {
+            e.pump_in(p);
+        }
+        drop(e);
+        if let Some(local) = self.1.upgrade() {
+            // As after a pass: another thread's receive from this peer
+            // may have finished in it.
+            local.mine().wake_if_asleep_on(Channel::P2p);
+        }
+        None
+    }
+
     /// A request went into the channel that no pass took (`Driving::request`).
     pub(super) fn request(&self) {
         self.2.request();
@@ -235,29 +266,7 @@ impl EventLoop {
         if self.exited {
             return Pass::Exit;
         }
-        let mut moved = false;
-        loop {
-            match self.rx.try_recv() {
-                Ok(req) => {
-                    moved = true;
-                    if let Req::Send { peer, .. } = &req {
-                        self.pump_out[*peer] = true;
-                    }
-                    self.handle(req);
-                }
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    // Acks and answers already queued go out first (as far
-                    // as the links take them now): their senders wait.
-                    for p in 0..self.peers.len() {
-                        self.pump_out(p);
-                    }
-                    self.fail_all();
-                    self.exited = true;
-                    return Pass::Exit;
-                }
-            }
-        }
+        let Some(mut moved) = self.take_requests() else { return Pass::Exit };
         for p in 0..self.peers.len() {
             if std::mem::take(&mut self.pump_out[p]) || self.shm[p] {
                 moved |= self.pump_out(p);
@@ -272,6 +281,35 @@ impl EventLoop {
             Pass::Moved
         } else {
             Pass::Idle
+        }
+    }
+
+    /// Handles the requests in the channel, in order: whether there were
+    /// any; None once the engine shut down (the channel closed), when
+    /// everything pending failed.
+    fn take_requests(&mut self) -> Option<bool> {
+        let mut took = false;
+        loop {
+            match self.rx.try_recv() {
+                Ok(req) => {
+                    took = true;
+                    if let Req::Send { peer, .. } = &req {
+                        self.pump_out[*peer] = true;
+                    }
+                    self.handle(req);
+                }
+                Err(mpsc::TryRecvError::Empty) => return Some(took),
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    // Acks and answers already queued go out first (as far
+                    // as the links take them now): their senders wait.
+                    for p in 0..self.peers.len() {
+                        self.pump_out(p);
+                    }
+                    self.fail_all();
+                    self.exited = true;
+                    return None;
+                }
+            }
         }
     }
 

@@ -40,7 +40,10 @@
 //! queued before it and it fits (`link::ShmTx`); the work is then
 //! finished before `submit` returns. The ring publishes a message every
 //! 8 KiB as it goes in (`RingTx::push_parts`), so a receiver polling it
-//! copies the first bytes out while the rest are written.
+//! copies the first bytes out while the rest are written. A receive from
+//! a rank of this host is posted by the calling thread itself while no
+//! other thread holds the loop (`Driver::try_recv_now`), and finished
+//! there if its message is in.
 #![forbid(unsafe_code)]
 
 mod event_loop;
@@ -50,6 +53,7 @@ mod rendezvous;
 mod split;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -231,7 +235,7 @@ pub struct P2pEngine {
     size: usize,
     group: String,
     state: Mutex<State>,
-    seq: Mutex<u64>,
+    seq: AtomicU64,
     /// Link kind per peer ("shm" / "tcp"), for stats.
     kinds: Vec<&'static str>,
     /// The write end of each shared-memory peer's ring, shared with the
@@ -275,7 +279,7 @@ impl P2pEngine {
         });
         let attach = shm.as_ref().map(|(l, _)| l.clone()).filter(|l| l.attach.is_some());
         let state = Mutex::new(State::Idle(Links { conns, shm }));
-        P2pEngine { rank, size, group, state, seq: Mutex::new(0), kinds, txs, attach, timeout }
+        P2pEngine { rank, size, group, state, seq: AtomicU64::new(0), kinds, txs, attach, timeout }
     }
 
     /// "shm" or "tcp": how messages to / from `peer` travel.
@@ -351,15 +355,12 @@ impl P2pEngine {
     pub fn submit(&self, op: Op<CpuTensor>, timeout: Duration, prepare: impl FnOnce(&Work)) -> Result<Work> {
         let _t = crate::profile::start(crate::profile::Span::P2pSubmit);
         let kind = op.kind().name();
-        let seq = {
-            let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-            *s += 1;
-            *s
-        };
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         let work = Work::new(kind, seq);
-        work.mark_started();
+        let now = Instant::now();
+        work.mark_started_at(now);
         prepare(&work);
-        let deadline = Instant::now() + timeout;
+        let deadline = now + timeout;
         let req = match op {
             Op::Send { buf, peer, tag } => Req::Send { peer, tag, buf, work: work.clone(), deadline },
             Op::Recv { buf, peer, tag } => Req::Recv { peer, tag, buf, work: work.clone(), deadline },
@@ -396,6 +397,16 @@ impl P2pEngine {
                 if let Some(d) = &r.driver {
                     work.set_progress(d.clone());
                 }
+                // A receive from a peer of this host is taken here when the
+                // loop is free: no trip through the channel, and a look at
+                // that peer's ring alone.
+                let req = match &r.driver {
+                    Some(d) => match d.try_recv_now(req) {
+                        Some(req) => req,
+                        None => return Ok(work),
+                    },
+                    None => req,
+                };
                 r.tx.send(req).map_err(|_| Error::Closed { op: kind, how: "shut down" })?;
                 // The request taken in a pass of our own needs no wake-up
                 // of the engine's thread: a message for it wakes that
