@@ -19,7 +19,7 @@ use crate::comm::CommOptions;
 use crate::config::{Config, SETTINGS};
 use crate::error::{Code, Error};
 use crate::tensor::Tensor;
-use crate::types::{OpKind, ReduceOp};
+use crate::types::{Device, OpKind, ReduceOp};
 
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
@@ -83,8 +83,24 @@ fn reduce_op(name: &str) -> PyResult<i32> {
         .ok_or_else(|| PyValueError::new_err(format!("rustccl: unknown reduce op {name:?} (sum, avg, product, min, max, band, bor, bxor)")))
 }
 
+/// Sends and receives up to this size are submitted holding the GIL.
+const GIL_HELD_MAX: usize = 64 << 10;
+
+/// Whether `spec` is submitted without releasing the GIL first: a small
+/// send or receive on CPU, which is mostly finished by its submit (a send
+/// written into a local peer's ring, a receive whose message is in), and
+/// whose submit copies at most `GIL_HELD_MAX` bytes of its own and takes no
+/// lock held across a pass (`comm::p2p`). Releasing and taking the GIL back
+/// costs about a tenth of such a call; one that is not finished releases
+/// it to wait.
+fn holds_gil(spec: &OpSpec) -> bool {
+    matches!(spec.kind, OpKind::Send | OpKind::Recv)
+        && spec.inputs.iter().chain(&spec.outputs).all(|t| t.device() == Device::Cpu && t.nbytes() <= GIL_HELD_MAX)
+}
+
 impl PyCommunicator {
-    /// Submits one operation and waits for it with the GIL released.
+    /// Submits one operation and waits for it with the GIL released (a
+    /// small send or receive: once it is not finished by its submit).
     fn run(&self, py: Python<'_>, mut spec: OpSpec) -> PyResult<Option<usize>> {
         let comm = self.inner.clone();
         // It waits at once: the engine leaves the operation to this thread
@@ -97,11 +113,21 @@ impl PyCommunicator {
         let holds = (holds.next(), holds.collect::<Vec<_>>());
         // The work records a receive's source before it finishes, so it is
         // known once wait() returns.
-        let r = py.detach(move || {
-            let w = comm.submit(vec![spec], None, None)?;
-            w.wait(None)?;
-            Ok(w.source())
-        });
+        let r = if holds_gil(&spec) {
+            comm.submit(vec![spec], None, None).and_then(|w| {
+                match w.result() {
+                    Some(r) => r?,
+                    None => py.detach(|| w.wait(None))?,
+                }
+                Ok(w.source())
+            })
+        } else {
+            py.detach(move || {
+                let w = comm.submit(vec![spec], None, None)?;
+                w.wait(None)?;
+                Ok(w.source())
+            })
+        };
         drop(holds);
         r.map_err(to_py)
     }

@@ -387,45 +387,55 @@ impl P2pEngine {
                 }
             }
         }
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let State::Idle(links) = &mut *st {
-            let links = std::mem::replace(links, Links { conns: Vec::new(), shm: None });
-            *st = State::Running(self.start(links)?);
-        }
-        match &*st {
-            State::Running(r) => {
-                if let Some(d) = &r.driver {
-                    work.set_progress(d.clone());
-                }
-                // A receive from a peer of this host is taken here when the
-                // loop is free: no trip through the channel, and a look at
-                // that peer's ring alone.
-                let req = match &r.driver {
-                    Some(d) => match d.try_recv_now(req) {
-                        Some(req) => req,
-                        None => return Ok(work),
-                    },
-                    None => req,
-                };
-                r.tx.send(req).map_err(|_| Error::Closed { op: kind, how: "shut down" })?;
-                // The request taken in a pass of our own needs no wake-up
-                // of the engine's thread: a message for it wakes that
-                // thread (or its driver reads it), and its deadline is
-                // looked at within `link::ALIVE_EVERY`. Else wake the
-                // thread, even one asleep deaf beside a driver
-                // (`link::Driving`).
-                match &r.driver {
-                    Some(d) if d.try_pass() => {}
-                    Some(d) => {
-                        r.wake.wake();
-                        d.request();
-                    }
-                    None => r.wake.wake(),
-                }
-                Ok(work)
+        // The state's lock is never held across a pass: a pass finishes
+        // other works, whose callbacks may wait for the GIL, and a caller
+        // holding it may submit (`py::PyCommunicator::run`).
+        let driver = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if let State::Idle(links) = &mut *st {
+                let links = std::mem::replace(links, Links { conns: Vec::new(), shm: None });
+                *st = State::Running(self.start(links)?);
             }
-            _ => Err(Error::Closed { op: kind, how: "shut down" }),
+            match &*st {
+                State::Running(r) => r.driver.clone(),
+                _ => return Err(Error::Closed { op: kind, how: "shut down" }),
+            }
+        };
+        if let Some(d) = &driver {
+            work.set_progress(d.clone());
         }
+        // A receive from a peer of this host is taken here when the loop
+        // is free: no trip through the channel, and a look at that peer's
+        // ring alone.
+        let req = match &driver {
+            Some(d) => match d.try_recv_now(req) {
+                Some(req) => req,
+                None => return Ok(work),
+            },
+            None => req,
+        };
+        let closed = || Error::Closed { op: kind, how: "shut down" };
+        {
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let State::Running(r) = &*st else { return Err(closed()) };
+            r.tx.send(req).map_err(|_| closed())?;
+            if driver.is_none() {
+                r.wake.wake();
+                return Ok(work);
+            }
+        }
+        // The request taken in a pass of our own needs no wake-up of the
+        // engine's thread: a message for it wakes that thread (or its
+        // driver reads it), and its deadline is looked at within
+        // `link::ALIVE_EVERY`. Else wake the thread, even one asleep deaf
+        // beside a driver (`link::Driving`); after a shutdown it is gone.
+        if let Some(d) = driver.filter(|d| !d.try_pass()) {
+            if let State::Running(r) = &*self.state.lock().unwrap_or_else(|p| p.into_inner()) {
+                r.wake.wake();
+            }
+            d.request();
+        }
+        Ok(work)
     }
 
     /// Stops the event loop; pending sends and receives fail with
