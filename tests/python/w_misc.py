@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import os
 import sys
+import threading
+import time
 
 import numpy as np
 import torch
@@ -251,6 +253,48 @@ def numpy_api(rank: int, world: int, store_dir: str) -> tuple[int, list[str]]:
             got = np.empty(2)
             src = comm.recv(got, src=None, tag=4)
             c.true("recv any source", src == 0 and np.array_equal(got, [7.0, 8.0]))
+        # A small receive is submitted holding the GIL; one whose message is
+        # not in yet lets it go while it waits: this rank's main thread
+        # runs Python meanwhile.
+        if rank == 1:
+            box = np.zeros(2)
+            t = threading.Thread(target=comm.recv, args=(box, 0, 9))
+            t.start()
+            ticks, end = 0, time.monotonic() + 0.3
+            while time.monotonic() < end:
+                ticks += 1
+            c.true(f"main thread ran while a receive waited ({ticks} ticks)", ticks > 1000 and t.is_alive())
+        comm.barrier()
+        if rank == 0:
+            comm.send(np.array([5.0, 6.0]), dst=1, tag=9)
+        elif rank == 1:
+            t.join(30)
+            c.true(f"waiting receive got its message {box}", not t.is_alive() and np.array_equal(box, [5.0, 6.0]))
+        # Two threads each send and receive a stream on its own tag at once:
+        # every message arrives, in order within its tag.
+        if rank in (0, 1):
+            n, got_by = 200, {}
+
+            def stream(tag: int) -> None:
+                if rank == 0:
+                    for i in range(n):
+                        comm.send(np.array([tag, i], dtype=np.int64), dst=1, tag=tag)
+                else:
+                    seen = []
+                    for _ in range(n):
+                        m = np.empty(2, dtype=np.int64)
+                        comm.recv(m, src=0, tag=tag)
+                        seen.append(m.tolist())
+                    got_by[tag] = seen
+
+            ts = [threading.Thread(target=stream, args=(tag,)) for tag in (21, 22)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+            if rank == 1:
+                c.true("two threads' streams arrive whole and in order",
+                       all(got_by.get(tag) == [[tag, i] for i in range(n)] for tag in (21, 22)))
     # Every call lets go of its arrays' exports when it returns (the
     # engine's hold and the caller's alike): no reference is left behind.
     held = np.full(4, float(rank), dtype=np.float32)
