@@ -3,10 +3,11 @@ MPI (mpi4py) and gloo, in the same processes, on the same numpy arrays.
 
 Every (op, size) point runs ``--rounds`` rounds; each round times every
 system once, in an order that rotates from round to round, after a
-barrier (whose waiting ranks sleep between looks), for about ``--round-ms`` (each system its own number of calls,
-the same on every rank). A system's time per call is the mean of one round's calls on rank
-0; the table shows the median round with the rounds' min-max, and the p50
-and p99 of single calls (each call timed on its own). gloo runs through
+barrier (whose waiting ranks sleep between looks), for about
+``--round-ms`` (each system its own number of calls, the same on every
+rank). A system's time per call is the mean of one round's calls on
+rank 0; the table shows the median round with the rounds' min-max, and
+the p50 and p99 of single calls (each call timed on its own). gloo runs through
 ``torch.distributed`` on tensors that share the arrays' memory.
 
 ``--load N`` starts N busy processes per core beside the ranks for the
@@ -149,10 +150,10 @@ def _check(systems: list[str], op: str, nbytes: int, rank: int, world: int, comm
 
 
 def _meet(mpi) -> None:
-    """A barrier whose waiting ranks sleep between looks: a rank that has
-    no part in a round (send_recv's idle ranks) would otherwise spin in
-    Open MPI's barrier for the whole round, and 14 of them at 16 ranks
-    leave the quiet host's cores to the two that run it only in name."""
+    """A barrier whose waiting ranks sleep between looks: a rank with no
+    part in a round (send_recv's idle ranks) would otherwise spin in Open
+    MPI's barrier for the whole round, and at 16 ranks 14 such ranks take
+    the cores a quiet run leaves free."""
     req = mpi.Ibarrier()
     while not req.Test():
         time.sleep(50e-6)
