@@ -109,23 +109,32 @@ pub(super) fn run(ev: Arc<Mutex<EventLoop>>, mut waiter: Waiter) {
 pub(super) struct Driver(pub(super) Weak<Mutex<EventLoop>>, pub(super) Weak<ShmLocal>, pub(super) Arc<Driving>);
 
 impl Driver {
-    /// Runs a pass on the calling thread unless another thread is running
-    /// one; true when it ran.
-    pub(super) fn try_pass(&self) -> bool {
-        let Some(ev) = self.0.upgrade() else { return false };
+    /// Runs `f` with `arg` on the loop on the calling thread, unless
+    /// another thread holds the loop (then `arg` comes back); after it,
+    /// wakes a waiter asleep on the word (`Work::wait`) whose work `f`
+    /// finished, as after the engine thread's passes.
+    fn on_loop<T, R>(&self, arg: T, f: impl FnOnce(&mut EventLoop, T) -> R) -> std::result::Result<R, T> {
+        let Some(ev) = self.0.upgrade() else { return Err(arg) };
         let mut e = match ev.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return false,
+            Err(TryLockError::WouldBlock) => return Err(arg),
         };
-        e.pass();
+        let r = f(&mut e, arg);
         drop(e);
         if let Some(local) = self.1.upgrade() {
-            // As after the engine thread's passes: a waiter asleep on the
-            // word (`Work::wait`) whose work this pass finished.
             local.mine().wake_if_asleep_on(Channel::P2p);
         }
-        true
+        Ok(r)
+    }
+
+    /// Runs a pass on the calling thread unless another thread is running
+    /// one; true when it ran.
+    pub(super) fn try_pass(&self) -> bool {
+        self.on_loop((), |e, ()| {
+            e.pass();
+        })
+        .is_ok()
     }
 
     /// Takes a receive from a peer of this host on the calling thread,
@@ -137,26 +146,17 @@ impl Driver {
     pub(super) fn try_recv_now(&self, req: Req) -> Option<Req> {
         let Req::Recv { peer: Some(p), .. } = &req else { return Some(req) };
         let p = *p;
-        let Some(ev) = self.0.upgrade() else { return Some(req) };
-        let mut e = match ev.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(g)) => g.into_inner(),
-            Err(TryLockError::WouldBlock) => return Some(req),
-        };
-        if e.exited || !e.shm.get(p).copied().unwrap_or(false) || e.take_requests().is_none() {
-            return Some(req);
-        }
-        e.handle(req);
-        if !e.posted.is_empty() {
-            e.pump_in(p);
-        }
-        drop(e);
-        if let Some(local) = self.1.upgrade() {
-            // As after a pass: another thread's receive from this peer
-            // may have finished in it.
-            local.mine().wake_if_asleep_on(Channel::P2p);
-        }
-        None
+        self.on_loop(req, |e, req| {
+            if e.exited || !e.shm.get(p).copied().unwrap_or(false) || e.take_requests().is_none() {
+                return Some(req);
+            }
+            e.handle(req);
+            if !e.posted.is_empty() {
+                e.pump_in(p);
+            }
+            None
+        })
+        .unwrap_or_else(Some)
     }
 
     /// A request went into the channel that no pass took (`Driving::request`).
