@@ -50,7 +50,7 @@ pub const ALIVE_EVERY: Duration = Duration::from_millis(50);
 const DEAF_FOR: Duration = Duration::from_millis(2);
 
 /// The threads driving the engine themselves right now (`Work::wait`
-/// through `event_loop::Driver`), and whether the engine's thread sleeps
+/// through `driver::Driver`), and whether the engine's thread sleeps
 /// deaf to pushes meanwhile. A driver reads the rings in its own passes,
 /// so the engine's thread need not: polling beside it, or woken by each
 /// message, it took a core from the driver or its peer (on a VM with as

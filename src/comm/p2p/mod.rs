@@ -4,7 +4,7 @@
 //! point-to-point links: shared-memory rings to the ranks of this host,
 //! TCP to the others (`link.rs`). Its state sits behind a mutex: its own
 //! thread runs passes over it, and so does a thread waiting for one of
-//! its works (`event_loop::Driver`). Sends queue per peer and are written in
+//! its works (`driver::Driver`). Sends queue per peer and are written in
 //! order. Every incoming message (24-byte header with tag and length) is
 //! matched against posted receives in posting order; a match is read
 //! straight into the receiver's tensor, anything else into an "unexpected"
@@ -46,6 +46,7 @@
 //! there if its message is in.
 #![forbid(unsafe_code)]
 
+mod driver;
 mod event_loop;
 mod failure;
 mod link;
@@ -73,7 +74,8 @@ use crate::transport::shm::{RingRx, ShmLink, ShmLocal};
 use crate::types::Rank;
 use crate::work::Work;
 
-use event_loop::{Driver, EventLoop};
+use driver::Driver;
+use event_loop::EventLoop;
 use link::{Driving, PeerLink, ShmTx, Waiter, Wake, WAKE};
 
 /// Shared-memory links of the point-to-point channel, by global rank.
@@ -209,7 +211,7 @@ struct Running {
     wake: Wake,
     handle: Option<JoinHandle<()>>,
     /// Given to every work, when some peer is on this host (see
-    /// `event_loop::Driver`).
+    /// `driver::Driver`).
     driver: Option<Arc<Driver>>,
 }
 
