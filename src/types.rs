@@ -205,6 +205,9 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// How many kinds there are (the values run from 0 to `COUNT - 1`).
+    pub const COUNT: usize = 11;
+
     pub fn from_i32(v: i32) -> Option<OpKind> {
         use OpKind::*;
         Some(match v {
@@ -266,6 +269,14 @@ mod tests {
         let c64 = DType::from_dlpack(C::kDLComplex as u8, 64, 1).unwrap();
         assert_eq!(c64.size(), 8);
         assert_eq!(c64.name(), "complex64");
+    }
+
+    #[test]
+    fn op_kinds_number_from_zero_to_count() {
+        for v in 0..OpKind::COUNT as i32 {
+            assert_eq!(OpKind::from_i32(v).unwrap() as i32, v);
+        }
+        assert_eq!(OpKind::from_i32(OpKind::COUNT as i32), None);
     }
 
     #[test]

@@ -66,7 +66,7 @@ use crate::transport::mesh::Mesh;
 use crate::transport::shm;
 use crate::transport::Transport;
 use crate::types::{DType, Device, OpKind, Rank};
-use crate::work::{self, Callback, Work};
+use crate::work::{self, Callback, Watch, Work};
 
 pub use cpu::{Done, Observer};
 pub use options::CommOptions;
@@ -469,33 +469,15 @@ impl Communicator {
                     _ => engine.link_kind_any(),
                 };
                 let op = into_cpu(op)?;
-                let st = self.stats.clone();
-                let record = move |w: &Work| {
-                    let w2 = w.clone();
-                    w.on_complete(Box::new(move |r, _| {
-                        let algorithm = w2.route().unwrap_or("direct");
-                        let s = stats::Sample {
-                            op: kind,
-                            bytes,
-                            duration: w2.duration(),
-                            algorithm,
-                            transport,
-                            ok: r.is_ok(),
-                            by_caller: false,
-                        };
-                        st.record(s);
-                        if let Err(e) = r {
-                            st.note_error(e);
-                        }
-                    }));
-                };
+                // Counted without a callback allocated per call.
+                let watch = Watch { observer: self.stats.clone(), kind, bytes, transport };
                 if single {
                     return engine.submit(op, timeout, |w| {
-                        record(w);
+                        w.watch(watch);
                         attach(w);
                     });
                 }
-                works.push(engine.submit(op, timeout, record)?);
+                works.push(engine.submit(op, timeout, |w| w.watch(watch))?);
             }
             let joined = work::join("batch_p2p", 0, works);
             attach(&joined);

@@ -33,8 +33,8 @@ pub struct OpStats {
     /// (bytes, duration) of the last RECENT timed calls.
     pub recent: VecDeque<(u64, Duration)>,
     pub algorithm: &'static str,
-    /// Successful calls per algorithm.
-    pub algorithms: BTreeMap<&'static str, u64>,
+    /// Successful calls per algorithm (by name in a snapshot).
+    pub algorithms: Vec<(&'static str, u64)>,
     pub transport: &'static str,
     /// Bytes this rank sent to other hosts (hierarchical all_reduce).
     pub between_hosts_bytes: u64,
@@ -59,7 +59,8 @@ pub struct Sample {
 
 #[derive(Default)]
 pub struct Stats {
-    ops: Mutex<BTreeMap<&'static str, OpStats>>,
+    /// By `OpKind` value; None for an operation not called since a reset.
+    ops: Mutex<[Option<OpStats>; OpKind::COUNT]>,
     /// Peers whose link broke under an operation (a dead rank), for
     /// `rustccl.failed_ranks`; reset() keeps them.
     lost: Mutex<std::collections::BTreeSet<crate::types::Rank>>,
@@ -104,7 +105,7 @@ impl Stats {
 
     pub fn record(&self, s: Sample) {
         let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
-        let e = ops.entry(s.op.name()).or_default();
+        let e = ops[s.op as usize].get_or_insert_with(OpStats::default);
         e.calls += 1;
         e.by_caller += s.by_caller as u64;
         if !s.ok {
@@ -113,7 +114,10 @@ impl Stats {
         }
         e.bytes += s.bytes;
         e.algorithm = s.algorithm;
-        *e.algorithms.entry(s.algorithm).or_default() += 1;
+        match e.algorithms.iter_mut().find(|(a, _)| *a == s.algorithm) {
+            Some((_, n)) => *n += 1,
+            None => e.algorithms.push((s.algorithm, 1)),
+        }
         e.transport = s.transport;
         if let Some(d) = s.duration {
             e.timed_calls += 1;
@@ -129,17 +133,40 @@ impl Stats {
     /// Adds what a finished `op` sent between hosts, and with which codec.
     pub fn record_between_hosts(&self, op: OpKind, bytes: u64, codec: &'static str) {
         let mut ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
-        let e = ops.entry(op.name()).or_default();
+        let e = ops[op as usize].get_or_insert_with(OpStats::default);
         e.between_hosts_bytes += bytes;
         e.codec = codec;
     }
 
+    /// The counters of each operation called since the last reset, by name.
     pub fn snapshot(&self) -> BTreeMap<&'static str, OpStats> {
-        self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = BTreeMap::new();
+        for (k, e) in ops.iter().enumerate() {
+            if let (Some(kind), Some(e)) = (OpKind::from_i32(k as i32), e) {
+                let mut e = e.clone();
+                e.algorithms.sort_unstable();
+                out.insert(kind.name(), e);
+            }
+        }
+        out
     }
 
     pub fn reset(&self) {
-        self.ops.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        *self.ops.lock().unwrap_or_else(|p| p.into_inner()) = Default::default();
+    }
+}
+
+/// A point-to-point work's sample: its route is the algorithm, "direct"
+/// where the engine named none.
+impl crate::work::Observer for Stats {
+    fn finished(&self, w: &crate::work::Watch, f: crate::work::Finished<'_>) {
+        let ok = f.result.is_ok();
+        let algorithm = f.route.unwrap_or("direct");
+        self.record(Sample { op: w.kind, bytes: w.bytes, duration: f.duration, algorithm, transport: w.transport, ok, by_caller: false });
+        if let Err(e) = f.result {
+            self.note_error(e);
+        }
     }
 }
 
@@ -305,5 +332,30 @@ mod tests {
         s.reset();
         assert!(s.snapshot().is_empty());
         assert!((bus_factor("all_reduce", 4) - 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn watched_works_count_without_callbacks() {
+        use crate::work::{Watch, Work};
+        let s = Arc::new(Stats::default());
+        let watch = |kind| Watch { observer: s.clone(), kind, bytes: 8, transport: "shm" };
+        let send = Work::new("send", 1);
+        send.mark_started();
+        send.watch(watch(OpKind::Send));
+        send.set_route("ring");
+        assert!(s.snapshot().is_empty(), "counted before it finished");
+        send.finish(Ok(()));
+        // Watching a finished work counts it at once, under the default
+        // algorithm when the engine named no route.
+        let recv = Work::done("recv", 2, Err(crate::error::Error::Internal("lost".into())));
+        recv.watch(watch(OpKind::Recv));
+        let recv2 = Work::new("recv", 3);
+        recv2.watch(watch(OpKind::Recv));
+        recv2.finish(Ok(()));
+        let snap = s.snapshot();
+        let (a, b) = (&snap["send"], &snap["recv"]);
+        assert_eq!((a.calls, a.errors, a.bytes, a.timed_calls, a.algorithm, a.transport), (1, 0, 8, 1, "ring", "shm"));
+        assert_eq!((b.calls, b.errors, b.bytes, b.timed_calls, b.algorithm), (2, 1, 8, 0, "direct"));
+        assert_eq!(snap.len(), 2);
     }
 }

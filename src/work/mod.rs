@@ -12,11 +12,36 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::types::Rank;
+use crate::types::{OpKind, Rank};
 
 /// Runs once when the work finishes, with its result and, for receives,
 /// the rank the data came from.
 pub type Callback = Box<dyn FnOnce(&Result<()>, Option<Rank>) + Send>;
+
+/// Told of each work it watches once that work finishes ([`Work::watch`]),
+/// before the work's callbacks: the communicator's counters, kept without
+/// a callback allocated per work.
+pub trait Observer: Send + Sync {
+    fn finished(&self, w: &Watch, f: Finished<'_>);
+}
+
+/// What an [`Observer`] watches a work for.
+pub struct Watch {
+    pub observer: Arc<dyn Observer>,
+    pub kind: OpKind,
+    pub bytes: u64,
+    /// How the operation reaches its peer (`Communicator::link_kinds`' words).
+    pub transport: &'static str,
+}
+
+/// A watched work, finished.
+pub struct Finished<'a> {
+    pub result: &'a Result<()>,
+    /// How it went, where its engine said (`Work::set_route`).
+    pub route: Option<&'static str>,
+    /// From its start to its end, where it was started.
+    pub duration: Option<Duration>,
+}
 
 /// The device side of a work that runs on a GPU stream: lets `is_completed`
 /// ask the device, and the shim find the stream it ran on.
@@ -104,6 +129,7 @@ struct State {
     result: Option<Result<()>>,
     mark: Option<Arc<dyn DeviceMark>>,
     callbacks: Vec<Callback>,
+    watch: Option<Watch>,
     /// For receives from any source: who sent.
     source: Option<Rank>,
     /// How a point-to-point message crossed, where the engine says
@@ -135,16 +161,20 @@ pub struct Work(Arc<Inner>);
 #[must_use = "the work's callbacks run only through Callbacks::run"]
 pub struct Callbacks {
     callbacks: Vec<Callback>,
+    watched: Option<(Watch, Option<&'static str>, Option<Duration>)>,
     result: Option<(Result<()>, Option<Rank>)>,
 }
 
 impl Callbacks {
     pub fn is_empty(&self) -> bool {
-        self.callbacks.is_empty()
+        self.callbacks.is_empty() && self.watched.is_none()
     }
 
     pub fn run(self) {
         let Some((result, source)) = self.result else { return };
+        if let Some((w, route, duration)) = &self.watched {
+            w.observer.finished(w, Finished { result: &result, route: *route, duration: *duration });
+        }
         if self.callbacks.is_empty() {
             return;
         }
@@ -174,6 +204,7 @@ impl Work {
                 result: None,
                 mark: None,
                 callbacks: Vec::new(),
+                watch: None,
                 source: None,
                 route: None,
                 started: None,
@@ -196,6 +227,7 @@ impl Work {
                 result: None,
                 mark: Some(mark),
                 callbacks: Vec::new(),
+                watch: None,
                 source: None,
                 route: None,
                 started: Some(started),
@@ -298,7 +330,8 @@ impl Work {
             }
             s.finished = Some(at);
             s.result = Some(result.clone());
-            (std::mem::take(&mut s.callbacks), s.source, s.waiters > 0)
+            let watched = s.watch.take().map(|w| (w, s.route, s.started.map(|t| at.saturating_duration_since(t))));
+            ((std::mem::take(&mut s.callbacks), watched), s.source, s.waiters > 0)
         };
         // A waiter counts itself under the lock before it sleeps (and the
         // condition variable releases the lock atomically), so one that
@@ -306,7 +339,8 @@ impl Work {
         if asleep {
             self.0.cv.notify_all();
         }
-        Callbacks { callbacks, result: Some((result, source)) }
+        let (callbacks, watched) = callbacks;
+        Callbacks { callbacks, watched, result: Some((result, source)) }
     }
 
     /// Finished, or (for device work) the device has run it.
@@ -344,6 +378,23 @@ impl Work {
             }
         };
         cb(&r, source);
+    }
+
+    /// Tells `w.observer` when the work finishes (at once, on this thread,
+    /// if it already has). A work has one watch.
+    pub fn watch(&self, w: Watch) {
+        let (result, route, duration) = {
+            let mut s = self.lock();
+            match &s.result {
+                None => {
+                    debug_assert!(s.watch.is_none(), "a work has one watch");
+                    s.watch = Some(w);
+                    return;
+                }
+                Some(r) => (r.clone(), s.route, s.finished.zip(s.started).map(|(f, t)| f.saturating_duration_since(t))),
+            }
+        };
+        w.observer.finished(&w, Finished { result: &result, route, duration });
     }
 
     /// Lets `wait` drive the engine with `p` (the first call wins).
