@@ -46,8 +46,10 @@ const YIELD_FOR: Duration = Duration::from_micros(60);
 pub const ALIVE_EVERY: Duration = Duration::from_millis(50);
 /// The longest the thread sleeps deaf to pushes while a caller drives the
 /// engine ([`Driving`]): a message with no receive posted waits at most
-/// this long in its ring after the last driver left.
-const DEAF_FOR: Duration = Duration::from_millis(2);
+/// this long in its ring after the last driver left. Each timed wake-up
+/// takes a core from a rank that drives; on a host with as many ranks as
+/// cores it preempts one (decision 0011).
+const DEAF_FOR: Duration = Duration::from_millis(10);
 
 /// The threads driving the engine themselves right now (`Work::wait`
 /// through `driver::Driver`), and whether the engine's thread sleeps
