@@ -460,8 +460,9 @@ impl Communicator {
         };
         if p2p > 0 {
             let engine = self.p2p.as_ref().ok_or_else(|| Error::unsupported(name, "this communicator has no point-to-point links"))?;
-            let mut works = Vec::with_capacity(ops.len());
             let single = ops.len() == 1;
+            // A single operation returns its own work: no list to allocate.
+            let mut works = Vec::with_capacity(if single { 0 } else { ops.len() });
             for op in ops {
                 let (kind, bytes) = (op.kind(), op.bytes() as u64);
                 let transport = match &op {
