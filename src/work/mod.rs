@@ -142,6 +142,13 @@ struct State {
     waiters: u32,
 }
 
+impl State {
+    /// From start to finish, once both are known.
+    fn took(&self) -> Option<Duration> {
+        Some(self.finished?.saturating_duration_since(self.started?))
+    }
+}
+
 struct Inner {
     op: &'static str,
     seq: u64,
@@ -305,7 +312,7 @@ impl Work {
     /// Time from start to finish, once finished.
     pub fn duration(&self) -> Option<Duration> {
         let s = self.lock();
-        Some(s.finished?.duration_since(s.started?))
+        s.took()
     }
 
     /// Finishes the work. The first call wins; later ones are ignored.
@@ -330,7 +337,7 @@ impl Work {
             }
             s.finished = Some(at);
             s.result = Some(result.clone());
-            let watched = s.watch.take().map(|w| (w, s.route, s.started.map(|t| at.saturating_duration_since(t))));
+            let watched = s.watch.take().map(|w| (w, s.route, s.took()));
             ((std::mem::take(&mut s.callbacks), watched), s.source, s.waiters > 0)
         };
         // A waiter counts itself under the lock before it sleeps (and the
@@ -391,7 +398,7 @@ impl Work {
                     s.watch = Some(w);
                     return;
                 }
-                Some(r) => (r.clone(), s.route, s.finished.zip(s.started).map(|(f, t)| f.saturating_duration_since(t))),
+                Some(r) => (r.clone(), s.route, s.took()),
             }
         };
         w.observer.finished(&w, Finished { result: &result, route, duration });
